@@ -1,0 +1,16 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let package = Package(
+    name: "ThreadKit",
+    products: [
+        .library(name: "ThreadKit", targets: ["ThreadKit"]),
+        .executable(name: "threadkit-demo", targets: ["threadkit-demo"]),
+    ],
+    targets: [
+        .target(name: "ThreadKit"),
+        .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit"]),
+        .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

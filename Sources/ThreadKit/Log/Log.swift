@@ -1,0 +1,219 @@
+import Foundation
+import Synchronization
+
+/// Per-source debug logging for ThreadKit and for code that uses it.
+///
+/// Every source is off until enabled, and a call on a disabled source costs one atomic load: the
+/// message is an autoclosure that is never evaluated. Records go to ``delegate`` one at a time, in
+/// the order they were logged, or to standard error when no delegate is set.
+///
+/// ```swift
+/// Log.enable(.threadPool)          // see the pool's threads come and go
+/// Log.log(.init("Billing"), "charged \(amount)")
+/// ```
+public enum Log {
+    /// Turns logging on for `source`.
+    public static func enable(_ source: Source) {
+        source.flag.isOn.store(true, ordering: .relaxed)
+    }
+
+    /// Turns logging off for `source`.
+    public static func disable(_ source: Source) {
+        source.flag.isOn.store(false, ordering: .relaxed)
+    }
+
+    /// Turns logging on for every source, including sources created later.
+    public static func enableAll() {
+        SourceRegistry.shared.setAll(true)
+    }
+
+    /// Turns logging off for every source, and for sources created later.
+    public static func disableAll() {
+        SourceRegistry.shared.setAll(false)
+    }
+
+    /// Whether records of `source` are delivered.
+    @inlinable
+    public static func isEnabled(_ source: Source) -> Bool {
+        source.flag.isOn.load(ordering: .relaxed)
+    }
+
+    /// Where records go; `nil`, the default, writes them to standard error as
+    /// `<thread name> <source name>: <message>`.
+    ///
+    /// The delegate is called on the thread that logged, or on another thread that is delivering at
+    /// the same moment; it is never called by two threads at once.
+    public static var delegate: (any LogDelegate)? {
+        get { Delivery.shared.delegate }
+        set { Delivery.shared.delegate = newValue }
+    }
+
+    /// Logs `message` for `source` if the source is enabled.
+    ///
+    /// - Parameters:
+    ///   - source: Who is logging; nothing happens unless it is enabled.
+    ///   - message: The text, evaluated only when the source is enabled.
+    ///   - file: The file of the call, filled in for you.
+    ///   - line: The line of the call, filled in for you.
+    @inlinable
+    public static func log(
+        _ source: Source, _ message: @autoclosure () -> String,
+        file: String = #fileID, line: Int = #line
+    ) {
+        guard source.flag.isOn.load(ordering: .relaxed) else { return }
+        deliver(source, message(), file: file, line: line)
+    }
+
+    @usableFromInline
+    static func deliver(_ source: Source, _ message: String, file: String, line: Int) {
+        let record = Record(
+            source: source, message: message, threadName: NamedThread.currentName(),
+            date: Date(), file: file, line: line)
+        Delivery.shared.deliver(record)
+    }
+}
+
+extension Log {
+    /// A named origin of log records, switched on and off as a whole.
+    ///
+    /// Two sources with the same name are the same source. ThreadKit's own parts log to
+    /// ``threadPool``, ``timer``, ``throttle`` and ``urlDispatcher``; make your own with `Log.Source("Name")`.
+    public struct Source: Hashable, Sendable, CustomStringConvertible {
+        /// The name printed before each message.
+        public let name: String
+
+        @usableFromInline
+        let flag: SourceFlag
+
+        /// The source called `name`, created on first use.
+        public init(_ name: String) {
+            self.name = name
+            self.flag = SourceRegistry.shared.flag(for: name)
+        }
+
+        /// ``ThreadPool``: threads created and collected, pools disposed.
+        public static let threadPool = Source("ThreadPool")
+        /// ``TimerThread``: timers started and stopped, calls that fired more than 10 ms late.
+        public static let timer = Source("TimerThread")
+        /// ``ThrottledQueue``: gaps waited, pauses and resumes.
+        public static let throttle = Source("ThrottledQueue")
+        /// The URL dispatcher: requests queued, started and timed out.
+        public static let urlDispatcher = Source("URLDispatcher")
+
+        public var description: String { name }
+
+        public static func == (lhs: Source, rhs: Source) -> Bool { lhs.name == rhs.name }
+
+        public func hash(into hasher: inout Hasher) { hasher.combine(name) }
+    }
+
+    /// One logged message, as the delegate receives it.
+    public struct Record: Sendable {
+        /// The source that logged it.
+        public let source: Source
+        /// The message text.
+        public let message: String
+        /// The name of the thread that logged it.
+        public let threadName: String
+        /// When it was logged (wall clock, for display).
+        public let date: Date
+        /// The file that logged it, as `#fileID`.
+        public let file: String
+        /// The line that logged it.
+        public let line: Int
+    }
+}
+
+/// Receives ThreadKit's log records; set one as ``Log/delegate`` to route records to your own logger.
+///
+/// Records arrive one at a time, never from two threads at once, in the order they were logged. A
+/// delegate may itself log: that record is delivered after the current call returns.
+public protocol LogDelegate: AnyObject, Sendable {
+    /// Handles one record.
+    func log(_ record: Log.Record)
+}
+
+/// The on/off switch shared by every `Log.Source` of one name.
+@usableFromInline
+final class SourceFlag: Sendable {
+    @usableFromInline
+    let isOn: Atomic<Bool>
+
+    init(isOn: Bool) {
+        self.isOn = Atomic(isOn)
+    }
+}
+
+/// The switches of every source ever named, and whether sources named later start enabled.
+private final class SourceRegistry: Sendable {
+    static let shared = SourceRegistry()
+
+    private struct State {
+        var flags: [String: SourceFlag] = [:]
+        var newSourcesEnabled = false
+    }
+
+    private let state = Mutex(State())
+
+    func flag(for name: String) -> SourceFlag {
+        state.withLock { state in
+            if let flag = state.flags[name] { return flag }
+            let flag = SourceFlag(isOn: state.newSourcesEnabled)
+            state.flags[name] = flag
+            return flag
+        }
+    }
+
+    func setAll(_ isOn: Bool) {
+        state.withLock { state in
+            state.newSourcesEnabled = isOn
+            for flag in state.flags.values { flag.isOn.store(isOn, ordering: .relaxed) }
+        }
+    }
+}
+
+/// Hands records to the delegate one at a time without holding a lock while it runs.
+///
+/// A logging thread appends its record; if no thread is delivering, it becomes the deliverer and
+/// drains the queue, calling the delegate outside the lock. Records of other threads that arrive
+/// meanwhile are delivered by it, in order. So the delegate is never called concurrently, may log
+/// itself without deadlock, and is never called with an internal lock held.
+private final class Delivery: Sendable {
+    static let shared = Delivery()
+
+    private struct State {
+        var pending = RingBuffer<Log.Record>()
+        var isDelivering = false
+        var delegate: (any LogDelegate)?
+    }
+
+    private let state = Mutex(State())
+
+    var delegate: (any LogDelegate)? {
+        get { state.withLock { $0.delegate } }
+        set { state.withLock { $0.delegate = newValue } }
+    }
+
+    func deliver(_ record: Log.Record) {
+        var next: (record: Log.Record, delegate: (any LogDelegate)?)? = state.withLock { state in
+            state.pending.append(record)
+            guard !state.isDelivering else { return nil }
+            state.isDelivering = true
+            return (state.pending.popFirst()!, state.delegate)
+        }
+        while let (record, delegate) = next {
+            if let delegate {
+                delegate.log(record)
+            } else {
+                ConsoleLog.write(record)
+            }
+            next = state.withLock { state in
+                guard let record = state.pending.popFirst() else {
+                    state.isDelivering = false
+                    return nil
+                }
+                return (record, state.delegate)
+            }
+        }
+    }
+}

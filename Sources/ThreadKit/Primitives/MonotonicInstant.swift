@@ -1,0 +1,89 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A point on the `CLOCK_MONOTONIC` time line, in nanoseconds.
+///
+/// Every deadline inside ThreadKit is one of these: eight bytes, ordered, cheap to compare, and never
+/// moved by a change of the system's wall clock. Pure scheduling types take them as plain values,
+/// so tests make them up with `MonotonicInstant(nanoseconds:)`.
+struct MonotonicInstant: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// Nanoseconds since the clock's (arbitrary) origin.
+    var nanoseconds: UInt64
+
+    init(nanoseconds: UInt64) {
+        self.nanoseconds = nanoseconds
+    }
+
+    /// The current time of `CLOCK_MONOTONIC`.
+    static func now() -> MonotonicInstant {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return MonotonicInstant(nanoseconds: UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec))
+    }
+
+    /// The monotonic instant at `instant`, never earlier than it.
+    ///
+    /// `ContinuousClock` may count on another kernel clock than `CLOCK_MONOTONIC`; both advance at the
+    /// same rate, so the conversion goes through the distance from now. The continuous clock is read
+    /// first, so the result can only err late, by the time between the two reads.
+    init(_ instant: ContinuousClock.Instant) {
+        let continuousNow = ContinuousClock.now
+        let monotonicNow = MonotonicInstant.now()
+        self = monotonicNow.advanced(by: continuousNow.duration(to: instant))
+    }
+
+    /// This instant moved by `duration`, saturating at the ends of the time line.
+    func advanced(by duration: Duration) -> MonotonicInstant {
+        let delta = duration.nanosecondsSaturated
+        if delta >= 0 {
+            let (sum, overflow) = nanoseconds.addingReportingOverflow(UInt64(delta))
+            return MonotonicInstant(nanoseconds: overflow ? .max : sum)
+        } else {
+            let magnitude = delta.magnitude
+            return MonotonicInstant(nanoseconds: nanoseconds > magnitude ? nanoseconds - magnitude : 0)
+        }
+    }
+
+    /// The signed distance from this instant to `other`.
+    func duration(to other: MonotonicInstant) -> Duration {
+        if other.nanoseconds >= nanoseconds {
+            return .nanoseconds(other.nanoseconds - nanoseconds)
+        } else {
+            return .zero - .nanoseconds(nanoseconds - other.nanoseconds)
+        }
+    }
+
+    /// The same instant as a `timespec`, for `pthread_cond_timedwait`.
+    var timespecValue: timespec {
+        timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
+    }
+
+    static func < (lhs: MonotonicInstant, rhs: MonotonicInstant) -> Bool {
+        lhs.nanoseconds < rhs.nanoseconds
+    }
+
+    var description: String { "\(nanoseconds) ns" }
+}
+
+extension Duration {
+    /// The duration in whole nanoseconds, clamped to the range of `Int64`.
+    var nanosecondsSaturated: Int64 {
+        let (seconds, attoseconds) = components
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        if overflow { return seconds < 0 ? .min : .max }
+        let (sum, overflow2) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
+        if overflow2 { return seconds < 0 ? .min : .max }
+        return sum
+    }
+
+    /// The duration in seconds as a `Double`, for messages and arithmetic on rates.
+    var seconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

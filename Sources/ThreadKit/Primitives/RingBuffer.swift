@@ -1,0 +1,58 @@
+/// A first-in, first-out queue in one growable circular buffer.
+///
+/// Appending and removing at either end is O(1) amortised and allocates only when the buffer grows
+/// (it doubles). Removed slots are cleared at once, so the buffer never keeps an element alive.
+struct RingBuffer<Element> {
+    private var storage: ContiguousArray<Element?>
+    private var head = 0
+    private(set) var count = 0
+
+    init(minimumCapacity: Int = 16) {
+        var capacity = 1
+        while capacity < max(minimumCapacity, 1) { capacity <<= 1 }
+        storage = ContiguousArray(repeating: nil, count: capacity)
+    }
+
+    var isEmpty: Bool { count == 0 }
+
+    /// The number of elements the buffer holds before it grows.
+    var capacity: Int { storage.count }
+
+    /// Adds `element` at the back.
+    mutating func append(_ element: Element) {
+        if count == storage.count { grow() }
+        storage[(head &+ count) & (storage.count &- 1)] = element
+        count &+= 1
+    }
+
+    /// Removes and returns the front element, or `nil` when empty.
+    mutating func popFirst() -> Element? {
+        guard count > 0 else { return nil }
+        let element = storage[head].take()
+        head = (head &+ 1) & (storage.count &- 1)
+        count &-= 1
+        return element
+    }
+
+    /// The front element, without removing it.
+    var first: Element? {
+        count > 0 ? storage[head] : nil
+    }
+
+    /// Removes every element and returns them in order.
+    mutating func removeAll() -> [Element] {
+        var result: [Element] = []
+        result.reserveCapacity(count)
+        while let element = popFirst() { result.append(element) }
+        return result
+    }
+
+    private mutating func grow() {
+        var larger = ContiguousArray<Element?>(repeating: nil, count: storage.count * 2)
+        for offset in 0..<count {
+            larger[offset] = storage[(head + offset) & (storage.count - 1)].take()
+        }
+        storage = larger
+        head = 0
+    }
+}

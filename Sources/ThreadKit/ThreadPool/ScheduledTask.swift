@@ -1,0 +1,158 @@
+import Synchronization
+
+/// A unit of work accepted by a ``ThreadPool``, which can be cancelled until a thread takes it and
+/// waited on until it has run.
+///
+/// Exactly one of two things happens to a task: it runs once, or it is cancelled (by ``cancel()``,
+/// or by ``ThreadPool/disposeNow()`` handing it back). ``cancel()`` returns `true` only in the second case.
+public final class ScheduledTask: @unchecked Sendable {
+    // Sendable: `work` is read and cleared only by the one thread that moves `state` out of `pending`
+    // (the worker that claims the task, or the canceller); that transition is the lock.
+
+    /// The task's life, one atomic word: a phase in the low bits, ``waiterFlag`` above them.
+    private enum Phase: Int {
+        case pending = 0, running = 1, completed = 2, cancelled = 3
+    }
+    private static let phaseMask = 0b11
+    private static let waiterFlag = 0b100
+
+    private let state = Atomic<Int>(Phase.pending.rawValue)
+    private var work: (@Sendable () -> Void)?
+    /// The pool whose queue holds the task while it is pending, told when the task is cancelled.
+    private weak let pool: ThreadPool?
+
+    init(pool: ThreadPool?, work: @escaping @Sendable () -> Void) {
+        self.pool = pool
+        self.work = work
+    }
+
+    /// Stops the task from running, if no thread has taken it yet.
+    ///
+    /// - Returns: `true` if this call stopped a task that would otherwise have run; `false` if it
+    ///   has started, finished, or was already cancelled.
+    @discardableResult
+    public func cancel() -> Bool {
+        guard transition(from: .pending, to: .cancelled) else { return false }
+        work = nil
+        pool?.queuedTaskWasCancelled()
+        return true
+    }
+
+    /// Whether the task was cancelled before it ran (by ``cancel()`` or ``ThreadPool/disposeNow()``).
+    public var isCancelled: Bool { phase == .cancelled }
+
+    /// Whether the task has run to its end.
+    public var isCompleted: Bool { phase == .completed }
+
+    /// Blocks the calling thread until the task has run or was cancelled.
+    public func wait() {
+        _ = blockingWait(until: nil)
+    }
+
+    /// Blocks the calling thread until the task has run or was cancelled, or `timeout` has passed.
+    ///
+    /// - Parameter timeout: The longest to wait; must not be negative.
+    /// - Returns: `true` if the task has finished (run or cancelled), `false` on timeout.
+    public func wait(timeout: Duration) -> Bool {
+        precondition(timeout >= .zero, "ScheduledTask.wait(timeout:) needs a timeout ≥ 0, got \(timeout)")
+        return blockingWait(until: MonotonicInstant.now().advanced(by: timeout))
+    }
+
+    // MARK: - For the pool
+
+    /// Takes the task for running. Only one caller of `claim` or `cancel` ever succeeds.
+    func claim() -> Bool {
+        transition(from: .pending, to: .running)
+    }
+
+    /// Cancels the task on behalf of the pool, which hands it back; the pool does its own counting.
+    func handBack() -> Bool {
+        guard transition(from: .pending, to: .cancelled) else { return false }
+        work = nil
+        return true
+    }
+
+    /// Runs a claimed task's work, releases it, and wakes its waiters.
+    func runClaimed(countingInto completed: borrowing Atomic<Int>) {
+        work!()
+        work = nil
+        completed.wrappingAdd(1, ordering: .relaxed)
+        finish(as: .completed)
+    }
+
+    // MARK: - Internals
+
+    private var phase: Phase {
+        Phase(rawValue: state.load(ordering: .acquiring) & Self.phaseMask)!
+    }
+
+    private var isFinished: Bool {
+        let phase = self.phase
+        return phase == .completed || phase == .cancelled
+    }
+
+    private func transition(from old: Phase, to new: Phase) -> Bool {
+        var current = state.load(ordering: .relaxed)
+        while current & Self.phaseMask == old.rawValue {
+            let desired = (current & ~Self.phaseMask) | new.rawValue
+            let (exchanged, original) = state.compareExchange(
+                expected: current, desired: desired, ordering: .acquiringAndReleasing)
+            if exchanged {
+                if new == .cancelled { wakeWaiters(ifFlagged: original) }
+                return true
+            }
+            current = original
+        }
+        return false
+    }
+
+    private func finish(as phase: Phase) {
+        let original = state.exchange(phase.rawValue, ordering: .acquiringAndReleasing)
+        wakeWaiters(ifFlagged: original)
+    }
+
+    private func wakeWaiters(ifFlagged original: Int) {
+        guard original & Self.waiterFlag != 0 else { return }
+        let monitor = WaitMonitor.shared
+        monitor.mutex.withLock { monitor.condition.broadcast() }
+    }
+
+    /// Waits on the shared monitor; the waiter flag makes the finishing thread broadcast to it.
+    private func blockingWait(until deadline: MonotonicInstant?) -> Bool {
+        if isFinished { return true }
+        let monitor = WaitMonitor.shared
+        monitor.mutex.lock()
+        defer { monitor.mutex.unlock() }
+        // Set the flag while the task is unfinished; a finisher that sees it broadcasts under the
+        // monitor's mutex, which this thread holds until it waits, so the wakeup cannot be missed.
+        var current = state.load(ordering: .acquiring)
+        while true {
+            let phase = current & Self.phaseMask
+            if phase == Phase.completed.rawValue || phase == Phase.cancelled.rawValue { return true }
+            if current & Self.waiterFlag != 0 { break }
+            let (exchanged, original) = state.compareExchange(
+                expected: current, desired: current | Self.waiterFlag, ordering: .acquiringAndReleasing)
+            if exchanged { break }
+            current = original
+        }
+        while !isFinished {
+            if let deadline {
+                if MonotonicInstant.now() >= deadline { return false }
+                monitor.condition.wait(monitor.mutex, until: deadline)
+            } else {
+                monitor.condition.wait(monitor.mutex)
+            }
+        }
+        return true
+    }
+}
+
+/// The one monitor that threads waiting on any ``ScheduledTask`` sleep on.
+///
+/// Waiting on a task is rare next to running tasks, so tasks carry no condition of their own; a
+/// finishing task broadcasts here only if a waiter flagged it.
+private final class WaitMonitor: Sendable {
+    static let shared = WaitMonitor()
+    let mutex = PThreadMutex()
+    let condition = MonotonicCondition()
+}

@@ -1,0 +1,64 @@
+import Synchronization
+
+extension ThreadPool {
+    /// Runs `work` on a pool thread and suspends (without blocking a thread) until it has run.
+    ///
+    /// If the calling task is cancelled before a thread takes the work, the work is removed from
+    /// the queue, never runs, and this throws `CancellationError`. Once started, the work runs to its end.
+    ///
+    /// - Returns: What `work` returned.
+    /// - Throws: What `work` threw, `CancellationError`, or a ``ThreadPoolError`` if the pool refused the work.
+    public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        let link = CancellationLink<T>()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let task: ScheduledTask
+                do {
+                    task = try schedule { continuation.resume(with: Result { try work() }) }
+                } catch {
+                    continuation.resume(throwing: error)
+                    return
+                }
+                link.attach(task, continuation)
+            }
+        } onCancel: {
+            link.cancel()
+        }
+    }
+}
+
+/// Joins a `run` call's task cancellation to its scheduled work, whichever comes first.
+///
+/// `ScheduledTask.cancel()` succeeds only while the work has not started, so exactly one of the
+/// work and the cancellation resumes the continuation.
+private final class CancellationLink<T: Sendable>: Sendable {
+    private enum Phase {
+        case waiting
+        case scheduled(ScheduledTask, CheckedContinuation<T, any Error>)
+        case cancelled
+    }
+
+    private let phase = Mutex(Phase.waiting)
+
+    func attach(_ task: ScheduledTask, _ continuation: CheckedContinuation<T, any Error>) {
+        let cancelledEarly = phase.withLock { phase in
+            if case .cancelled = phase { return true }
+            phase = .scheduled(task, continuation)
+            return false
+        }
+        if cancelledEarly, task.cancel() {
+            continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    func cancel() {
+        let scheduled = phase.withLock { phase -> (ScheduledTask, CheckedContinuation<T, any Error>)? in
+            defer { phase = .cancelled }
+            if case .scheduled(let task, let continuation) = phase { return (task, continuation) }
+            return nil
+        }
+        if let (task, continuation) = scheduled, task.cancel() {
+            continuation.resume(throwing: CancellationError())
+        }
+    }
+}

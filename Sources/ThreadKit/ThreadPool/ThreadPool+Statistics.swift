@@ -1,0 +1,22 @@
+extension ThreadPool {
+    /// A snapshot of a pool's threads and work, taken under the pool's lock.
+    public struct Statistics: Sendable, Equatable, CustomStringConvertible {
+        /// Threads alive now, busy or idle.
+        public var threads: Int
+        /// Threads waiting for work.
+        public var idleThreads: Int
+        /// Threads running a task.
+        public var busyThreads: Int
+        /// Tasks accepted and waiting for a thread (cancelled ones not counted).
+        public var queuedTasks: Int
+        /// Tasks that have run to their end since the pool was made.
+        public var completedTasks: Int
+        /// The most threads that were ever alive at once.
+        public var peakThreads: Int
+
+        public var description: String {
+            "\(threads) threads (\(busyThreads) busy, \(idleThreads) idle, peak \(peakThreads)), "
+                + "\(queuedTasks) queued, \(completedTasks) completed"
+        }
+    }
+}

@@ -1,0 +1,2 @@
+import ThreadKit
+print("demo")
