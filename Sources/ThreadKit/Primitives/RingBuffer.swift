@@ -47,6 +47,27 @@ struct RingBuffer<Element> {
         return result
     }
 
+    /// Removes the elements that match `shouldRemove`, keeping the order of the rest.
+    ///
+    /// - Returns: The removed elements, in order.
+    mutating func removeAll(where shouldRemove: (Element) -> Bool) -> [Element] {
+        var kept = RingBuffer(minimumCapacity: storage.count)
+        var removed: [Element] = []
+        while let element = popFirst() {
+            if shouldRemove(element) { removed.append(element) } else { kept.append(element) }
+        }
+        self = kept
+        return removed
+    }
+
+    /// Lets `body` change every element in place, front to back.
+    mutating func updateEach(_ body: (inout Element) -> Void) {
+        for offset in 0..<count {
+            let index = (head &+ offset) & (storage.count &- 1)
+            body(&storage[index]!)
+        }
+    }
+
     private mutating func grow() {
         var larger = ContiguousArray<Element?>(repeating: nil, count: storage.count * 2)
         for offset in 0..<count {

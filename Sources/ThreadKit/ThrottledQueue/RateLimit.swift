@@ -1,0 +1,23 @@
+/// A cap on how many tasks a ``ThrottledQueue`` starts in any sliding window of time.
+///
+/// `RateLimit.rate(3, per: .seconds(1))` lets at most 3 tasks start in any one-second window: a
+/// fourth start waits until one second after the start three before it.
+public struct RateLimit: Sendable, Equatable, CustomStringConvertible {
+    /// The most starts in any window.
+    public let count: Int
+    /// The window's length.
+    public let window: Duration
+
+    /// At most `count` starts in any sliding window of length `window`.
+    ///
+    /// - Parameters:
+    ///   - count: At least 1.
+    ///   - window: More than zero.
+    public static func rate(_ count: Int, per window: Duration) -> RateLimit {
+        precondition(count >= 1, "RateLimit.rate: count must be at least 1, got \(count)")
+        precondition(window > .zero, "RateLimit.rate: window must be more than zero, got \(window)")
+        return RateLimit(count: count, window: window)
+    }
+
+    public var description: String { "\(count) per \(window)" }
+}

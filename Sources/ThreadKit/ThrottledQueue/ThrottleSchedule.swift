@@ -1,0 +1,168 @@
+/// The decisions of a ``ThrottledQueue``: which task starts next, and when it may.
+///
+/// A pure value type fed with events (submissions, starts, ends, interval changes, pauses) and
+/// asked ``nextStart()``. It never reads a clock: every instant is given to it, so tests drive it
+/// with made-up times. The rules, with task k starting at s(k), ending at e(k), carrying gap g(k):
+///
+/// - one task at a time, in submission order;
+/// - `.concurrent`: s(k+1) ≥ max(e(k), s(k) + g(k)); `.serial`: s(k+1) ≥ e(k) + g(k);
+/// - with a rate limit of n per w: s(k+n) ≥ s(k) + w;
+/// - nothing starts before the end of a pause.
+struct ThrottleSchedule<Item> {
+    /// A task waiting to start.
+    struct Pending {
+        var item: Item
+        /// The task's own `interval:`, if it was given one.
+        var explicitGap: Duration?
+        /// The gap that will follow the task, as the mutability rules have left it.
+        var gap: Duration
+    }
+
+    /// What the queue should do next.
+    enum Next: Equatable {
+        /// Nothing is queued and nothing runs.
+        case idle
+        /// A task runs; the next can only start after its end.
+        case awaitingEnd
+        /// Queued tasks wait; the first may start at this instant (perhaps already past).
+        case startAt(MonotonicInstant)
+    }
+
+    /// The most recent start, which sets the gap before the next.
+    private struct LastStart {
+        var start: MonotonicInstant
+        var end: MonotonicInstant?
+        var gap: Duration
+        var isExplicit: Bool
+    }
+
+    let monitor: ThrottledQueue.Monitor
+    let mutability: ThrottledQueue.Mutability
+    let limit: RateLimit?
+    /// The queue's default gap, for tasks submitted without their own.
+    private(set) var interval: Duration
+    private(set) var pending = RingBuffer<Pending>()
+    /// How many started tasks have not ended (more than one only for a nested `sync`).
+    private(set) var running = 0
+    private(set) var pausedUntil: MonotonicInstant?
+    private var last: LastStart?
+    /// The most recent starts, at most `limit.count` of them, oldest first.
+    private var recentStarts = RingBuffer<MonotonicInstant>()
+
+    init(interval: Duration, monitor: ThrottledQueue.Monitor, mutability: ThrottledQueue.Mutability, limit: RateLimit?) {
+        self.interval = interval
+        self.monitor = monitor
+        self.mutability = mutability
+        self.limit = limit
+    }
+
+    /// Whether nothing is queued and nothing runs.
+    var isIdle: Bool { pending.isEmpty && running == 0 }
+
+    // MARK: - Events
+
+    /// Queues `item`, to be followed by `explicitGap` or, without one, the queue's interval.
+    mutating func submit(_ item: Item, gap explicitGap: Duration? = nil) {
+        pending.append(Pending(item: item, explicitGap: explicitGap, gap: explicitGap ?? interval))
+    }
+
+    /// Changes the queue's interval; queued tasks and the gap now being waited follow the mutability.
+    mutating func setInterval(_ newInterval: Duration) {
+        interval = newInterval
+        switch mutability {
+        case .all:
+            pending.updateEach { $0.gap = newInterval }
+            last?.gap = newInterval
+        case .defaultOnly:
+            pending.updateEach { if $0.explicitGap == nil { $0.gap = newInterval } }
+            if last?.isExplicit == false { last?.gap = newInterval }
+        case .none:
+            break
+        }
+    }
+
+    /// No task starts before `instant`; a later pause already in force stays.
+    mutating func pause(until instant: MonotonicInstant) {
+        pausedUntil = max(pausedUntil ?? instant, instant)
+    }
+
+    /// Ends a pause at once.
+    mutating func resume() {
+        pausedUntil = nil
+    }
+
+    /// When the first queued task may start.
+    func nextStart() -> Next {
+        if running > 0 { return .awaitingEnd }
+        guard !pending.isEmpty else { return .idle }
+        return .startAt(earliestStart())
+    }
+
+    /// Starts the first queued task at `now`, which must not be before ``nextStart()`` allows.
+    mutating func start(at now: MonotonicInstant) -> Item {
+        guard case .startAt(let allowed) = nextStart(), allowed <= now, let first = pending.popFirst() else {
+            preconditionFailure("ThrottleSchedule.start(at: \(now)) before its time: \(nextStart())")
+        }
+        recordStart(at: now, gap: first.gap, isExplicit: first.explicitGap != nil)
+        return first.item
+    }
+
+    /// When a task nested in the running one (a `sync` from inside it) may start: the gap from the
+    /// last start, the pause and the rate limit apply; the running task's end cannot.
+    func nestedStart() -> MonotonicInstant {
+        var earliest = MonotonicInstant(nanoseconds: 0)
+        if let last { earliest = last.start.advanced(by: last.gap) }
+        return constrained(earliest)
+    }
+
+    /// Starts a nested task at `now`, ahead of the queue; it counts as a start.
+    mutating func startNested(at now: MonotonicInstant, gap explicitGap: Duration?) {
+        precondition(nestedStart() <= now, "ThrottleSchedule.startNested(at: \(now)) before its time")
+        recordStart(at: now, gap: explicitGap ?? interval, isExplicit: explicitGap != nil)
+    }
+
+    /// The running task (the innermost, if nested) ended at `now`.
+    mutating func end(at now: MonotonicInstant) {
+        precondition(running > 0, "ThrottleSchedule.end(at:) with no task running")
+        running -= 1
+        last?.end = now
+    }
+
+    /// Removes the queued tasks that match `shouldRemove`; running ones are not affected.
+    mutating func removeAll(where shouldRemove: (Item) -> Bool) -> [Item] {
+        pending.removeAll { shouldRemove($0.item) }.map(\.item)
+    }
+
+    // MARK: - Rules
+
+    private mutating func recordStart(at now: MonotonicInstant, gap: Duration, isExplicit: Bool) {
+        running += 1
+        last = LastStart(start: now, end: nil, gap: gap, isExplicit: isExplicit)
+        if let limit {
+            recentStarts.append(now)
+            if recentStarts.count > limit.count { _ = recentStarts.popFirst() }
+        }
+    }
+
+    private func earliestStart() -> MonotonicInstant {
+        var earliest = MonotonicInstant(nanoseconds: 0)
+        if let last {
+            let end = last.end ?? last.start
+            switch monitor {
+            case .concurrent: earliest = max(end, last.start.advanced(by: last.gap))
+            case .serial: earliest = end.advanced(by: last.gap)
+            }
+        }
+        return constrained(earliest)
+    }
+
+    /// `earliest`, pushed past the pause and the rate limit's window.
+    private func constrained(_ earliest: MonotonicInstant) -> MonotonicInstant {
+        var result = earliest
+        if let pausedUntil { result = max(result, pausedUntil) }
+        if let limit, recentStarts.count == limit.count, let oldest = recentStarts.first {
+            result = max(result, oldest.advanced(by: limit.window))
+        }
+        return result
+    }
+}
