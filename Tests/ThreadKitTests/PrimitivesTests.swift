@@ -1,2 +1,333 @@
+import Foundation
 import Testing
 @testable import ThreadKit
+
+@Suite("MonotonicInstant and Duration")
+struct MonotonicInstantTests {
+    @Test("now() never goes backwards and advances with real time")
+    func nowIsMonotonic() {
+        var previous = MonotonicInstant.now()
+        for _ in 0..<100_000 {
+            let next = MonotonicInstant.now()
+            #expect(next >= previous)
+            previous = next
+        }
+        let before = MonotonicInstant.now()
+        Thread.sleep(forTimeInterval: 0.02)
+        let after = MonotonicInstant.now()
+        #expect(before.duration(to: after) >= .milliseconds(20))
+        #expect(before.duration(to: after) < .milliseconds(20) + .milliseconds(250))
+    }
+
+    @Test("advanced(by:) adds exactly and saturates at both ends of the time line")
+    func advancedSaturates() {
+        let instant = MonotonicInstant(nanoseconds: 1_000)
+        #expect(instant.advanced(by: .nanoseconds(500)).nanoseconds == 1_500)
+        #expect(instant.advanced(by: .microseconds(2)).nanoseconds == 3_000)
+        #expect(instant.advanced(by: .nanoseconds(-400)).nanoseconds == 600)
+        #expect(instant.advanced(by: .nanoseconds(-1_000)).nanoseconds == 0)
+        #expect(instant.advanced(by: .zero) == instant)
+
+        // Below the origin it stops at 0, past the end at UInt64.max.
+        #expect(instant.advanced(by: .nanoseconds(-1_001)).nanoseconds == 0)
+        #expect(instant.advanced(by: .seconds(-5)).nanoseconds == 0)
+        #expect(instant.advanced(by: .seconds(Int64.min)).nanoseconds == 0)
+        let late = MonotonicInstant(nanoseconds: .max - 10)
+        #expect(late.advanced(by: .nanoseconds(10)).nanoseconds == .max)
+        #expect(late.advanced(by: .nanoseconds(11)).nanoseconds == .max)
+        #expect(late.advanced(by: .seconds(Int64.max)).nanoseconds == .max)
+        #expect(MonotonicInstant(nanoseconds: 0).advanced(by: .seconds(Int64.max)).nanoseconds == UInt64(Int64.max))
+    }
+
+    @Test("duration(to:) is the signed distance")
+    func durationTo() {
+        let early = MonotonicInstant(nanoseconds: 100)
+        let late = MonotonicInstant(nanoseconds: 350)
+        #expect(early.duration(to: late) == .nanoseconds(250))
+        #expect(late.duration(to: early) == .nanoseconds(-250))
+        #expect(early.duration(to: early) == .zero)
+        let zero = MonotonicInstant(nanoseconds: 0)
+        let end = MonotonicInstant(nanoseconds: .max)
+        #expect(zero.duration(to: end) == .nanoseconds(UInt64.max))
+        #expect(end.duration(to: zero) == .zero - .nanoseconds(UInt64.max))
+        #expect(early.advanced(by: early.duration(to: late)) == late)
+        #expect(late.advanced(by: late.duration(to: early)) == early)
+    }
+
+    @Test("ordering follows the nanoseconds")
+    func ordering() {
+        #expect(MonotonicInstant(nanoseconds: 1) < MonotonicInstant(nanoseconds: 2))
+        #expect(!(MonotonicInstant(nanoseconds: 2) < MonotonicInstant(nanoseconds: 2)))
+        #expect(MonotonicInstant(nanoseconds: 7) == MonotonicInstant(nanoseconds: 7))
+        let timespec = MonotonicInstant(nanoseconds: 12_345_678_901).timespecValue
+        #expect(timespec.tv_sec == 12)
+        #expect(timespec.tv_nsec == 345_678_901)
+    }
+
+    @Test(
+        "Conversion from ContinuousClock.Instant is never earlier than the instant",
+        arguments: [Duration.seconds(-1), .milliseconds(-5), .zero, .milliseconds(30), .milliseconds(80)])
+    func conversionFromContinuousClock(offset: Duration) async throws {
+        let before = MonotonicInstant.now()
+        let target = ContinuousClock.now.advanced(by: offset)
+        let converted = MonotonicInstant(target)
+        let after = MonotonicInstant.now()
+        // The continuous clock was read between `before` and `after`; both clocks run at the same
+        // rate, so the exact answer lies in [before + offset, after + offset] and the conversion
+        // may only err late, by the time between its own two clock reads (which lie before `after`).
+        #expect(converted >= before.advanced(by: offset))
+        #expect(converted <= after.advanced(by: offset))
+
+        // Seen from the other side: once the monotonic clock reaches the converted instant, the
+        // continuous clock has reached the original one.
+        while MonotonicInstant.now() < converted {
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(ContinuousClock.now >= target)
+    }
+
+    @Test("Duration.nanosecondsSaturated is exact in range and clamps outside it")
+    func nanosecondsSaturated() {
+        #expect(Duration.zero.nanosecondsSaturated == 0)
+        #expect(Duration.seconds(3).nanosecondsSaturated == 3_000_000_000)
+        #expect(Duration.milliseconds(-7).nanosecondsSaturated == -7_000_000)
+        #expect(Duration.nanoseconds(1).nanosecondsSaturated == 1)
+        #expect(Duration.nanoseconds(Int64.max).nanosecondsSaturated == Int64.max)
+        #expect(Duration.nanoseconds(Int64.min).nanosecondsSaturated == Int64.min)
+        // Sub-nanosecond parts are cut toward zero.
+        #expect(Duration(secondsComponent: 0, attosecondsComponent: 1_500_000_000).nanosecondsSaturated == 1)
+        #expect(Duration(secondsComponent: 0, attosecondsComponent: 999_999_999).nanosecondsSaturated == 0)
+        #expect(Duration.nanoseconds(-1.5).nanosecondsSaturated == -1)
+        // Just inside and just outside Int64's range of nanoseconds.
+        let largest = Duration.seconds(9_223_372_036) + .nanoseconds(854_775_807)
+        #expect(largest.nanosecondsSaturated == Int64.max)
+        #expect((largest + .nanoseconds(1)).nanosecondsSaturated == Int64.max)
+        #expect((largest + .seconds(1)).nanosecondsSaturated == Int64.max)
+        let smallest = Duration.zero - .seconds(9_223_372_036) - .nanoseconds(854_775_808)
+        #expect(smallest.nanosecondsSaturated == Int64.min)
+        #expect((smallest - .nanoseconds(1)).nanosecondsSaturated == Int64.min)
+        // Far outside: the multiplication overflows.
+        #expect(Duration.seconds(Int64.max).nanosecondsSaturated == Int64.max)
+        #expect(Duration.seconds(Int64.min).nanosecondsSaturated == Int64.min)
+    }
+}
+
+@Suite("PThreadMutex and MonotonicCondition")
+struct MutexConditionTests {
+    /// A plain, unsynchronised integer; only the mutex under test makes sharing it safe.
+    final class UnsafeBox: @unchecked Sendable {
+        var value = 0
+    }
+
+    @Test("The mutex excludes: 4 threads × 50,000 unsynchronised increments lose none")
+    func mutualExclusion() async {
+        let mutex = PThreadMutex()
+        let box = UnsafeBox()
+        let inside = Counter()
+        let overlaps = Counter()
+        await onThreads(4) { _ in
+            for _ in 0..<50_000 {
+                mutex.withLock {
+                    if inside.increment() != 1 { overlaps.increment() }
+                    box.value += 1
+                    inside.increment(by: -1)
+                }
+            }
+        }
+        #expect(box.value == 200_000)
+        #expect(overlaps.value == 0)
+    }
+
+    @Test("withLock returns the body's value, rethrows its error and unlocks either way")
+    func withLockUnlocks() {
+        struct Failure: Error {}
+        let mutex = PThreadMutex()
+        #expect(mutex.withLock { 42 } == 42)
+        #expect(throws: Failure.self) { try mutex.withLock { () throws(Failure) in throw Failure() } }
+        // Locked again from the same thread: this would deadlock if the throw had left it locked.
+        #expect(mutex.withLock { "unlocked" } == "unlocked")
+    }
+
+    @Test("A timed wait with nobody signalling returns false, never before its deadline")
+    func timedWaitTimesOut() async {
+        let (spurious, deadline, end) = await onNewThread { () -> (Int, MonotonicInstant, MonotonicInstant) in
+            let mutex = PThreadMutex()
+            let condition = MonotonicCondition()
+            mutex.lock()
+            defer { mutex.unlock() }
+            let deadline = MonotonicInstant.now().advanced(by: .milliseconds(100))
+            var wakeups = 0
+            // Spurious wakeups return true; the wait that reaches the deadline returns false.
+            while condition.wait(mutex, until: deadline) {
+                wakeups += 1
+                if wakeups >= 100 { break }
+            }
+            return (wakeups, deadline, MonotonicInstant.now())
+        }
+        #expect(spurious < 100, "a wait without a signal keeps returning true")
+        #expect(end >= deadline)
+        #expect(deadline.duration(to: end) < .milliseconds(250))
+    }
+
+    @Test("A timed wait whose deadline has passed returns false at once")
+    func pastDeadline() {
+        let mutex = PThreadMutex()
+        let condition = MonotonicCondition()
+        mutex.withLock {
+            let start = MonotonicInstant.now()
+            #expect(!condition.wait(mutex, until: start.advanced(by: .milliseconds(-10))))
+            #expect(!condition.wait(mutex, until: MonotonicInstant(nanoseconds: 0)))
+            #expect(start.duration(to: .now()) < .milliseconds(250))
+        }
+    }
+
+    /// State shared between a waiting thread and the test, guarded by `mutex`.
+    final class Shared: @unchecked Sendable {
+        let mutex = PThreadMutex()
+        let condition = MonotonicCondition()
+        var waiting = 0
+        var go = false
+    }
+
+    @Test("signal() wakes a waiter long before its deadline, and its wait returns true")
+    func signalWakesWaiter() async throws {
+        let shared = Shared()
+        let results = Recorder<(woken: Bool, at: MonotonicInstant)>()
+        let waiter = Thread {
+            shared.mutex.lock()
+            let deadline = MonotonicInstant.now().advanced(by: .seconds(60))
+            shared.waiting += 1
+            var woken = true
+            while !shared.go && woken {
+                woken = shared.condition.wait(shared.mutex, until: deadline)
+            }
+            shared.mutex.unlock()
+            results.append((woken, .now()))
+        }
+        waiter.start()
+        // The waiter set `waiting` while holding the mutex and released it only by waiting.
+        #expect(await eventually { shared.mutex.withLock { shared.waiting == 1 } })
+        let signalledAt = MonotonicInstant.now()
+        shared.mutex.withLock {
+            shared.go = true
+            shared.condition.signal()
+        }
+        #expect(await eventually { results.count == 1 })
+        let result = try #require(results.values.first)
+        #expect(result.woken)
+        #expect(signalledAt.duration(to: result.at) < .seconds(2))
+    }
+
+    @Test("broadcast() wakes every waiter; untimed waits too")
+    func broadcastWakesAll() async {
+        let shared = Shared()
+        let wokenAt = Recorder<MonotonicInstant>()
+        for index in 0..<3 {
+            Thread {
+                shared.mutex.lock()
+                shared.waiting += 1
+                while !shared.go {
+                    if index == 0 {
+                        shared.condition.wait(shared.mutex)
+                    } else {
+                        shared.condition.wait(shared.mutex, until: MonotonicInstant.now().advanced(by: .seconds(60)))
+                    }
+                }
+                shared.mutex.unlock()
+                wokenAt.append(.now())
+            }.start()
+        }
+        #expect(await eventually { shared.mutex.withLock { shared.waiting == 3 } })
+        let broadcastAt = MonotonicInstant.now()
+        shared.mutex.withLock {
+            shared.go = true
+            shared.condition.broadcast()
+        }
+        #expect(await eventually { wokenAt.count == 3 })
+        for at in wokenAt.values { #expect(broadcastAt.duration(to: at) < .seconds(2)) }
+    }
+}
+
+@Suite("NamedThread")
+struct NamedThreadTests {
+    struct Observation: Sendable {
+        var foundationName: String?
+        var kernelName: String?
+        var currentName: String
+    }
+
+    /// Starts a thread named `name` and returns what it saw of its own names.
+    private func observe(name: String) async -> Observation? {
+        let recorder = Recorder<Observation>()
+        let done = Latch()
+        NamedThread.start(name: name) {
+            let id = KernelThreads.currentID()
+            recorder.append(Observation(
+                foundationName: Thread.current.name, kernelName: KernelThreads.name(ofThread: id),
+                currentName: NamedThread.currentName()))
+            done.countDown()
+        }
+        _ = await onNewThread { done.wait() }
+        return recorder.values.first
+    }
+
+    @Test("A short name is the thread's name both in Foundation and in the kernel")
+    func shortName() async throws {
+        let observation = try #require(await observe(name: "NT short"))
+        #expect(observation.kernelName == "NT short")
+        #expect(observation.foundationName == "NT short")
+        #expect(observation.currentName == "NT short")
+    }
+
+    @Test("A name of exactly 15 bytes is kept whole")
+    func fifteenBytes() async throws {
+        let name = "NT exactly 15 b"
+        #expect(name.utf8.count == 15)
+        let observation = try #require(await observe(name: name))
+        #expect(observation.kernelName == name)
+        #expect(observation.foundationName == name)
+    }
+
+    @Test(
+        "A long name reaches the kernel cut to 15 bytes, never inside a character",
+        arguments: [
+            ("NT a much longer thread name", "NT a much longe"),
+            ("NTabcdefghijkl€x", "NTabcdefghijkl"),  // € (3 bytes) would straddle byte 15
+            ("NTöööööööööööö", "NTöööööö"),  // 2 + 6 × 2 = 14 bytes; the 7th ö would need 16
+            ("NTabcdefghij€", "NTabcdefghij€"),  // exactly 15 bytes with the €
+        ])
+    func longName(name: String, expected: String) async throws {
+        #expect(NamedThread.kernelName(for: name) == expected)
+        #expect(expected.utf8.count <= 15)
+        let observation = try #require(await observe(name: name))
+        #expect(observation.kernelName == expected)
+        // Foundation on Linux reads the name back from the kernel; elsewhere it keeps the whole name.
+        #expect(observation.foundationName == name || observation.foundationName == expected)
+        #expect(observation.currentName == name || observation.currentName == expected)
+    }
+
+    @Test("kernelName(for:) keeps whole characters, even multi-scalar ones, within 15 bytes")
+    func kernelNameCut() {
+        #expect(NamedThread.kernelNameLimit == 15)
+        #expect(NamedThread.kernelName(for: "") == "")
+        #expect(NamedThread.kernelName(for: "short") == "short")
+        #expect(NamedThread.kernelName(for: "123456789012345") == "123456789012345")
+        #expect(NamedThread.kernelName(for: "1234567890123456") == "123456789012345")
+        // "é" written as e + U+0301 is one character of 3 bytes: 13 + 3 = 16, so it goes whole.
+        #expect(NamedThread.kernelName(for: "abcdefghijklme\u{301}") == "abcdefghijklm")
+        #expect(NamedThread.kernelName(for: "abcdefghijkle\u{301}") == "abcdefghijkle\u{301}")
+        // A 4-byte emoji after 12 bytes does not fit; after 11 it does.
+        #expect(NamedThread.kernelName(for: "abcdefghijkl🧵") == "abcdefghijkl")
+        #expect(NamedThread.kernelName(for: "abcdefghijk🧵x") == "abcdefghijk🧵")
+        for name in ["Pööl Thread1234", "€€€€€€€€", "🧵🧵🧵🧵🧵", "x€€€€€"] {
+            let cut = NamedThread.kernelName(for: name)
+            #expect(cut.utf8.count <= 15)
+            #expect(name.hasPrefix(cut))
+            // Maximal: the next character would not have fitted.
+            if cut.count < name.count {
+                let next = name[name.index(name.startIndex, offsetBy: cut.count)]
+                #expect(cut.utf8.count + next.utf8.count > 15)
+            }
+        }
+    }
+}

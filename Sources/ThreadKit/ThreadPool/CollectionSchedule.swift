@@ -9,22 +9,29 @@ struct CollectionSchedule: Sendable {
     let origin: MonotonicInstant
     let keepAlive: Duration
     let interval: Duration
+    /// The distance between ticks in whole nanoseconds; at least 1, so that a sub-nanosecond
+    /// interval (more than zero, yet zero nanoseconds) cannot divide by zero.
+    private let step: UInt64
 
     init(createdAt start: MonotonicInstant, keepAlive: Duration, interval: Duration) {
         precondition(interval > .zero, "collectionInterval must be > 0, got \(interval)")
         precondition(keepAlive >= .zero, "keepAlive must be ≥ 0, got \(keepAlive)")
-        self.origin = start.advanced(by: interval)
+        self.step = UInt64(max(1, interval.nanosecondsSaturated))
+        self.origin = start.advanced(by: .nanoseconds(step))
         self.keepAlive = keepAlive
         self.interval = interval
     }
 
     /// The first collector tick at which a thread idle since `idleSince` has been idle for `keepAlive`.
+    ///
+    /// Saturates at the end of the time line instead of overflowing.
     func retirement(idleSince: MonotonicInstant) -> MonotonicInstant {
         let eligible = idleSince.advanced(by: keepAlive)
         guard eligible > origin else { return origin }
-        let step = UInt64(interval.nanosecondsSaturated)
-        let ticks = (eligible.nanoseconds - origin.nanoseconds + step - 1) / step
+        let distance = eligible.nanoseconds - origin.nanoseconds
+        let ticks = distance / step + (distance % step == 0 ? 0 : 1)
         let (offset, overflow) = ticks.multipliedReportingOverflow(by: step)
-        return overflow ? MonotonicInstant(nanoseconds: .max) : origin.advanced(by: .nanoseconds(offset))
+        let (tick, overflowAgain) = origin.nanoseconds.addingReportingOverflow(offset)
+        return MonotonicInstant(nanoseconds: overflow || overflowAgain ? .max : tick)
     }
 }

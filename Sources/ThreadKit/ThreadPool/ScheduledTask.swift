@@ -6,8 +6,8 @@ import Synchronization
 /// Exactly one of two things happens to a task: it runs once, or it is cancelled (by ``cancel()``,
 /// or by ``ThreadPool/disposeNow()`` handing it back). ``cancel()`` returns `true` only in the second case.
 public final class ScheduledTask: @unchecked Sendable {
-    // Sendable: `work` is read and cleared only by the one thread that moves `state` out of `pending`
-    // (the worker that claims the task, or the canceller); that transition is the lock.
+    // Sendable: `work` and `onAbandon` are read and cleared only by the one thread that moves `state`
+    // out of `pending` (the worker that claims the task, or the canceller); that transition is the lock.
 
     /// The task's life, one atomic word: a phase in the low bits, ``waiterFlag`` above them.
     private enum Phase: Int {
@@ -18,12 +18,16 @@ public final class ScheduledTask: @unchecked Sendable {
 
     private let state = Atomic<Int>(Phase.pending.rawValue)
     private var work: (@Sendable () -> Void)?
+    /// For a task nobody outside the pool holds (``ThreadPool/run(_:)``'s): what to do instead of
+    /// handing it back at ``ThreadPool/disposeNow()``. Owned like `work`.
+    private var onAbandon: (@Sendable () -> Void)?
     /// The pool whose queue holds the task while it is pending, told when the task is cancelled.
     private weak let pool: ThreadPool?
 
-    init(pool: ThreadPool?, work: @escaping @Sendable () -> Void) {
+    init(pool: ThreadPool?, work: @escaping @Sendable () -> Void, onAbandon: (@Sendable () -> Void)? = nil) {
         self.pool = pool
         self.work = work
+        self.onAbandon = onAbandon
     }
 
     /// Stops the task from running, if no thread has taken it yet.
@@ -34,6 +38,7 @@ public final class ScheduledTask: @unchecked Sendable {
     public func cancel() -> Bool {
         guard transition(from: .pending, to: .cancelled) else { return false }
         work = nil
+        onAbandon = nil
         pool?.queuedTaskWasCancelled()
         return true
     }
@@ -72,8 +77,15 @@ public final class ScheduledTask: @unchecked Sendable {
         return true
     }
 
+    /// After a successful ``handBack()``: the handler to call (outside the pool's lock) instead of
+    /// returning the task to the caller of ``ThreadPool/disposeNow()``, if it has one.
+    func takeAbandonHandler() -> (@Sendable () -> Void)? {
+        onAbandon.take()
+    }
+
     /// Runs a claimed task's work, releases it, and wakes its waiters.
     func runClaimed(countingInto completed: borrowing Atomic<Int>) {
+        onAbandon = nil
         work!()
         work = nil
         completed.wrappingAdd(1, ordering: .relaxed)

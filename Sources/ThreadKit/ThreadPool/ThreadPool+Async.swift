@@ -3,18 +3,27 @@ import Synchronization
 extension ThreadPool {
     /// Runs `work` on a pool thread and suspends (without blocking a thread) until it has run.
     ///
-    /// If the calling task is cancelled before a thread takes the work, the work is removed from
-    /// the queue, never runs, and this throws `CancellationError`. Once started, the work runs to its end.
+    /// If the calling task is already cancelled, the work is not submitted; if it is cancelled
+    /// before a thread takes the work, the work is removed from the queue. Either way the work never
+    /// runs and this throws `CancellationError`. Once started, the work runs to its end.
     ///
     /// - Returns: What `work` returned.
-    /// - Throws: What `work` threw, `CancellationError`, or a ``ThreadPoolError`` if the pool refused the work.
+    /// - Throws: What `work` threw, `CancellationError`, or a ``ThreadPoolError`` if the pool refused
+    ///   the work or ``disposeNow()`` dropped it before it started.
     public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        // Without this, a cancelled caller would hand its work to an idle thread, which claims it
+        // at once: too late for the cancellation to remove it.
+        try Task.checkCancellation()
         let link = CancellationLink<T>()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let task: ScheduledTask
+                // Exactly one of three resumes the caller: the work running, the cancellation
+                // removing it from the queue, or disposeNow() abandoning it.
+                let task = ScheduledTask(
+                    pool: self, work: { continuation.resume(with: Result { try work() }) },
+                    onAbandon: { [name] in continuation.resume(throwing: ThreadPoolError.disposed(pool: name)) })
                 do {
-                    task = try schedule { continuation.resume(with: Result { try work() }) }
+                    try submit(.task(task))
                 } catch {
                     continuation.resume(throwing: error)
                     return

@@ -126,16 +126,25 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     ///
     /// Tasks already running finish; then the threads exit. The returned tasks are cancelled
     /// (``ScheduledTask/isCancelled`` is `true`, waiters wake), in the order they were accepted;
-    /// tasks submitted with ``execute(_:)`` come back as new handles.
+    /// tasks submitted with ``execute(_:)`` come back as new handles. Queued Swift task jobs (the
+    /// pool as a `TaskExecutor`) are not handed back but moved to the global concurrent executor,
+    /// and ``run(_:)`` calls whose work had not started throw ``ThreadPoolError/disposed(pool:)``,
+    /// so no Swift task is left suspended forever.
     ///
     /// - Returns: The tasks that will never run; empty if the pool was already stopped.
     public func disposeNow() -> [ScheduledTask] {
+        var jobs: [UnownedJob] = []
+        var abandoned: [@Sendable () -> Void] = []
         let result: (idle: [Worker], handedBack: [ScheduledTask])? = mutex.withLock {
             if case .stopped = state.lifecycle { return nil }
             state.lifecycle = .stopped
             var handedBack: [ScheduledTask] = []
             while let work = state.queue.popFirst() {
                 switch work {
+                case .job(let job):
+                    // A Swift task's job is not the caller's to take back; it must run somewhere.
+                    jobs.append(job)
+                    state.queuedCount -= 1
                 case .closure(let closure):
                     let task = ScheduledTask(pool: nil, work: closure)
                     _ = task.handBack()
@@ -144,8 +153,12 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 case .task(let task):
                     // A task the user cancelled a moment ago is theirs already; they count it.
                     if task.handBack() {
-                        handedBack.append(task)
                         state.queuedCount -= 1
+                        if let abandon = task.takeAbandonHandler() {
+                            abandoned.append(abandon)
+                        } else {
+                            handedBack.append(task)
+                        }
                     }
                 }
             }
@@ -153,7 +166,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
         guard let result else { return [] }
         for worker in result.idle { worker.wakeUp.signal() }
-        Log.log(.threadPool, "\(name): disposed now; handed back \(result.handedBack.count) tasks")
+        for job in jobs { globalConcurrentExecutor.enqueue(ExecutorJob(job)) }
+        for abandon in abandoned { abandon() }
+        Log.log(.threadPool, "\(name): disposed now; handed back \(result.handedBack.count) tasks, moved \(jobs.count) Swift task jobs to the global executor")
         return result.handedBack
     }
 
@@ -190,6 +205,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     enum Work: Sendable {
         case closure(@Sendable () -> Void)
         case task(ScheduledTask)
+        /// A Swift concurrency job, from the pool's `TaskExecutor` side: run, never handed back.
+        case job(UnownedJob)
     }
 
     /// One pool thread's mailbox: an idle worker sleeps on `wakeUp` until given an assignment.
@@ -310,17 +327,37 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     private func startThread(number: Int, firstWork: Work) {
         let threadName = "\(name) Thread\(number)"
         Log.log(.threadPool, "\(name): starting \(threadName)")
+        // The thread's closure lives as long as the thread, so it holds the first work only through
+        // a handoff that the thread empties: a closure must not outlive its run.
+        let handoff = FirstWork(firstWork)
         NamedThread.start(name: threadName) { [self] in
-            runWorker(Worker(number: number), firstWork: firstWork)
+            runWorker(Worker(number: number), firstWork: handoff)
+        }
+    }
+
+    /// Carries a new thread's first work to it, once.
+    private final class FirstWork: @unchecked Sendable {
+        // Sendable: written before the thread starts (which orders it), then taken by that thread alone.
+        private var work: Work?
+
+        init(_ work: Work) {
+            self.work = work
+        }
+
+        func take() -> Work? {
+            work.take()
         }
     }
 
     /// The body of every pool thread: run a task, take the next, until retired or shut down.
-    private func runWorker(_ worker: Worker, firstWork: Work) {
-        var next: Work? = firstWork
-        while let work = next {
-            next = nil
-            perform(work)
+    ///
+    /// No variable holds work that has run: `perform` gets a temporary that dies with the call, so
+    /// an idle thread keeps nothing alive (a `while let work` binding would live on, in debug
+    /// builds, through the wait for the next task).
+    private func runWorker(_ worker: Worker, firstWork: FirstWork) {
+        var next = firstWork.take()
+        while next != nil {
+            perform(next.take()!)
             next = takeNextWork(for: worker)
         }
     }
@@ -333,6 +370,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             completedCount.wrappingAdd(1, ordering: .relaxed)
         case .task(let task):
             task.runClaimed(countingInto: completedCount)
+        case .job(let job):
+            job.runSynchronously(on: asUnownedTaskExecutor())
+            completedCount.wrappingAdd(1, ordering: .relaxed)
         }
     }
 

@@ -1,0 +1,53 @@
+import Foundation
+import Testing
+import ThreadKit
+
+/// The README's quick start, compiled and run as written, so the README cannot drift from the API.
+@Suite struct ReadmeExamplesTests {
+    @Test func threadPoolQuickStart() async throws {
+        let pool = ThreadPool(name: "Images", size: 4)       // threads start lazily, at most 4
+        try pool.execute { print("on \(Thread.current.name!)") }   // "Images Thread1"
+        let task = try pool.schedule { print("cancellable until a thread takes it") }
+        task.wait()                                          // returns once it has run
+        let answer = try await pool.run { 6 * 7 }            // suspends; no thread blocked
+        pool.dispose()                                       // run what is queued, then let threads exit
+        _ = pool.awaitTermination(timeout: .seconds(5))
+
+        #expect(task.isCompleted)
+        #expect(answer == 42)
+        #expect(pool.statistics.completedTasks == 3)
+    }
+
+    @Test func timerThreadQuickStart() throws {
+        let timeout = try TimerThread.shared.schedule(after: .seconds(30), tag: "login") { print("timed out") }
+        let heartbeat = try TimerThread.shared.schedule(every: .seconds(1)) { print("beat") }
+        if timeout.cancel() { print("answered in time") }    // true exactly when it stopped the call
+        heartbeat.cancel()
+        TimerThread.shared.cancelAll(tag: "login")
+
+        #expect(timeout.isCancelled)
+        #expect(heartbeat.isCancelled)
+    }
+
+    @Test func logQuickStart() {
+        let billing = Log.Source("Billing")                  // or ThreadKit's own: .threadPool, .timer, .throttle
+        Log.log(billing, "never built: Billing is off")
+        Log.enable(billing)
+        Log.log(billing, "charged \(42) €")                  // stderr: "<thread> Billing: charged 42 €"
+        Log.disable(billing)
+
+        #expect(!Log.isEnabled(billing))
+    }
+
+    @Test func throttledQueueQuickStart() async throws {
+        let api = ThrottledQueue(label: "API", interval: .milliseconds(200), limit: .rate(3, per: .seconds(1)))
+        try api.async { print("first request: at once") }
+        try api.async { print("second: 200 ms after the first started") }
+        let status = try await api.run { 200 }               // async work, throttled the same way
+        api.pause(for: .seconds(30))                         // after an HTTP 429 with Retry-After: 30
+        api.waitUntilIdle()
+
+        #expect(status == 200)
+        #expect(api.pendingCount == 0)
+    }
+}
