@@ -306,6 +306,20 @@ struct NamedThreadTests {
         #expect(observation.currentName == name || observation.currentName == expected)
     }
 
+    @Test("A started thread asks for 1 ns of timer slack instead of Linux's default 50 µs")
+    func exactTimerSlack() async throws {
+        let recorder = Recorder<String>()
+        let done = Latch()
+        NamedThread.start(name: "NT slack") {
+            // /proc/<tid> answers for a thread although only processes are listed there.
+            let slack = try? String(contentsOfFile: "/proc/\(KernelThreads.currentID())/timerslack_ns", encoding: .utf8)
+            recorder.append(slack?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "unreadable")
+            done.countDown()
+        }
+        _ = await onNewThread { done.wait() }
+        #expect(recorder.values == ["1"])
+    }
+
     @Test("kernelName(for:) keeps whole characters, even multi-scalar ones, within 15 bytes")
     func kernelNameCut() {
         #expect(NamedThread.kernelNameLimit == 15)

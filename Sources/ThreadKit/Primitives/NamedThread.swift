@@ -9,6 +9,10 @@ import Musl
 ///
 /// `Thread.current.name` is what Swift code sees; the kernel's name (`/proc/self/task/*/comm`) is what
 /// `top -H`, `ps -L` and gdb show. The kernel keeps at most 15 bytes, so longer names are cut there.
+///
+/// Threads started here also ask for exact timed waits: Linux may wake a thread's timed wait up to
+/// its *timer slack* late, 50 µs by default, to batch wakeups. ThreadKit's deadlines (timer calls,
+/// throttle gaps) are meant to the microsecond, so its threads set their slack to 1 ns.
 enum NamedThread {
     /// The most bytes a kernel thread name holds, without its terminating zero.
     static let kernelNameLimit = 15
@@ -17,6 +21,7 @@ enum NamedThread {
     static func start(name: String, _ body: @escaping @Sendable () -> Void) {
         let thread = Thread {
             nameCurrentThread(name)
+            setExactTimerSlack()
             body()
         }
         thread.name = name
@@ -31,6 +36,12 @@ enum NamedThread {
     private static let setName: SetName? = symbol("pthread_setname_np")
     private static let getName: GetName? = symbol("pthread_getname_np")
 
+    // prctl is variadic, which Swift cannot call; on the Linux ABIs Swift supports, integer
+    // arguments of a variadic call are passed exactly as these five fixed ones.
+    private typealias Prctl = @convention(c) (Int32, UInt, UInt, UInt, UInt) -> Int32
+    private static let prctl: Prctl? = symbol("prctl")
+    private static let setTimerSlackOption: Int32 = 29  // PR_SET_TIMERSLACK
+
     private static func symbol<Function>(_ name: String) -> Function? {
         guard let address = dlsym(UnsafeMutableRawPointer(bitPattern: 0), name) else { return nil }
         return unsafeBitCast(address, to: Function.self)
@@ -42,6 +53,13 @@ enum NamedThread {
         Thread.current.name = name
         #if canImport(Glibc) || canImport(Musl)
         if let setName = Self.setName { _ = setName(pthread_self(), kernelName(for: name)) }
+        #endif
+    }
+
+    /// Lets the kernel end the calling thread's timed waits as close to their deadline as it can.
+    static func setExactTimerSlack() {
+        #if canImport(Glibc) || canImport(Musl)
+        _ = prctl?(setTimerSlackOption, 1, 0, 0, 0)
         #endif
     }
 

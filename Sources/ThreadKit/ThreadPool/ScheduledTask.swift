@@ -22,7 +22,11 @@ public final class ScheduledTask: @unchecked Sendable {
     /// handing it back at ``ThreadPool/disposeNow()``. Owned like `work`.
     private var onAbandon: (@Sendable () -> Void)?
     /// The pool whose queue holds the task while it is pending, told when the task is cancelled.
-    private weak let pool: ThreadPool?
+    ///
+    /// Not counted: a weak or strong reference would cost two contended atomic operations on the
+    /// pool per task. It is only used by a successful `cancel()`, that is while the task waits in the
+    /// pool's queue, and a pool with queued tasks has busy threads, which keep it alive.
+    private unowned(unsafe) let pool: ThreadPool?
 
     init(pool: ThreadPool?, work: @escaping @Sendable () -> Void, onAbandon: (@Sendable () -> Void)? = nil) {
         self.pool = pool
