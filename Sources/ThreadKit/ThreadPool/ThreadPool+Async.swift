@@ -1,5 +1,3 @@
-import Synchronization
-
 extension ThreadPool {
     /// Runs `work` on a pool thread and suspends (without blocking a thread) until it has run.
     ///
@@ -47,7 +45,7 @@ private final class CancellationLink<T: Sendable>: Sendable {
         case cancelled
     }
 
-    private let phase = Mutex(Phase.waiting)
+    private let phase = Locked(Phase.waiting)
 
     func attach(_ task: ScheduledTask, _ continuation: CheckedContinuation<T, any Error>) {
         let cancelledEarly = phase.withLock { phase in
