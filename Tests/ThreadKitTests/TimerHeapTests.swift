@@ -1,6 +1,8 @@
 import Testing
 @testable import ThreadKit
 
+private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(nanoseconds: nanoseconds) }
+
 /// The indexed timer heap against a trivially correct model: an array kept sorted by deadline, then
 /// by insertion order. No threads, no clock.
 @Suite struct TimerHeapTests {
@@ -33,42 +35,46 @@ import Testing
             entries.removeFirst()
             return first.item
         }
-
-        func contains(_ item: Item) -> Bool { entries.contains { $0.item === item } }
     }
 
-    static func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(nanoseconds: nanoseconds) }
-
-    /// Checks everything observable about `heap` against `model`, and the index bookkeeping of every
-    /// item ever made: items in the heap hold distinct indices `0..<count`, the others hold `nil`.
-    static func check(_ heap: TimerHeap<Item>, _ model: Model, allItems: [Item],
-                      sourceLocation: SourceLocation = #_sourceLocation) {
-        #expect(heap.count == model.count, sourceLocation: sourceLocation)
-        #expect(heap.isEmpty == (model.count == 0), sourceLocation: sourceLocation)
-        #expect(heap.first?.element === model.first?.item, sourceLocation: sourceLocation)
-        #expect(heap.first?.deadline == model.first?.deadline, sourceLocation: sourceLocation)
+    /// What differs between `heap` and `model`, in words: count, emptiness and the first entry, and
+    /// with `bookkeeping`, the index of every item ever made (items in the heap hold distinct indices
+    /// `0..<count`, the others hold `nil`).
+    static func differences(_ heap: TimerHeap<Item>, _ model: Model, allItems: [Item], bookkeeping: Bool) -> [String] {
+        var found: [String] = []
+        if heap.count != model.count { found.append("count \(heap.count), model \(model.count)") }
+        if heap.isEmpty != (model.count == 0) { found.append("isEmpty \(heap.isEmpty) with \(model.count) in the model") }
+        if heap.first?.element !== model.first?.item || heap.first?.deadline != model.first?.deadline {
+            found.append("first \(String(describing: heap.first)), model \(String(describing: model.first))")
+        }
+        guard bookkeeping else { return found }
+        let inHeap = Set(model.entries.map { ObjectIdentifier($0.item) })
         var indices: [Int] = []
         for item in allItems {
-            if model.contains(item) {
-                if let index = item.heapIndex {
-                    indices.append(index)
-                } else {
-                    Issue.record("\(item) is in the heap but its heapIndex is nil", sourceLocation: sourceLocation)
-                }
-            } else {
-                #expect(item.heapIndex == nil, "\(item) is not in the heap", sourceLocation: sourceLocation)
+            if inHeap.contains(ObjectIdentifier(item)) {
+                if let index = item.heapIndex { indices.append(index) } else { found.append("\(item) in the heap has no heapIndex") }
+            } else if let index = item.heapIndex {
+                found.append("\(item) out of the heap has heapIndex \(index)")
             }
         }
-        #expect(indices.sorted() == Array(0..<model.count), sourceLocation: sourceLocation)
+        if indices.sorted() != Array(0..<model.count) { found.append("heap indices are not 0..<\(model.count)") }
+        return found
     }
 
-    @Test("random inserts, removes and pops match a sorted-array model", arguments: 0..<12)
+    static func check(_ heap: TimerHeap<Item>, _ model: Model, allItems: [Item],
+                      sourceLocation: SourceLocation = #_sourceLocation) {
+        let found = differences(heap, model, allItems: allItems, bookkeeping: true)
+        #expect(found.isEmpty, "\(found)", sourceLocation: sourceLocation)
+    }
+
+    @Test("random inserts, removes and pops match a sorted-array model", arguments: 0..<8)
     func randomOperationsMatchModel(seed: UInt64) {
         var random = TimerTestRandom(seed: 0x7131_4EA9 &+ seed)
         var heap = TimerHeap<Item>()
         var model = Model()
         var allItems: [Item] = []
         var outside: [Item] = []  // removed or popped: no longer in the heap
+        var failures: [String] = []
         // Deadlines from a small range so that ties are common, a few from the far ends of the time line.
         func randomDeadline() -> MonotonicInstant {
             switch Int.random(in: 0..<20, using: &random) {
@@ -90,12 +96,12 @@ import Testing
                 model.insert(item, deadline: deadline)
             } else if dice < insertShare + 20, model.count > 0 {
                 let item = model.entries[Int.random(in: 0..<model.count, using: &random)].item
-                #expect(heap.remove(item), "removing \(item), which is in the heap")
-                #expect(item.heapIndex == nil)
+                if !heap.remove(item) { failures.append("step \(step): remove(\(item)) returned false") }
+                if item.heapIndex != nil { failures.append("step \(step): \(item) keeps its heapIndex") }
                 model.remove(item)
                 outside.append(item)
             } else if dice < insertShare + 25, let item = outside.randomElement(using: &random) {
-                #expect(!heap.remove(item), "removing \(item), which is not in the heap")
+                if heap.remove(item) { failures.append("step \(step): remove(\(item)) of an element not in the heap") }
             } else if dice < insertShare + 30, let item = outside.randomElement(using: &random) {
                 // An element may go back in once it is out.
                 outside.removeAll { $0 === item }
@@ -107,20 +113,27 @@ import Testing
                     ? at(.max) : at(UInt64.random(in: 0..<70, using: &random))
                 let expected = model.popFirst(dueAt: now)
                 let popped = heap.popFirst(dueAt: now)
-                #expect(popped === expected, "popFirst(dueAt: \(now)) at step \(step)")
+                if popped !== expected {
+                    failures.append("step \(step): popFirst(dueAt: \(now)) gave \(String(describing: popped)), model \(String(describing: expected))")
+                }
                 if let popped {
-                    #expect(popped.heapIndex == nil)
+                    if popped.heapIndex != nil { failures.append("step \(step): popped \(popped) keeps its heapIndex") }
                     outside.append(popped)
                 }
             }
-            Self.check(heap, model, allItems: allItems)
+            failures += Self.differences(heap, model, allItems: allItems, bookkeeping: step % 20 == 0)
+                .map { "step \(step): \($0)" }
         }
+        #expect(failures.isEmpty, "\(failures.count) failures, first: \(failures.prefix(5))")
+        Self.check(heap, model, allItems: allItems)
 
         // Draining hands out exactly the model's order.
         while let expected = model.popFirst(dueAt: at(.max)) {
-            #expect(heap.popFirst(dueAt: at(.max)) === expected)
+            let popped = heap.popFirst(dueAt: at(.max))
+            #expect(popped === expected)
         }
-        #expect(heap.popFirst(dueAt: at(.max)) == nil)
+        let last = heap.popFirst(dueAt: at(.max))
+        #expect(last == nil)
         Self.check(heap, model, allItems: allItems)
     }
 
@@ -129,21 +142,22 @@ import Testing
         var random = TimerTestRandom(seed: 42)
         var heap = TimerHeap<Item>()
         let items = (0..<1000).map(Item.init)
-        for item in items { heap.insert(item, deadline: Self.at(500)) }
+        for item in items { heap.insert(item, deadline: at(500)) }
         var kept: [Item] = []
         for item in items {
             if Bool.random(using: &random) {
-                #expect(heap.remove(item))
+                let removed = heap.remove(item)
+                #expect(removed)
             } else {
                 kept.append(item)
             }
         }
         // One earlier and one later deadline around the ties.
         let early = Item(-1), late = Item(-2)
-        heap.insert(late, deadline: Self.at(501))
-        heap.insert(early, deadline: Self.at(499))
+        heap.insert(late, deadline: at(501))
+        heap.insert(early, deadline: at(499))
         var popped: [Item] = []
-        while let item = heap.popFirst(dueAt: Self.at(.max)) { popped.append(item) }
+        while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item) }
         #expect(popped.map(\.id) == [early.id] + kept.map(\.id) + [late.id])
     }
 
@@ -151,17 +165,20 @@ import Testing
     func drainsInDeadlineOrder() {
         var random = TimerTestRandom(seed: 7)
         var heap = TimerHeap<Item>()
-        var model = Model()
         let items = (0..<5000).map(Item.init)
+        var deadlines: [UInt64] = []
         for item in items {
-            let deadline = Self.at(UInt64.random(in: 0..<1000, using: &random))
-            heap.insert(item, deadline: deadline)
-            model.insert(item, deadline: deadline)
+            let deadline = UInt64.random(in: 0..<1000, using: &random)
+            deadlines.append(deadline)
+            heap.insert(item, deadline: at(deadline))
         }
-        Self.check(heap, model, allItems: items)
+        #expect(heap.count == items.count)
+        #expect(Set(items.compactMap(\.heapIndex)) == Set(0..<items.count))
+        // The model: ids sorted by deadline, then by id (the insertion order).
+        let expected = items.map(\.id).sorted { (deadlines[$0], $0) < (deadlines[$1], $1) }
         var popped: [Int] = []
-        while let item = heap.popFirst(dueAt: Self.at(.max)) { popped.append(item.id) }
-        #expect(popped == model.entries.map(\.item.id))
+        while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item.id) }
+        #expect(popped == expected)
         #expect(items.allSatisfy { $0.heapIndex == nil })
     }
 
@@ -169,15 +186,15 @@ import Testing
     func popFirstRespectsDeadline() {
         var heap = TimerHeap<Item>()
         let a = Item(1), b = Item(2)
-        heap.insert(b, deadline: Self.at(200))
-        heap.insert(a, deadline: Self.at(100))
-        #expect(heap.popFirst(dueAt: Self.at(0)) == nil)
-        #expect(heap.popFirst(dueAt: Self.at(99)) == nil)
-        #expect(heap.count == 2)
-        #expect(heap.popFirst(dueAt: Self.at(100)) === a)
-        #expect(heap.popFirst(dueAt: Self.at(199)) == nil)
-        #expect(heap.popFirst(dueAt: Self.at(1000)) === b)
-        #expect(heap.popFirst(dueAt: Self.at(.max)) == nil)
+        heap.insert(b, deadline: at(200))
+        heap.insert(a, deadline: at(100))
+        let pops = [0, 99, 100, 199, 1000, .max].map { heap.popFirst(dueAt: at($0)) }
+        #expect(pops[0] == nil)
+        #expect(pops[1] == nil)
+        #expect(pops[2] === a)
+        #expect(pops[3] == nil)
+        #expect(pops[4] === b)
+        #expect(pops[5] == nil)
         #expect(heap.isEmpty)
         #expect(heap.first == nil)
     }
@@ -187,13 +204,15 @@ import Testing
         for removedDeadline: UInt64 in [10, 50, 90] {
             var heap = TimerHeap<Item>()
             let items = (0..<9).map(Item.init)
-            for (offset, item) in items.enumerated() { heap.insert(item, deadline: Self.at(UInt64(offset + 1) * 10)) }
+            for (offset, item) in items.enumerated() { heap.insert(item, deadline: at(UInt64(offset + 1) * 10)) }
             let removed = items[Int(removedDeadline / 10) - 1]
-            #expect(heap.remove(removed))
-            #expect(!heap.remove(removed))
+            let first = heap.remove(removed)
+            let second = heap.remove(removed)
+            #expect(first)
+            #expect(!second)
             #expect(removed.heapIndex == nil)
             var popped: [Int] = []
-            while let item = heap.popFirst(dueAt: Self.at(.max)) { popped.append(item.id) }
+            while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item.id) }
             #expect(popped == items.map(\.id).filter { $0 != removed.id })
         }
     }
@@ -203,7 +222,7 @@ import Testing
         var random = TimerTestRandom(seed: 99)
         var heap = TimerHeap<Item>()
         let items = (0..<300).map(Item.init)
-        for item in items { heap.insert(item, deadline: Self.at(UInt64.random(in: 0..<50, using: &random))) }
+        for item in items { heap.insert(item, deadline: at(UInt64.random(in: 0..<50, using: &random))) }
         var inHeap = Set(items.map(ObjectIdentifier.init))
         for item in items where Int.random(in: 0..<3, using: &random) == 0 {
             heap.remove(item)
@@ -216,15 +235,17 @@ import Testing
         #expect(heap.count == 0)
         #expect(heap.isEmpty)
         #expect(heap.first == nil)
-        #expect(heap.popFirst(dueAt: Self.at(.max)) == nil)
-        #expect(heap.removeAll().isEmpty)
+        let poppedWhenEmpty = heap.popFirst(dueAt: at(.max))
+        #expect(poppedWhenEmpty == nil)
+        let removedAgain = heap.removeAll()
+        #expect(removedAgain.isEmpty)
 
         // Elements go back in after removeAll, and ties still come out in insertion order.
         let again = Array(items.prefix(20).reversed())
-        for item in again { heap.insert(item, deadline: Self.at(7)) }
+        for item in again { heap.insert(item, deadline: at(7)) }
         #expect(heap.count == 20)
         var popped: [Int] = []
-        while let item = heap.popFirst(dueAt: Self.at(7)) { popped.append(item.id) }
+        while let item = heap.popFirst(dueAt: at(7)) { popped.append(item.id) }
         #expect(popped == again.map(\.id))
     }
 }

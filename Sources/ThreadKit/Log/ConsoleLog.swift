@@ -19,10 +19,21 @@ enum ConsoleLog {
         text.withUTF8 { bytes in
             var offset = 0
             while offset < bytes.count {
-                let written = Glibc.write(STDERR_FILENO, bytes.baseAddress! + offset, bytes.count - offset)
+                let written = writeToStandardError(bytes.baseAddress! + offset, bytes.count - offset)
                 if written <= 0 { break }
                 offset += written
             }
         }
     }
+}
+
+/// `write(2)` to standard error. Qualified by module because `ConsoleLog.write` hides the C function.
+private func writeToStandardError(_ bytes: UnsafeRawPointer, _ count: Int) -> Int {
+    #if canImport(Glibc)
+    Glibc.write(STDERR_FILENO, bytes, count)
+    #elseif canImport(Musl)
+    Musl.write(STDERR_FILENO, bytes, count)
+    #elseif canImport(Darwin)
+    Darwin.write(STDERR_FILENO, bytes, count)
+    #endif
 }

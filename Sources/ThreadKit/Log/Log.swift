@@ -153,7 +153,7 @@ private final class SourceRegistry: Sendable {
         var newSourcesEnabled = false
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     func flag(for name: String) -> SourceFlag {
         state.withLock { state in
@@ -187,7 +187,7 @@ private final class Delivery: Sendable {
         var delegate: (any LogDelegate)?
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     var delegate: (any LogDelegate)? {
         get { state.withLock { $0.delegate } }

@@ -26,15 +26,11 @@ struct MonotonicInstant: Hashable, Comparable, Sendable, CustomStringConvertible
         return MonotonicInstant(nanoseconds: UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec))
     }
 
-    /// The monotonic instant at `instant`, never earlier than it.
+    /// The monotonic instant at which the continuous clock reaches `instant`, never earlier.
     ///
-    /// `ContinuousClock` may count on another kernel clock than `CLOCK_MONOTONIC`; both advance at the
-    /// same rate, so the conversion goes through the distance from now. The continuous clock is read
-    /// first, so the result can only err late, by the time between the two reads.
+    /// The same `instant` always gives the same result; see ``ContinuousClockConversion``.
     init(_ instant: ContinuousClock.Instant) {
-        let continuousNow = ContinuousClock.now
-        let monotonicNow = MonotonicInstant.now()
-        self = monotonicNow.advanced(by: continuousNow.duration(to: instant))
+        self = ContinuousClockConversion.deadline(for: instant)
     }
 
     /// This instant moved by `duration`, saturating at the ends of the time line.

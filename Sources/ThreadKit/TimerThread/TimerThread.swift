@@ -32,6 +32,8 @@ public final class TimerThread: @unchecked Sendable {
         var heap = TimerHeap<TimerHandle>()
         /// The pending and running calls of each tag, for ``cancelAll(tag:)``.
         var tagged: [AnyHashable: Set<TimerHandle>] = [:]
+        /// The call running on the timer thread now, if any.
+        var running: TimerHandle?
     }
 
     /// Creates a private timer; its thread starts with the first call and runs until ``dispose()``.
@@ -117,8 +119,9 @@ public final class TimerThread: @unchecked Sendable {
 
     /// Stops the timer: pending calls are dropped and its thread exits after any call now running.
     ///
-    /// Every dropped call's handle reports ``TimerHandle/isCancelled``. Later `schedule` calls throw.
-    /// ``shared`` cannot be disposed.
+    /// Every dropped call's handle reports ``TimerHandle/isCancelled``. A repeating call running at
+    /// this moment finishes its run and does not run again; its handle reports `isCancelled` too, but
+    /// it is not counted as pending. Later `schedule` calls throw. ``shared`` cannot be disposed.
     ///
     /// - Returns: How many pending calls will never run.
     @discardableResult
@@ -132,8 +135,8 @@ public final class TimerThread: @unchecked Sendable {
                 handle.phase = .cancelled
                 handle.work = nil
             }
-            for handle in state.tagged.values.joined() where handle.phase == .running {
-                handle.phase = .cancelled  // a repeating call running now: it stops after this run
+            if let running = state.running, running.interval != nil, running.phase == .running {
+                running.phase = .cancelled  // a repeating call running now: it stops after this run
             }
             state.tagged.removeAll()
             wakeUp.signal()
@@ -217,6 +220,7 @@ public final class TimerThread: @unchecked Sendable {
             _ = state.heap.popFirst(dueAt: now)
             handle.phase = .running
             handle.hasRun = true
+            state.running = handle
             let work = handle.work!
             if handle.interval == nil {
                 handle.work = nil
@@ -239,6 +243,7 @@ public final class TimerThread: @unchecked Sendable {
 
     /// Sends a finished call on: the next beat of a repeating call, or done. Mutex held.
     private func finishRun(of handle: TimerHandle, dueAt deadline: MonotonicInstant) {
+        state.running = nil
         guard handle.phase == .running else {
             if let tag = handle.tag { removeTagged(handle, tag: tag) }  // cancelled while running
             handle.work = nil

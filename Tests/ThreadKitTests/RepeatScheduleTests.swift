@@ -1,0 +1,84 @@
+import Testing
+@testable import ThreadKit
+
+/// The fixed-rate beat of repeating calls, with made-up instants: no threads, no clock.
+@Suite struct RepeatScheduleTests {
+    static let ms: UInt64 = 1_000_000
+    static let interval = Duration.milliseconds(100)
+    /// The beat the run under test was due at.
+    static let due: UInt64 = 5_000 * ms
+
+    static func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(nanoseconds: nanoseconds) }
+
+    static func next(now: UInt64, due: UInt64 = due, interval: Duration = interval) -> UInt64 {
+        RepeatSchedule.nextDeadline(after: at(due), interval: interval, now: at(now)).nanoseconds
+    }
+
+    @Test("a run that finished on time is followed by the next beat")
+    func onTime() {
+        #expect(Self.next(now: Self.due) == Self.due + 100 * Self.ms)
+        #expect(Self.next(now: Self.due + 1 * Self.ms) == Self.due + 100 * Self.ms)
+        #expect(Self.next(now: Self.due + 100 * Self.ms - 1) == Self.due + 100 * Self.ms)
+    }
+
+    @Test("a run that started late keeps the grid: the next beat is not pushed back")
+    func slightlyLate() {
+        #expect(Self.next(now: Self.due + 30 * Self.ms) == Self.due + 100 * Self.ms)
+        #expect(Self.next(now: Self.due + 99 * Self.ms) == Self.due + 100 * Self.ms)
+    }
+
+    @Test("beats missed entirely are skipped, and the next one is on the grid")
+    func missedSeveralBeats() {
+        // Beats at +100, +200, +300 and +400 have passed: the next is +500, not +100 (a burst) nor now + 100.
+        #expect(Self.next(now: Self.due + 450 * Self.ms) == Self.due + 500 * Self.ms)
+        #expect(Self.next(now: Self.due + 100 * Self.ms + 1) == Self.due + 200 * Self.ms)
+        #expect(Self.next(now: Self.due + 10_000 * Self.ms + 1) == Self.due + 10_100 * Self.ms)
+    }
+
+    @Test("a beat that falls exactly on now is due, as the timer heap treats a deadline equal to now")
+    func exactlyOnABeat() {
+        #expect(Self.next(now: Self.due + 100 * Self.ms) == Self.due + 100 * Self.ms)
+        #expect(Self.next(now: Self.due + 300 * Self.ms) == Self.due + 300 * Self.ms)
+        #expect(Self.next(now: Self.due + 300 * Self.ms - 1) == Self.due + 300 * Self.ms)
+    }
+
+    @Test("odd intervals and one nanosecond intervals stay on their grid")
+    func oddIntervals() {
+        let seven = Duration.nanoseconds(7)
+        #expect(Self.next(now: 100, due: 100, interval: seven) == 107)
+        #expect(Self.next(now: 120, due: 100, interval: seven) == 121)
+        #expect(Self.next(now: 121, due: 100, interval: seven) == 121)
+        #expect(Self.next(now: 122, due: 100, interval: seven) == 128)
+        #expect(Self.next(now: 1_000, due: 0, interval: .nanoseconds(1)) == 1_000)
+        // Sub-nanosecond parts of an interval do not stop it advancing.
+        #expect(Self.next(now: 10, due: 10, interval: Duration(secondsComponent: 0, attosecondsComponent: 1_000_000_005)) == 11)
+    }
+
+    @Test("a beat past the end of the time line saturates instead of wrapping")
+    func saturates() {
+        #expect(Self.next(now: 0, due: .max - 10) == .max)
+        #expect(Self.next(now: .max, due: .max - 10) == .max)
+        #expect(Self.next(now: .max, due: 0, interval: .seconds(Int64.max)) == .max)
+        #expect(Self.next(now: .max - 1, due: 0, interval: .nanoseconds(Int64.max)) == UInt64.max - 1)
+        #expect(Self.next(now: .max - 5, due: 0, interval: .nanoseconds(UInt64.max / 3 + 1)) == .max)
+    }
+
+    @Test("random instants: the result is the first beat of the grid at or after now", arguments: 0..<4)
+    func randomInstantsStayOnTheGrid(seed: UInt64) {
+        var random = TimerTestRandom(seed: 0xBEA7 &+ seed)
+        var failures: [String] = []
+        for _ in 0..<20_000 {
+            let step = UInt64.random(in: 1...(seed.isMultiple(of: 2) ? 1_000 : 1_000_000_000), using: &random)
+            let due = UInt64.random(in: 0...(1 << 50), using: &random)
+            let now = due + UInt64.random(in: 0...(step * UInt64.random(in: 0...50, using: &random) + step), using: &random)
+            let next = Self.next(now: now, due: due, interval: .nanoseconds(step))
+            let onGrid = next > due && (next - due) % step == 0
+            let notPast = next >= now
+            let noBeatSkippedThatIsStillDue = next - step < now || next - step == due
+            if !(onGrid && notPast && noBeatSkippedThatIsStillDue) {
+                failures.append("due \(due), step \(step), now \(now): next \(next)")
+            }
+        }
+        #expect(failures.isEmpty, "\(failures.count) failures, first: \(failures.prefix(3))")
+    }
+}

@@ -1,0 +1,848 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import ThreadKit
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+// MARK: - Helpers shared by the timer test files
+
+/// SplitMix64: random numbers from a seed, so a failing randomized test can be replayed.
+struct TimerTestRandom: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// What one thread has used so far, from `getrusage(RUSAGE_THREAD)`.
+struct TimerTestThreadUsage {
+    var cpu: Duration
+    var voluntarySwitches: Int
+}
+
+/// A thread's usage handed over without a lock, so that handing it over cannot itself make the
+/// measured thread wait (a voluntary context switch).
+final class TimerTestUsageSlot: Sendable {
+    private let cpuMicroseconds = Atomic<Int>(-1)
+    private let voluntarySwitches = Atomic<Int>(-1)
+
+    func store(_ usage: TimerTestThreadUsage) {
+        voluntarySwitches.store(usage.voluntarySwitches, ordering: .relaxed)
+        let (seconds, attoseconds) = usage.cpu.components
+        cpuMicroseconds.store(Int(seconds) * 1_000_000 + Int(attoseconds / 1_000_000_000_000), ordering: .releasing)
+    }
+
+    var usage: TimerTestThreadUsage? {
+        let cpu = cpuMicroseconds.load(ordering: .acquiring)
+        guard cpu >= 0 else { return nil }
+        return TimerTestThreadUsage(cpu: .microseconds(cpu),
+                                    voluntarySwitches: voluntarySwitches.load(ordering: .relaxed))
+    }
+}
+
+enum TimerTestSupport {
+    private static let counter = Atomic<Int>(0)
+
+    /// A name no other thread of this process has, short enough (≤ 15 bytes) for the kernel to keep whole.
+    static func uniqueName(_ prefix: String) -> String {
+        let number = counter.add(1, ordering: .relaxed).newValue
+        let name = "\(prefix)\(String(number, radix: 36))"
+        precondition(name.utf8.count <= 15, "thread name \(name) is longer than the kernel keeps")
+        return name
+    }
+
+    /// The kernel names of this process's threads, from `/proc/self/task/*/comm`.
+    static func kernelThreadNames() -> [String] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.compactMap { task in
+            (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8))?
+                .trimmingCharacters(in: .newlines)
+        }
+    }
+
+    /// The kernel name of the calling thread.
+    static func currentKernelThreadName() -> String? {
+        (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.trimmingCharacters(in: .newlines)
+    }
+
+    /// CPU time and voluntary context switches of the calling thread.
+    static func currentThreadUsage() -> TimerTestThreadUsage {
+        var usage = rusage()
+        let result = getrusage(__rusage_who_t(1) /* RUSAGE_THREAD */, &usage)
+        precondition(result == 0, "getrusage(RUSAGE_THREAD) failed")
+        func duration(_ time: timeval) -> Duration { .seconds(time.tv_sec) + .microseconds(time.tv_usec) }
+        return TimerTestThreadUsage(cpu: duration(usage.ru_utime) + duration(usage.ru_stime),
+                                    voluntarySwitches: usage.ru_nvcsw)
+    }
+
+    /// Polls `condition` until it holds or `timeout` passes, without blocking a thread of the
+    /// cooperative pool. Returns whether it held.
+    static func waitUntil(timeout: Duration = .seconds(5), _ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while !condition() {
+            if ContinuousClock.now >= deadline { return false }
+            try? await Task.sleep(for: .milliseconds(1))
+        }
+        return true
+    }
+
+    /// Blocks the calling thread until `deadline` (on the timer thread: a long-running call).
+    static func sleep(until deadline: MonotonicInstant) {
+        var time = deadline.timespecValue
+        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &time, nil) == EINTR {}
+    }
+
+    /// Starts a thread named `name` (in Foundation and the kernel) that runs `body`.
+    ///
+    /// The name is set from inside the thread: swift-corelibs-foundation does not carry a name set
+    /// before `start()` over to the running thread.
+    static func startThread(name: String, _ body: @escaping @Sendable () -> Void) {
+        let thread = Thread {
+            NamedThread.nameCurrentThread(name)
+            body()
+        }
+        thread.start()
+    }
+}
+
+/// A value shared between threads, guarded by a pthread mutex.
+///
+/// Not `Synchronization.Mutex`: the thread sanitizer cannot see its lock on Linux and reports the
+/// accesses it guards as races.
+final class TimerTestLocked<Value>: @unchecked Sendable {
+    // Sendable: `value` is only touched inside `withLock`, under `mutex`.
+    private let mutex = PThreadMutex()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<Result>(_ body: (inout Value) -> Result) -> Result {
+        mutex.withLock { body(&value) }
+    }
+}
+
+/// Values appended from any thread, in the order appended.
+final class TimerTestRecorder<Value: Sendable>: Sendable {
+    private let values = TimerTestLocked<[Value]>([])
+
+    func append(_ value: Value) { values.withLock { $0.append(value) } }
+    var all: [Value] { values.withLock { $0 } }
+    var count: Int { values.withLock { $0.count } }
+}
+
+/// A value set by one thread and read by another.
+final class TimerTestBox<Value: Sendable>: Sendable {
+    private let value: TimerTestLocked<Value>
+
+    init(_ value: Value) { self.value = TimerTestLocked(value) }
+
+    var current: Value {
+        get { value.withLock { $0 } }
+        set { value.withLock { $0 = newValue } }
+    }
+}
+
+/// A count incremented from any thread.
+final class TimerTestCounter: Sendable {
+    private let atomic = Atomic<Int>(0)
+
+    @discardableResult
+    func increment() -> Int { atomic.add(1, ordering: .sequentiallyConsistent).newValue }
+    var value: Int { atomic.load(ordering: .sequentiallyConsistent) }
+}
+
+/// A gate that threads wait at until it opens; the wait gives up after a timeout so that a failing
+/// test does not hang a timer thread forever.
+final class TimerTestGate: @unchecked Sendable {
+    // Sendable: `isOpen` is guarded by `condition`.
+    private let condition = NSCondition()
+    private var isOpen = false
+
+    func open() {
+        condition.lock()
+        isOpen = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    @discardableResult
+    func wait(timeout: TimeInterval = 60) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while !isOpen {
+            if !condition.wait(until: deadline) { return isOpen }
+        }
+        return true
+    }
+}
+
+/// Counts its own deinitialisations: a closure that captures one shows when it is released.
+final class TimerTestLifetime: Sendable {
+    let deinits: TimerTestCounter
+    init(_ deinits: TimerTestCounter) { self.deinits = deinits }
+    deinit { deinits.increment() }
+    func touch() {}
+}
+
+// MARK: - TimerThread
+
+@Suite struct TimerThreadTests {
+    typealias Support = TimerTestSupport
+
+    static let late = Duration.milliseconds(250)
+
+    // MARK: Deadlines
+
+    @Test("20 delayed calls scheduled in shuffled order fire in deadline order, never early, < 250 ms late")
+    func twentyCallsFireInDeadlineOrder() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmOrd"))
+        defer { timer.dispose() }
+        var random = TimerTestRandom(seed: 20)
+        let delays = (1...20).map { Duration.milliseconds(50 * $0) }.shuffled(using: &random)
+        let fired = TimerTestRecorder<(index: Int, at: MonotonicInstant)>()
+        var windows: [(earliest: MonotonicInstant, latest: MonotonicInstant)] = []
+        for (index, delay) in delays.enumerated() {
+            let before = MonotonicInstant.now()
+            try timer.schedule(after: delay) { fired.append((index, .now())) }
+            windows.append((before.advanced(by: delay), MonotonicInstant.now().advanced(by: delay)))
+        }
+        #expect(await Support.waitUntil(timeout: .seconds(5)) { fired.count == 20 })
+        let runs = fired.all
+        #expect(Set(runs.map(\.index)) == Set(0..<20))
+        // Deadline order. Each deadline lies in its window [before + delay, after + delay]; no call
+        // may run before one whose window lies wholly before its own. (When scheduling takes less
+        // than the 50 ms between delays, as it does unless the machine stalls, this is delay order.)
+        var outOfOrder: [(Int, Int)] = []
+        for (earlier, later) in zip(runs, runs.dropFirst())
+        where windows[later.index].latest < windows[earlier.index].earliest {
+            outOfOrder.append((earlier.index, later.index))
+        }
+        #expect(outOfOrder.isEmpty, "ran before a call due earlier: \(outOfOrder)")
+        for run in runs {
+            let window = windows[run.index]
+            #expect(run.at >= window.earliest, "call \(run.index) (\(delays[run.index])) ran early")
+            #expect(window.latest.duration(to: run.at) < Self.late, "call \(run.index) ran late")
+        }
+        #expect(timer.pendingCount == 0)
+    }
+
+    @Test("calls due at the same instant run in the order they were scheduled")
+    func equalDeadlinesRunInScheduleOrder() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmEq"))
+        defer { timer.dispose() }
+        let instant = ContinuousClock.now + .milliseconds(300)
+        let order = TimerTestRecorder<Int>()
+        let early = TimerTestCounter()
+        for index in 0..<500 {
+            try timer.schedule(at: instant) {
+                if ContinuousClock.now < instant { early.increment() }
+                order.append(index)
+            }
+        }
+        #expect(await Support.waitUntil { order.count == 500 })
+        #expect(order.all == Array(0..<500))
+        #expect(early.value == 0)
+    }
+
+    @Test("a delay counts from the call, not from when the timer thread gets to it")
+    func delayCountsFromTheCall() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmFrom"))
+        defer { timer.dispose() }
+        let blockerStarted = TimerTestBox<MonotonicInstant?>(nil)
+        let blockerEnded = TimerTestBox<MonotonicInstant?>(nil)
+        // The timer thread is busy with a long call for 1.2 s…
+        try timer.schedule(after: .zero) {
+            let start = MonotonicInstant.now()
+            blockerStarted.current = start
+            Support.sleep(until: start.advanced(by: .milliseconds(1200)))
+            blockerEnded.current = .now()
+        }
+        // …while another thread schedules a call due 400 ms later, well within the block.
+        let before = TimerTestBox<MonotonicInstant?>(nil)
+        let fired = TimerTestBox<MonotonicInstant?>(nil)
+        Support.startThread(name: "TmFromSched") {
+            while blockerStarted.current == nil { usleep(500) }
+            before.current = .now()
+            _ = try? timer.schedule(after: .milliseconds(400)) { fired.current = .now() }
+        }
+        #expect(await Support.waitUntil { fired.current != nil })
+        let scheduledAt = try #require(before.current)
+        let blockerStart = try #require(blockerStarted.current)
+        try #require(scheduledAt.advanced(by: .milliseconds(400)) < blockerStart.advanced(by: .milliseconds(1200)),
+                     "the scheduling thread was too slow to schedule inside the block")
+        let firedAt = try #require(fired.current)
+        let blockEnd = try #require(blockerEnded.current)
+        #expect(firedAt >= scheduledAt.advanced(by: .milliseconds(400)))
+        #expect(firedAt >= blockEnd)
+        // Due long ago, it runs as soon as the blocker ends, not 400 ms after.
+        #expect(blockEnd.duration(to: firedAt) < Self.late)
+    }
+
+    @Test("schedule(at:) with an instant that has passed runs at once")
+    func pastInstantRunsAtOnce() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmPast"))
+        defer { timer.dispose() }
+        let before = MonotonicInstant.now()
+        let fired = TimerTestBox<MonotonicInstant?>(nil)
+        try timer.schedule(at: .now - .seconds(5)) { fired.current = .now() }
+        #expect(await Support.waitUntil { fired.current != nil })
+        #expect(before.duration(to: try #require(fired.current)) < Self.late)
+
+        let zero = TimerTestBox<MonotonicInstant?>(nil)
+        let beforeZero = MonotonicInstant.now()
+        try timer.schedule(after: .zero) { zero.current = .now() }
+        #expect(await Support.waitUntil { zero.current != nil })
+        #expect(beforeZero.duration(to: try #require(zero.current)) < Self.late)
+    }
+
+    @Test("schedule(at:) honours a ContinuousClock instant: never early, < 250 ms late")
+    func continuousClockInstantHonoured() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmAt"))
+        defer { timer.dispose() }
+        let start = ContinuousClock.now
+        let offsets: [Duration] = [.milliseconds(350), .milliseconds(100), .milliseconds(600), .milliseconds(220)]
+        let fired = TimerTestRecorder<(index: Int, at: ContinuousClock.Instant)>()
+        for (index, offset) in offsets.enumerated() {
+            try timer.schedule(at: start + offset) { fired.append((index, .now)) }
+        }
+        #expect(await Support.waitUntil { fired.count == offsets.count })
+        let runs = fired.all
+        #expect(runs.map(\.index) == [1, 3, 0, 2])
+        for run in runs {
+            let instant = start + offsets[run.index]
+            #expect(run.at >= instant, "ran \(instant - run.at) early")
+            #expect(run.at - instant < Self.late)
+        }
+    }
+
+    // MARK: Handles
+
+    @Test("cancel before the call fires: true once, and the work never runs")
+    func cancelBeforeFire() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmCanc"))
+        defer { timer.dispose() }
+        let ran = TimerTestCounter()
+        let instant = ContinuousClock.now + .milliseconds(500)
+        let handle = try timer.schedule(at: instant) { ran.increment() }
+        let sentinelRan = TimerTestCounter()
+        // Due at the same instant, after it: once the sentinel has run, the cancelled call would have.
+        let sentinel = try timer.schedule(at: instant) { sentinelRan.increment() }
+        #expect(timer.pendingCount == 2)
+        #expect(!handle.isCancelled)
+        #expect(!handle.hasFired)
+
+        #expect(handle.cancel())
+        #expect(handle.isCancelled)
+        #expect(!handle.hasFired)
+        #expect(timer.pendingCount == 1)
+        #expect(!handle.cancel())
+        #expect(handle.isCancelled)
+
+        #expect(await Support.waitUntil { sentinelRan.value == 1 })
+        #expect(ran.value == 0)
+        #expect(!handle.hasFired)
+        #expect(handle.isCancelled)
+        #expect(!handle.cancel())
+        #expect(sentinel.hasFired)
+        #expect(!sentinel.isCancelled)
+        #expect(timer.pendingCount == 0)
+    }
+
+    @Test("cancel while the call runs or after it ran returns false")
+    func cancelDuringAndAfterRun() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmRan"))
+        defer { timer.dispose() }
+        let gate = TimerTestGate()
+        let started = TimerTestCounter()
+        let finished = TimerTestCounter()
+        let handle = try timer.schedule(after: .zero) {
+            started.increment()
+            gate.wait()
+            finished.increment()
+        }
+        #expect(await Support.waitUntil { started.value == 1 })
+        #expect(handle.hasFired)
+        #expect(!handle.cancel())
+        #expect(!handle.isCancelled)
+        gate.open()
+        #expect(await Support.waitUntil { finished.value == 1 })
+        #expect(!handle.cancel())
+        #expect(!handle.cancel())
+        #expect(handle.hasFired)
+        #expect(!handle.isCancelled)
+        #expect(started.value == 1)
+        #expect(timer.pendingCount == 0)
+    }
+
+    @Test("handles are equal only to themselves")
+    func handleIdentity() throws {
+        let timer = TimerThread(name: Support.uniqueName("TmId"))
+        defer { timer.dispose() }
+        let a = try timer.schedule(after: .seconds(3600)) {}
+        let b = try timer.schedule(after: .seconds(3600)) {}
+        #expect(a == a)
+        #expect(a != b)
+        #expect(Set([a, b, a]).count == 2)
+    }
+
+    @Test("the timer lets go of a call's closure once it ran, was cancelled or was dropped")
+    func workIsReleased() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmRel"))
+        let deinits = TimerTestCounter()
+        let ran = TimerTestCounter()
+        var handles: [TimerHandle] = []
+        do {
+            let cancelled = TimerTestLifetime(deinits)
+            handles.append(try timer.schedule(after: .seconds(3600)) { cancelled.touch() })
+        }
+        #expect(deinits.value == 0)
+        #expect(handles[0].cancel())
+        #expect(deinits.value == 1)  // at once: cancelling drops the closure
+        do {
+            let fired = TimerTestLifetime(deinits)
+            handles.append(try timer.schedule(after: .zero) { fired.touch(); ran.increment() })
+        }
+        #expect(await Support.waitUntil { ran.value == 1 && deinits.value == 2 })
+        do {
+            let repeating = TimerTestLifetime(deinits)
+            handles.append(try timer.schedule(every: .milliseconds(20)) { repeating.touch(); ran.increment() })
+        }
+        #expect(await Support.waitUntil { ran.value >= 3 })
+        #expect(deinits.value == 2)  // a repeating call keeps its closure between runs
+        #expect(handles[2].cancel())
+        #expect(await Support.waitUntil { deinits.value == 3 })
+        do {
+            let dropped = TimerTestLifetime(deinits)
+            handles.append(try timer.schedule(after: .seconds(3600)) { dropped.touch() })
+        }
+        #expect(deinits.value == 3)
+        #expect(timer.dispose() == 1)
+        #expect(deinits.value == 4)  // at once: dispose drops the closures of the calls it drops
+        #expect(handles.count == 4)  // the handles outlive their closures
+    }
+
+    // MARK: Threads
+
+    @Test("calls run on one thread that carries the timer's name, in Foundation and the kernel")
+    func callsRunOnTheNamedTimerThread() async throws {
+        let name = Support.uniqueName("TmName")
+        let timer = TimerThread(name: name)
+        defer { timer.dispose() }
+        #expect(timer.name == name)
+        let seen = TimerTestRecorder<(foundation: String?, kernel: String?, thread: pthread_t)>()
+        for delay in [0, 30, 10] {
+            try timer.schedule(after: .milliseconds(delay)) {
+                seen.append((Thread.current.name, Support.currentKernelThreadName(), pthread_self()))
+            }
+        }
+        let repeating = try timer.schedule(every: .milliseconds(15)) {
+            seen.append((Thread.current.name, Support.currentKernelThreadName(), pthread_self()))
+        }
+        #expect(await Support.waitUntil { seen.count >= 6 })
+        repeating.cancel()
+        let records = seen.all
+        for record in records {
+            #expect(record.foundation == name)
+            #expect(record.kernel == name)
+            #expect(pthread_equal(record.thread, records[0].thread) != 0)
+        }
+        #expect(pthread_equal(records[0].thread, pthread_self()) == 0)
+    }
+
+    @Test("a name longer than the kernel keeps is cut to 15 bytes there, never inside a character")
+    func longNameIsCutForTheKernel() async throws {
+        // The unique part first, so the cut name is unique too; "ö" is two bytes and straddles byte 15.
+        let unique = Support.uniqueName("Tm")
+        let name = unique + String(repeating: "x", count: 14 - unique.utf8.count) + "ö timer"
+        var expected = ""
+        for character in name {
+            if expected.utf8.count + character.utf8.count > 15 { break }
+            expected.append(character)
+        }
+        #expect(expected.utf8.count == 14)
+        let timer = TimerThread(name: name)
+        defer { timer.dispose() }
+        #expect(timer.name == name)
+        let kernelName = TimerTestBox<String?>(nil)
+        try timer.schedule(after: .zero) { kernelName.current = Support.currentKernelThreadName() }
+        #expect(await Support.waitUntil { kernelName.current != nil })
+        #expect(kernelName.current == expected)
+    }
+
+    // MARK: Repeating
+
+    @Test("schedule(every:) runs at a fixed rate: the k-th run never before start + k × interval")
+    func repeatingRunsAtFixedRate() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmEvery"))
+        defer { timer.dispose() }
+        let interval = Duration.milliseconds(100)
+        let runs = TimerTestRecorder<MonotonicInstant>()
+        let start = MonotonicInstant.now()
+        let handle = try timer.schedule(every: interval) { runs.append(.now()) }
+        let scheduled = MonotonicInstant.now()
+        #expect(timer.pendingCount == 1)
+        #expect(!handle.hasFired)
+
+        #expect(await Support.waitUntil { runs.count >= 5 })
+        #expect(timer.pendingCount == 1)  // a repeating call counts once
+        #expect(handle.cancel())
+        let runsAtCancel = runs.count
+        #expect(handle.isCancelled)
+        #expect(handle.hasFired)
+        #expect(!handle.cancel())
+
+        // Three more beats pass: at most the one run in progress when cancel returned may appear.
+        let sentinel = TimerTestCounter()
+        try timer.schedule(after: interval * 3) { sentinel.increment() }
+        #expect(await Support.waitUntil { sentinel.value == 1 })
+        #expect(runs.count <= runsAtCancel + 1)
+        #expect(timer.pendingCount == 0)
+
+        let times = runs.all
+        for (offset, time) in times.enumerated() {
+            let beat = start.advanced(by: interval * (offset + 1))
+            #expect(time >= beat, "run \(offset + 1) came \(time.duration(to: beat)) early")
+        }
+        #expect(scheduled.advanced(by: interval).duration(to: times[0]) < Self.late)
+    }
+
+    @Test("a repeating call cancelled from another call of its timer never runs again")
+    func repeatingCancelledBetweenRuns() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmStop"))
+        defer { timer.dispose() }
+        let interval = Duration.milliseconds(50)
+        let runs = TimerTestCounter()
+        let handle = try timer.schedule(every: interval) { runs.increment() }
+        // Calls run serially on the timer thread, so no run is in progress when this one cancels.
+        let runsAtCancel = TimerTestBox<Int?>(nil)
+        let cancelResult = TimerTestBox<Bool?>(nil)
+        try timer.schedule(after: .milliseconds(175)) {
+            runsAtCancel.current = runs.value
+            cancelResult.current = handle.cancel()
+        }
+        #expect(await Support.waitUntil { cancelResult.current != nil })
+        let sentinel = TimerTestCounter()
+        try timer.schedule(after: interval * 4) { sentinel.increment() }
+        #expect(await Support.waitUntil { sentinel.value == 1 })
+        #expect(cancelResult.current == true)
+        let atCancel = try #require(runsAtCancel.current)
+        #expect(atCancel >= 1)
+        #expect(runs.value == atCancel)
+        #expect(handle.isCancelled)
+        #expect(!handle.cancel())
+        #expect(timer.pendingCount == 0)
+    }
+
+    @Test("a repeating call can cancel itself from inside its own run")
+    func repeatingCancelsItself() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmSelf"))
+        defer { timer.dispose() }
+        let interval = Duration.milliseconds(30)
+        let handleBox = TimerTestBox<TimerHandle?>(nil)
+        let runs = TimerTestCounter()
+        let cancelledAt = TimerTestBox<(run: Int, result: Bool)?>(nil)
+        let handle = try timer.schedule(every: interval) {
+            let run = runs.increment()
+            if run >= 3, cancelledAt.current == nil, let handle = handleBox.current {
+                cancelledAt.current = (run, handle.cancel())
+            }
+        }
+        handleBox.current = handle
+        #expect(await Support.waitUntil { cancelledAt.current != nil })
+        let sentinel = TimerTestCounter()
+        try timer.schedule(after: interval * 5) { sentinel.increment() }
+        #expect(await Support.waitUntil { sentinel.value == 1 })
+        let cancelled = try #require(cancelledAt.current)
+        #expect(cancelled.result)
+        #expect(runs.value == cancelled.run)
+        #expect(handle.isCancelled)
+        #expect(handle.hasFired)
+        #expect(!handle.cancel())
+        #expect(timer.pendingCount == 0)
+    }
+
+    @Test("beats missed while the timer thread was blocked are skipped, not run in a burst")
+    func missedBeatsAreSkipped() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmSkip"))
+        defer { timer.dispose() }
+        let interval = Duration.milliseconds(100)
+        let runs = TimerTestRecorder<(start: MonotonicInstant, end: MonotonicInstant)>()
+        let blockEnd = TimerTestBox<MonotonicInstant?>(nil)
+        let t0 = MonotonicInstant.now()
+        let handle = try timer.schedule(every: interval) {
+            let start = MonotonicInstant.now()
+            runs.append((start, .now()))
+        }
+        let t1 = MonotonicInstant.now()
+        // Mid-beat, a call blocks the timer thread for about four and a half intervals.
+        try timer.schedule(after: interval + interval / 2) {
+            Support.sleep(until: t0.advanced(by: interval * 6 + interval / 2))
+            blockEnd.current = .now()
+        }
+        #expect(await Support.waitUntil {
+            guard let end = blockEnd.current else { return false }
+            return runs.all.filter { $0.start >= end }.count >= 4
+        })
+        #expect(handle.cancel())
+        let end = try #require(blockEnd.current)
+        let all = runs.all
+
+        // Fixed rate from the call: the k-th run never before t0 + k × interval.
+        for (offset, run) in all.enumerated() {
+            #expect(run.start >= t0.advanced(by: interval * (offset + 1)), "run \(offset + 1) early")
+        }
+        let after = Array(all.drop { $0.start < end })
+        try #require(after.count >= 4)
+        // The beat that fell due during the block runs at once when the block ends…
+        #expect(end.duration(to: after[0].start) < Self.late)
+        // …and the ones after it keep to the grid: each waits for the first beat after the run before
+        // it ended. Bunched catch-up runs would follow each other at once.
+        for index in 1..<after.count {
+            let previousEnd = after[index - 1].end
+            // The smallest beat index m with t1 + m × interval ≥ previousEnd; the true start of the
+            // grid lies in [t0, t1], so the next run is no earlier than t0 + m × interval.
+            let elapsed = t1.duration(to: previousEnd)
+            var beat = Int((elapsed / interval).rounded(.up))
+            if t1.advanced(by: interval * beat) < previousEnd { beat += 1 }
+            let earliest = max(previousEnd, t0.advanced(by: interval * beat))
+            #expect(after[index].start >= earliest,
+                    "run \(index) after the block came \(after[index].start.duration(to: earliest)) before its beat")
+        }
+        // Within three intervals of the catch-up run there is room for three beats, not a burst.
+        let window = after[0].start.advanced(by: interval * 3)
+        #expect(after.filter { $0.start <= window }.count <= 4)
+    }
+
+    // MARK: Tags
+
+    @Test("cancelAll(tag:) cancels exactly the pending calls of that tag and counts them")
+    func cancelAllByTag() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmTag"))
+        defer { timer.dispose() }
+        let ran = TimerTestCounter()
+        let far = Duration.seconds(3600)
+        let a = try (0..<5).map { _ in try timer.schedule(after: far, tag: "a") { ran.increment() } }
+        let intOne = try (0..<3).map { _ in try timer.schedule(after: far, tag: 1) { ran.increment() } }
+        let stringOne = try (0..<2).map { _ in try timer.schedule(after: far, tag: "1") { ran.increment() } }
+        let untagged = try (0..<4).map { _ in try timer.schedule(after: far) { ran.increment() } }
+        let repeating = try timer.schedule(every: far, tag: "a") { ran.increment() }
+        #expect(timer.pendingCount == 15)
+
+        // One of "a" is cancelled on its own first: cancelAll does not count it again.
+        #expect(a[0].cancel())
+        #expect(timer.cancelAll(tag: "a") == 5)
+        #expect(a.allSatisfy { $0.isCancelled })
+        #expect(repeating.isCancelled)
+        #expect(timer.pendingCount == 9)
+        #expect(timer.cancelAll(tag: "a") == 0)
+
+        #expect(timer.cancelAll(tag: 1) == 3)
+        #expect(intOne.allSatisfy { $0.isCancelled })
+        #expect(!stringOne.contains { $0.isCancelled })
+        #expect(timer.pendingCount == 6)
+        #expect(timer.cancelAll(tag: "1") == 2)
+        #expect(stringOne.allSatisfy { $0.isCancelled })
+        #expect(timer.cancelAll(tag: "b") == 0)
+        #expect(timer.pendingCount == 4)
+        #expect(!untagged.contains { $0.isCancelled })
+
+        // A call that has run is not counted.
+        let done = TimerTestCounter()
+        let fired = try timer.schedule(after: .zero, tag: "fired") { done.increment() }
+        #expect(await Support.waitUntil { done.value == 1 })
+        #expect(timer.cancelAll(tag: "fired") == 0)
+        #expect(!fired.isCancelled)
+        #expect(ran.value == 0)
+        #expect(untagged.allSatisfy { $0.cancel() })
+        #expect(timer.pendingCount == 0)
+    }
+
+    @Test("cancelAll(tag:) stops a running repeating call of that tag")
+    func cancelAllStopsRepeating() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmTagR"))
+        defer { timer.dispose() }
+        let runs = TimerTestCounter()
+        let handle = try timer.schedule(every: .milliseconds(20), tag: 7) { runs.increment() }
+        #expect(await Support.waitUntil { runs.value >= 2 })
+        #expect(timer.cancelAll(tag: 7) == 1)
+        let atCancel = runs.value
+        let sentinel = TimerTestCounter()
+        try timer.schedule(after: .milliseconds(100)) { sentinel.increment() }
+        #expect(await Support.waitUntil { sentinel.value == 1 })
+        #expect(runs.value <= atCancel + 1)
+        #expect(handle.isCancelled)
+        #expect(!handle.cancel())
+        #expect(timer.cancelAll(tag: 7) == 0)
+    }
+
+    // MARK: dispose
+
+    @Test("dispose() counts the pending calls it drops, cancels their handles and stops the thread")
+    func disposeReportsAndStops() async throws {
+        let name = Support.uniqueName("TmDisp")
+        let timer = TimerThread(name: name)
+        let ran = TimerTestCounter()
+        let done = TimerTestCounter()
+        let fired = try timer.schedule(after: .zero) { done.increment() }
+        #expect(await Support.waitUntil { done.value == 1 })
+        #expect(await Support.waitUntil { Support.kernelThreadNames().contains(name) })
+        var pending = try (0..<6).map { index in
+            try timer.schedule(after: .seconds(3600 + index), tag: index % 2) { ran.increment() }
+        }
+        pending.append(try timer.schedule(every: .seconds(3600)) { ran.increment() })
+        pending.append(try timer.schedule(at: .now + .seconds(3600)) { ran.increment() })
+        let cancelled = try timer.schedule(after: .seconds(3600)) { ran.increment() }
+        #expect(cancelled.cancel())
+        #expect(timer.pendingCount == 8)
+
+        #expect(timer.dispose() == 8)
+        #expect(timer.pendingCount == 0)
+        for handle in pending {
+            #expect(handle.isCancelled)
+            #expect(!handle.hasFired)
+            #expect(!handle.cancel())
+        }
+        #expect(fired.hasFired)
+        #expect(!fired.isCancelled)
+        #expect(timer.cancelAll(tag: 0) == 0)
+        #expect(timer.dispose() == 0)
+
+        #expect(await Support.waitUntil(timeout: .seconds(3)) { !Support.kernelThreadNames().contains(name) },
+                "the timer thread \(name) is still alive")
+        #expect(ran.value == 0)
+    }
+
+    @Test("after dispose() every schedule throws TimerThreadError.disposed naming the timer")
+    func scheduleAfterDisposeThrows() throws {
+        let name = Support.uniqueName("TmThrow")
+        let timer = TimerThread(name: name)
+        #expect(timer.dispose() == 0)
+        let ran = TimerTestCounter()
+        #expect(throws: TimerThreadError.disposed(name: name)) { try timer.schedule(after: .zero) { ran.increment() } }
+        #expect(throws: TimerThreadError.disposed(name: name)) { try timer.schedule(at: .now) { ran.increment() } }
+        #expect(throws: TimerThreadError.disposed(name: name)) {
+            try timer.schedule(every: .seconds(1), tag: "t") { ran.increment() }
+        }
+        let error = #expect(throws: TimerThreadError.self) { try timer.schedule(after: .seconds(1)) {} }
+        #expect(try #require(error).description.contains(name))
+        #expect(String(describing: try #require(error)).contains(name))
+        #expect(timer.pendingCount == 0)
+        #expect(timer.dispose() == 0)
+        #expect(ran.value == 0)
+        // Never started, so no thread was ever made.
+        #expect(!Support.kernelThreadNames().contains(name))
+    }
+
+    @Test("dispose() while a call runs: the call finishes, a running repeating call stops, the thread exits")
+    func disposeWhileRunning() async throws {
+        for repeating in [false, true] {
+            let name = Support.uniqueName(repeating ? "TmDrR" : "TmDrO")
+            let timer = TimerThread(name: name)
+            let gate = TimerTestGate()
+            let started = TimerTestCounter()
+            let finished = TimerTestCounter()
+            let work: @Sendable () -> Void = {
+                started.increment()
+                gate.wait()
+                finished.increment()
+            }
+            let running = repeating
+                ? try timer.schedule(every: .milliseconds(10), work)
+                : try timer.schedule(after: .zero, work)
+            let ran = TimerTestCounter()
+            let pending = try (0..<3).map { _ in try timer.schedule(after: .seconds(3600)) { ran.increment() } }
+            #expect(await Support.waitUntil { started.value == 1 })
+
+            #expect(timer.dispose() == 3)
+            #expect(pending.allSatisfy { $0.isCancelled })
+            #expect(running.hasFired)
+            // A one-shot call that started has run; a repeating one will not run again.
+            #expect(running.isCancelled == repeating, "repeating: \(repeating)")
+            #expect(!running.cancel())
+            gate.open()
+            #expect(await Support.waitUntil { finished.value == 1 })
+            #expect(await Support.waitUntil(timeout: .seconds(3)) { !Support.kernelThreadNames().contains(name) },
+                    "the timer thread \(name) is still alive")
+            #expect(started.value == 1)
+            #expect(ran.value == 0)
+            #expect(timer.pendingCount == 0)
+            #expect(running.isCancelled == repeating)
+            #expect(!running.cancel())
+        }
+    }
+
+    @Test("dispose() from inside a call of the timer itself")
+    func disposeFromInsideACall() async throws {
+        let name = Support.uniqueName("TmDIn")
+        let timer = TimerThread(name: name)
+        let ran = TimerTestCounter()
+        let pending = try (0..<4).map { _ in try timer.schedule(after: .seconds(3600)) { ran.increment() } }
+        let dropped = TimerTestBox<Int?>(nil)
+        try timer.schedule(after: .zero) { dropped.current = timer.dispose() }
+        #expect(await Support.waitUntil { dropped.current != nil })
+        #expect(dropped.current == 4)
+        #expect(pending.allSatisfy { $0.isCancelled })
+        #expect(await Support.waitUntil(timeout: .seconds(3)) { !Support.kernelThreadNames().contains(name) })
+        #expect(throws: TimerThreadError.disposed(name: name)) { try timer.schedule(after: .zero) {} }
+    }
+
+    // MARK: pendingCount
+
+    @Test("pendingCount counts calls waiting for their deadline")
+    func pendingCountFollowsCalls() async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmPend"))
+        defer { timer.dispose() }
+        #expect(timer.pendingCount == 0)
+        let far = try (0..<10).map { _ in try timer.schedule(after: .seconds(3600)) {} }
+        #expect(timer.pendingCount == 10)
+        let repeating = try timer.schedule(every: .milliseconds(10)) {}
+        #expect(timer.pendingCount == 11)
+        let done = TimerTestCounter()
+        try timer.schedule(after: .milliseconds(30)) { done.increment() }
+        #expect(timer.pendingCount == 12)
+        #expect(await Support.waitUntil { done.value == 1 })
+        // The one-shot ran and left; the repeating call is back in the heap between runs (or running).
+        #expect(await Support.waitUntil { timer.pendingCount == 11 })
+        #expect(far[3].cancel())
+        #expect(far[3].cancel() == false)
+        #expect(repeating.cancel())
+        #expect(timer.pendingCount == 9)
+        #expect(timer.dispose() == 9)
+        #expect(timer.pendingCount == 0)
+    }
+
+    // MARK: Idle
+
+    @Test("an idle timer thread uses no CPU and does not wake up",
+          arguments: [Duration.seconds(3600), .seconds(Int64.max)])
+    func idleTimerUsesNoCPU(farFuture: Duration) async throws {
+        let timer = TimerThread(name: Support.uniqueName("TmIdle"))
+        defer { timer.dispose() }
+        try timer.schedule(after: farFuture) { Issue.record("the far-future call ran") }
+        let first = TimerTestUsageSlot()
+        try timer.schedule(after: .zero) { first.store(Support.currentThreadUsage()) }
+        #expect(await Support.waitUntil { first.usage != nil })
+        // Only the far-future call is pending now: the thread should sleep through this.
+        try await Task.sleep(for: .milliseconds(1700))
+        let second = TimerTestUsageSlot()
+        try timer.schedule(after: .zero) { second.store(Support.currentThreadUsage()) }
+        #expect(await Support.waitUntil { second.usage != nil })
+        let before = try #require(first.usage)
+        let after = try #require(second.usage)
+        #expect(after.cpu - before.cpu < .milliseconds(20))
+        #expect(after.voluntarySwitches - before.voluntarySwitches <= 3)
+        #expect(timer.pendingCount == 1)
+    }
+}
