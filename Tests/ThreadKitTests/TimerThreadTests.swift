@@ -798,6 +798,28 @@ final class TimerTestLifetime: Sendable {
         #expect(throws: TimerThreadError.disposed(name: name)) { try timer.schedule(after: .zero) {} }
     }
 
+    // MARK: Memory
+
+    @Test("a pending one-shot call's handle fits one 64-byte allocation, tagged or not")
+    func handleIsSmall() throws {
+        let timer = TimerThread(name: "TTsize")
+        defer { timer.dispose() }
+        let plain = try timer.schedule(after: .seconds(3600)) {}
+        let tagged = try timer.schedule(after: .seconds(3600), tag: "a tag that lives in the side table") {}
+        let repeating = try timer.schedule(every: .seconds(3600)) {}
+        // malloc.h is not part of Swift's Glibc module; look the function up.
+        typealias UsableSize = @convention(c) (UnsafeMutableRawPointer) -> Int
+        let address = try #require(dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_usable_size"))
+        let usableSize = unsafeBitCast(address, to: UsableSize.self)
+        for handle in [plain, tagged, repeating] {
+            let size = usableSize(Unmanaged.passUnretained(handle).toOpaque())
+            #expect(size <= 56, "a TimerHandle takes \(size) bytes")
+        }
+        #expect(timer.cancelAll(tag: "a tag that lives in the side table") == 1)
+        #expect(repeating.interval == .seconds(3600))
+        #expect(plain.interval == nil)
+    }
+
     // MARK: pendingCount
 
     @Test("pendingCount counts calls waiting for their deadline")

@@ -4,8 +4,12 @@
 /// `true`. A repeating call runs until cancelled; the first ``cancel()`` returns `true`.
 public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement {
     // Sendable: every `var` here is guarded by `timer.mutex`.
+    //
+    // A million pending calls must be cheap to hold, so a handle is kept within 56 bytes (one
+    // 64-byte allocation): the rare tag lives in the timer's side table, the interval and the
+    // heap slot are stored narrow.
 
-    enum Phase {
+    enum Phase: UInt8 {
         /// Waiting in the timer's heap.
         case scheduled
         /// Running on the timer thread now.
@@ -17,19 +21,31 @@ public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement 
     }
 
     let timer: TimerThread
-    /// The repeat interval, or `nil` for a one-shot call.
-    let interval: Duration?
-    let tag: AnyHashable?
+    /// The repeat interval in nanoseconds, or 0 for a one-shot call.
+    private let intervalNanoseconds: Int64
     var work: (@Sendable () -> Void)?
+    /// The slot in the timer's heap, or -1.
+    private var slot: Int32 = -1
     var phase = Phase.scheduled
     var hasRun = false
-    var heapIndex: Int?
+    /// Whether the timer's tag table holds a tag for this call.
+    let isTagged: Bool
 
-    init(timer: TimerThread, interval: Duration?, tag: AnyHashable?, work: @escaping @Sendable () -> Void) {
+    init(timer: TimerThread, interval: Duration?, isTagged: Bool, work: @escaping @Sendable () -> Void) {
         self.timer = timer
-        self.interval = interval
-        self.tag = tag
+        self.intervalNanoseconds = interval.map { max(1, $0.nanosecondsSaturated) } ?? 0
+        self.isTagged = isTagged
         self.work = work
+    }
+
+    /// The repeat interval, or `nil` for a one-shot call.
+    var interval: Duration? {
+        intervalNanoseconds == 0 ? nil : .nanoseconds(intervalNanoseconds)
+    }
+
+    var heapIndex: Int? {
+        get { slot < 0 ? nil : Int(slot) }
+        set { slot = newValue.map { Int32($0) } ?? -1 }
     }
 
     /// Stops the call.

@@ -32,6 +32,8 @@ public final class TimerThread: @unchecked Sendable {
         var heap = TimerHeap<TimerHandle>()
         /// The pending and running calls of each tag, for ``cancelAll(tag:)``.
         var tagged: [AnyHashable: Set<TimerHandle>] = [:]
+        /// The tag of each tagged call in `tagged`.
+        var tags: [ObjectIdentifier: AnyHashable] = [:]
         /// The call running on the timer thread now, if any.
         var running: TimerHandle?
     }
@@ -64,8 +66,7 @@ public final class TimerThread: @unchecked Sendable {
         _ work: @escaping @Sendable () -> Void
     ) throws -> TimerHandle {
         precondition(delay >= .zero, "TimerThread '\(name)': delay must not be negative, got \(delay)")
-        return try add(TimerHandle(timer: self, interval: nil, tag: tag.map { AnyHashable($0) }, work: work),
-                       deadline: MonotonicInstant.now().advanced(by: delay))
+        return try add(work, interval: nil, tag: tag, deadline: MonotonicInstant.now().advanced(by: delay))
     }
 
     /// Runs `work` once at `deadline`, or at once if it has passed.
@@ -81,8 +82,7 @@ public final class TimerThread: @unchecked Sendable {
         at deadline: ContinuousClock.Instant, tag: (any Hashable & Sendable)? = nil,
         _ work: @escaping @Sendable () -> Void
     ) throws -> TimerHandle {
-        try add(TimerHandle(timer: self, interval: nil, tag: tag.map { AnyHashable($0) }, work: work),
-                deadline: MonotonicInstant(deadline))
+        try add(work, interval: nil, tag: tag, deadline: MonotonicInstant(deadline))
     }
 
     /// Runs `work` every `interval`, the first time one `interval` after this call, until cancelled.
@@ -102,8 +102,7 @@ public final class TimerThread: @unchecked Sendable {
         _ work: @escaping @Sendable () -> Void
     ) throws -> TimerHandle {
         precondition(interval > .zero, "TimerThread '\(name)': interval must be more than zero, got \(interval)")
-        return try add(TimerHandle(timer: self, interval: interval, tag: tag.map { AnyHashable($0) }, work: work),
-                       deadline: MonotonicInstant.now().advanced(by: interval))
+        return try add(work, interval: interval, tag: tag, deadline: MonotonicInstant.now().advanced(by: interval))
     }
 
     /// Cancels every pending or repeating call scheduled with `tag`.
@@ -113,7 +112,10 @@ public final class TimerThread: @unchecked Sendable {
     public func cancelAll(tag: some Hashable & Sendable) -> Int {
         mutex.withLock {
             guard let handles = state.tagged.removeValue(forKey: AnyHashable(tag)) else { return 0 }
-            return handles.reduce(0) { count, handle in count + (stop(handle) ? 1 : 0) }
+            return handles.reduce(0) { count, handle in
+                state.tags[ObjectIdentifier(handle)] = nil
+                return count + (stop(handle) ? 1 : 0)
+            }
         }
     }
 
@@ -139,6 +141,7 @@ public final class TimerThread: @unchecked Sendable {
                 running.phase = .cancelled  // a repeating call running now: it stops after this run
             }
             state.tagged.removeAll()
+            state.tags.removeAll()
             wakeUp.signal()
             return pending.count
         }
@@ -154,7 +157,12 @@ public final class TimerThread: @unchecked Sendable {
 
     // MARK: - Internals
 
-    private func add(_ handle: TimerHandle, deadline: MonotonicInstant) throws(TimerThreadError) -> TimerHandle {
+    private func add(
+        _ work: @escaping @Sendable () -> Void, interval: Duration?, tag: (any Hashable & Sendable)?,
+        deadline: MonotonicInstant
+    ) throws(TimerThreadError) -> TimerHandle {
+        let handle = TimerHandle(timer: self, interval: interval, isTagged: tag != nil, work: work)
+        let tag = tag.map { AnyHashable($0) }
         let startThread = try mutex.withLock { () throws(TimerThreadError) -> Bool in
             let startThread: Bool
             switch state.lifecycle {
@@ -166,7 +174,10 @@ public final class TimerThread: @unchecked Sendable {
                 startThread = false
             }
             state.heap.insert(handle, deadline: deadline)
-            if let tag = handle.tag { state.tagged[tag, default: []].insert(handle) }
+            if let tag {
+                state.tagged[tag, default: []].insert(handle)
+                state.tags[ObjectIdentifier(handle)] = tag
+            }
             if handle.heapIndex == 0 { wakeUp.signal() }  // the new earliest deadline
             return startThread
         }
@@ -180,10 +191,7 @@ public final class TimerThread: @unchecked Sendable {
     func cancel(_ handle: TimerHandle) -> Bool {
         mutex.withLock {
             guard stop(handle) else { return false }
-            if let tag = handle.tag {
-                state.tagged[tag]?.remove(handle)
-                if state.tagged[tag]?.isEmpty == true { state.tagged[tag] = nil }
-            }
+            untag(handle)
             return true
         }
     }
@@ -224,7 +232,7 @@ public final class TimerThread: @unchecked Sendable {
             let work = handle.work!
             if handle.interval == nil {
                 handle.work = nil
-                if let tag = handle.tag { removeTagged(handle, tag: tag) }
+                untag(handle)
             }
             mutex.unlock()
 
@@ -245,7 +253,7 @@ public final class TimerThread: @unchecked Sendable {
     private func finishRun(of handle: TimerHandle, dueAt deadline: MonotonicInstant) {
         state.running = nil
         guard handle.phase == .running else {
-            if let tag = handle.tag { removeTagged(handle, tag: tag) }  // cancelled while running
+            untag(handle)  // cancelled while running
             handle.work = nil
             return
         }
@@ -258,7 +266,9 @@ public final class TimerThread: @unchecked Sendable {
         state.heap.insert(handle, deadline: next)
     }
 
-    private func removeTagged(_ handle: TimerHandle, tag: AnyHashable) {
+    /// Removes `handle` from the tag tables, if it is there. Mutex held.
+    private func untag(_ handle: TimerHandle) {
+        guard handle.isTagged, let tag = state.tags.removeValue(forKey: ObjectIdentifier(handle)) else { return }
         state.tagged[tag]?.remove(handle)
         if state.tagged[tag]?.isEmpty == true { state.tagged[tag] = nil }
     }
