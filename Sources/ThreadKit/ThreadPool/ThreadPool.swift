@@ -1,4 +1,11 @@
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// A fixed-size pool of named threads that recycles idle threads and collects them when idle.
 ///
@@ -49,6 +56,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// Broadcast when the last thread of a disposed pool exits.
     private let threadsGone = MonotonicCondition()
     private let completedCount = Atomic<Int>(0)
+    /// Bumped when a spinning worker has something to look at: queued work, or a shutdown.
+    private let spinnerNudge = Atomic<Int>(0)
     private var state = State()
 
     /// Creates a pool; no thread starts until the first task arrives.
@@ -192,9 +201,10 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// A consistent snapshot of the pool's threads and tasks.
     public var statistics: Statistics {
         mutex.withLock {
-            Statistics(
-                threads: state.threads, idleThreads: state.idleWorkers.count,
-                busyThreads: state.threads - state.idleWorkers.count, queuedTasks: state.queuedCount,
+            let idleThreads = state.idleWorkers.count + state.spinningWorkers
+            return Statistics(
+                threads: state.threads, idleThreads: idleThreads,
+                busyThreads: state.threads - idleThreads, queuedTasks: state.queuedCount,
                 completedTasks: completedCount.load(ordering: .relaxed), peakThreads: state.peakThreads)
         }
     }
@@ -237,6 +247,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         var queuedCount = 0
         /// Idle workers, the most recently idle last: reused first, so the others age and retire.
         var idleWorkers: [Worker] = []
+        /// Workers briefly spinning for more work before they sleep (at most one at a time).
+        var spinningWorkers = 0
         var threads = 0
         var peakThreads = 0
         var threadsStarted = 0
@@ -264,6 +276,13 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         let placement = try mutex.withLock { () throws(ThreadPoolError) -> Placement in
             while true {
                 guard case .running = state.lifecycle else { throw .disposed(pool: name) }
+                if state.queue.count < state.spinningWorkers {
+                    // A spinning worker takes it within microseconds, with no wakeup to pay for.
+                    state.queue.append(work)
+                    state.queuedCount += 1
+                    spinnerNudge.wrappingAdd(1, ordering: .releasing)
+                    return .queued
+                }
                 if let worker = state.idleWorkers.popLast() {
                     worker.assignment = claimed(work)
                     return .handedToIdle(worker)
@@ -382,44 +401,74 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         case shutDown
     }
 
+    /// How long a worker that ran out of work watches for more before it sleeps.
+    ///
+    /// Waking a sleeping thread costs a system call for the submitter and several microseconds for
+    /// the thread; a stream of short tasks would pay that per task. The spin is bounded, yields the
+    /// core to any other runnable thread, and only one worker spins at a time, so an idle pool
+    /// still settles into sleep at once.
+    static let spinBeforeSleeping = Duration.microseconds(50)
+
     /// The next claimed work for `worker`, waiting while idle; `nil` when the thread should exit.
     private func takeNextWork(for worker: Worker) -> Work? {
-        var exit: Exit?
-        let work: Work? = mutex.withLock {
-            while let work = state.queue.popFirst() {
-                if case .task(let task) = work, !task.claim() { continue }  // cancelled while queued
-                state.queuedCount -= 1
-                if state.blockedSubmitters > 0 { queueHasRoom.signal() }
+        mutex.lock()
+        if let work = popQueuedWork() {
+            mutex.unlock()
+            return work
+        }
+        if case .running = state.lifecycle, state.spinningWorkers == 0 {
+            state.spinningWorkers += 1
+            let nudge = spinnerNudge.load(ordering: .acquiring)
+            mutex.unlock()
+            _spinBrieflyForWork(since: nudge)
+            mutex.lock()
+            state.spinningWorkers -= 1
+            if let work = popQueuedWork() {
+                mutex.unlock()
                 return work
             }
-            if case .running = state.lifecycle {
-                let idleSince = MonotonicInstant.now()
-                state.idleWorkers.append(worker)
-                if let work = _blockingWaitForWork(worker, until: collection.retirement(idleSince: idleSince)) {
-                    return work
-                }
-                state.idleWorkers.removeAll { $0 === worker }
-                if case .running = state.lifecycle {
-                    exit = .collected(idle: idleSince.duration(to: .now()))
-                } else {
-                    exit = .shutDown
-                }
-            } else {
-                exit = .shutDown
+        }
+        var exit = Exit.shutDown
+        if case .running = state.lifecycle {
+            let idleSince = MonotonicInstant.now()
+            state.idleWorkers.append(worker)
+            if let work = _blockingWaitForWork(worker, until: collection.retirement(idleSince: idleSince)) {
+                mutex.unlock()
+                return work
             }
-            state.threads -= 1
-            if state.isTerminated { threadsGone.broadcast() }
-            return nil
+            state.idleWorkers.removeAll { $0 === worker }
+            if case .running = state.lifecycle { exit = .collected(idle: idleSince.duration(to: .now())) }
         }
+        state.threads -= 1
+        if state.isTerminated { threadsGone.broadcast() }
+        mutex.unlock()
         switch exit {
-        case .collected(let idle)?:
+        case .collected(let idle):
             Log.log(.threadPool, "\(name): collected \(name) Thread\(worker.number), idle for \(idle)")
-        case .shutDown?:
+        case .shutDown:
             Log.log(.threadPool, "\(name): Thread\(worker.number) exits, the pool is disposed")
-        case nil:
-            break
         }
-        return work
+        return nil
+    }
+
+    /// The first queued work that was not cancelled, claimed. Mutex held.
+    private func popQueuedWork() -> Work? {
+        while let work = state.queue.popFirst() {
+            if case .task(let task) = work, !task.claim() { continue }  // cancelled while queued
+            state.queuedCount -= 1
+            if state.blockedSubmitters > 0 { queueHasRoom.signal() }
+            return work
+        }
+        return nil
+    }
+
+    /// Watches, without the mutex, for a nudge from a submitter or a shutdown, for a few microseconds.
+    private func _spinBrieflyForWork(since nudge: Int) {
+        let deadline = MonotonicInstant.now().advanced(by: Self.spinBeforeSleeping)
+        while spinnerNudge.load(ordering: .acquiring) == nudge {
+            sched_yield()
+            if MonotonicInstant.now() >= deadline { return }
+        }
     }
 
     /// Sleeps until `worker` is handed work (returned), the pool shuts down, or `retirement` comes
@@ -440,6 +489,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// Wakes blocked submitters (they throw) and returns the idle workers to signal after unlocking.
     private func wakeForShutdown() -> [Worker] {
         queueHasRoom.broadcast()
+        spinnerNudge.wrappingAdd(1, ordering: .releasing)
         if state.isTerminated { threadsGone.broadcast() }
         return state.idleWorkers
     }
