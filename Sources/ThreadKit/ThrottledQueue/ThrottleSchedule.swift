@@ -108,10 +108,11 @@ struct ThrottleSchedule<Item> {
     }
 
     /// When a task nested in the running one (a `sync` from inside it) may start: the gap from the
-    /// last start, the pause and the rate limit apply; the running task's end cannot.
+    /// last start, the pause and the rate limit apply; the running task's end cannot. After an earlier
+    /// nested task has ended, the monitor's rule applies to that one in full (`.serial` counts from its end).
     func nestedStart() -> MonotonicInstant {
         var earliest = MonotonicInstant(nanoseconds: 0)
-        if let last { earliest = last.start.advanced(by: last.gap) }
+        if let last { earliest = gapEnd(after: last) }
         return constrained(earliest)
     }
 
@@ -146,14 +147,18 @@ struct ThrottleSchedule<Item> {
 
     private func earliestStart() -> MonotonicInstant {
         var earliest = MonotonicInstant(nanoseconds: 0)
-        if let last {
-            let end = last.end ?? last.start
-            switch monitor {
-            case .concurrent: earliest = max(end, last.start.advanced(by: last.gap))
-            case .serial: earliest = end.advanced(by: last.gap)
-            }
-        }
+        if let last { earliest = gapEnd(after: last) }
         return constrained(earliest)
+    }
+
+    /// The end of the gap after `last`: by the monitor once it has ended; while it still runs (only a
+    /// nested start asks then), its gap from the start.
+    private func gapEnd(after last: LastStart) -> MonotonicInstant {
+        guard let end = last.end else { return last.start.advanced(by: last.gap) }
+        switch monitor {
+        case .concurrent: return max(end, last.start.advanced(by: last.gap))
+        case .serial: return end.advanced(by: last.gap)
+        }
     }
 
     /// `earliest`, pushed past the pause and the rate limit's window.

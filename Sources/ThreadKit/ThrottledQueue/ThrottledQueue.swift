@@ -56,7 +56,8 @@ public final class ThrottledQueue: @unchecked Sendable {
     private let mutex = PThreadMutex()
     /// Signalled for the worker: work arrived, a task ended, the interval or a pause changed.
     private let changed = MonotonicCondition()
-    /// Broadcast when a ticket is granted or a task ends: for `sync` callers and `waitUntilIdle`.
+    /// Broadcast when a ticket is granted or a task ends, for `sync` callers and `waitUntilIdle`; and
+    /// when the interval or a pause changes, for a nested `sync` waiting out its gap.
     private let progress = MonotonicCondition()
     private var schedule: ThrottleSchedule<Item>
     private var hasWorker = false
@@ -97,6 +98,7 @@ public final class ThrottledQueue: @unchecked Sendable {
             mutex.withLock {
                 schedule.setInterval(newValue)
                 changed.signal()
+                progress.broadcast()
             }
         }
     }
@@ -152,6 +154,7 @@ public final class ThrottledQueue: @unchecked Sendable {
         mutex.withLock {
             schedule.resume()
             changed.signal()
+            progress.broadcast()
         }
         Log.log(.throttle, "\(label): resumed")
     }
@@ -242,6 +245,7 @@ public final class ThrottledQueue: @unchecked Sendable {
         mutex.withLock {
             schedule.pause(until: instant)
             changed.signal()
+            progress.broadcast()
         }
         Log.log(.throttle, "\(label): paused for \(MonotonicInstant.now().duration(to: instant))")
     }

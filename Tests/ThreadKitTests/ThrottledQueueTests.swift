@@ -1,0 +1,1049 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import ThreadKit
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// ThrottledQueue on real threads and real clocks.
+///
+/// Every start is checked against the rules with no tolerance in the early direction, and with
+/// 250 ms in the late one (a loaded 2-core machine). How the early check stays exact: a task measures
+/// its start first thing in its body and its end last thing, so a measured start is never earlier
+/// than the start the queue recorded, and a measured end never later than the end it recorded. The
+/// earliest allowed start of each task is then rebuilt from instants that cannot be later than the
+/// queue's own (submissions measured before the call, measured ends, and the *bound* of the previous
+/// start rather than its measured start), so a measured start below its bound is a real violation.
+///
+/// Blocking calls (`waitUntilIdle`, `sync`) run on threads of their own, never on Swift's
+/// cooperative pool, so the suite never starves other suites' tasks. The suite is serialized: its
+/// timing is its own.
+@Suite("ThrottledQueue", .serialized, .timeLimit(.minutes(1)))
+struct ThrottledQueueTests {
+    typealias Instant = ContinuousClock.Instant
+
+    /// How late a start may be on a loaded machine.
+    static let lateness = Duration.milliseconds(250)
+
+    // MARK: - Helpers
+
+    /// What one task saw.
+    struct Run: Sendable {
+        var tag: Int
+        /// Measured first thing in the task's body.
+        var start: Instant
+        /// Measured last thing in the task's body.
+        var end: Instant
+        var threadName: String
+        /// The thread that ran the task (`nil` for async work, which may move between threads).
+        var thread: ObjectIdentifier?
+    }
+
+    /// Collects what tasks saw, from any thread.
+    final class Recorder: Sendable {
+        private let runs = Mutex<[Run]>([])
+
+        /// A task that records itself as `tag`, runs `body` and lasts at least `duration`.
+        func task(_ tag: Int, lasting duration: Duration = .zero, _ body: @escaping @Sendable () -> Void = {}) -> @Sendable () -> Void {
+            { [self] in
+                let start = ContinuousClock.now
+                body()
+                if duration > .zero { Thread.sleep(forTimeInterval: duration.seconds) }
+                record(tag, start: start)
+            }
+        }
+
+        /// Records `tag` as having started at `start` and ending now, on this thread.
+        func record(_ tag: Int, start: Instant) {
+            let name = Thread.current.name ?? ""
+            let thread = ObjectIdentifier(Thread.current)
+            let end = ContinuousClock.now
+            runs.withLock { $0.append(Run(tag: tag, start: start, end: end, threadName: name, thread: thread)) }
+        }
+
+        /// Every run so far, in order of their starts.
+        var all: [Run] { runs.withLock { $0 }.sorted { $0.start < $1.start } }
+        var count: Int { runs.withLock { $0.count } }
+    }
+
+    /// A one-way door that tasks block on until the test opens it.
+    final class Gate: @unchecked Sendable {
+        // Sendable: `isOpen` is guarded by `condition`.
+        private let condition = NSCondition()
+        private var isOpen = false
+
+        func wait() {
+            condition.lock()
+            while !isOpen { condition.wait() }
+            condition.unlock()
+        }
+
+        func open() {
+            condition.lock()
+            isOpen = true
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+
+    /// A value shared between the test and its tasks.
+    final class Locked<Value: Sendable>: Sendable {
+        private let mutex: Mutex<Value>
+        init(_ value: Value) { mutex = Mutex(value) }
+        var value: Value { mutex.withLock { $0 } }
+        func set(_ value: Value) { mutex.withLock { $0 = value } }
+        func update(_ body: (inout Value) -> Void) { mutex.withLock { body(&$0) } }
+    }
+
+    final class Flag: Sendable {
+        private let value = Atomic<Bool>(false)
+        func set() { value.store(true, ordering: .sequentiallyConsistent) }
+        var isSet: Bool { value.load(ordering: .sequentiallyConsistent) }
+    }
+
+    struct Failure: Error, Equatable {
+        var code: Int
+    }
+
+    /// Runs `body` on a new thread, off the cooperative pool, and suspends until it returns.
+    ///
+    /// The thread names itself once running, through ThreadKit, which also sets the kernel's name:
+    /// on Linux, Foundation drops a name set before `start()` (the thread inherits its creator's),
+    /// may drop one set too early inside the thread, and reads names back from the kernel, 15 bytes at most.
+    static func onThread<T: Sendable>(named name: String = "TQ test caller", _ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread {
+                NamedThread.nameCurrentThread(name)
+                continuation.resume(with: Result { try body() })
+            }.start()
+        }
+    }
+
+    /// Resumes a continuation once, whichever of several racers comes first.
+    final class FirstOf<Value: Sendable>: Sendable {
+        private let continuation: Mutex<CheckedContinuation<Value, Never>?>
+        init(_ continuation: CheckedContinuation<Value, Never>) { self.continuation = Mutex(continuation) }
+        func resume(returning value: Value) {
+            continuation.withLock { $0.take() }?.resume(returning: value)
+        }
+    }
+
+    /// Waits for every task of `queues` to finish, off the cooperative pool.
+    ///
+    /// A queue that is still busy after `timeout` is a failure, not a hang: the issue is recorded and
+    /// the queues' waiting tasks are cancelled, so that the test can go on and end.
+    static func waitUntilIdle(_ queues: ThrottledQueue..., within timeout: Duration = .seconds(10), sourceLocation: SourceLocation = #_sourceLocation) async {
+        let timer = Mutex<Task<Void, Never>?>(nil)
+        let finished = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let first = FirstOf(continuation)
+            timer.withLock {
+                $0 = Task {
+                    try? await Task.sleep(for: timeout)
+                    first.resume(returning: false)
+                }
+            }
+            Thread {
+                for queue in queues { queue.waitUntilIdle() }
+                first.resume(returning: true)
+            }.start()
+        }
+        timer.withLock { $0?.cancel() }
+        if !finished {
+            Issue.record("the queues were still busy after \(timeout)", sourceLocation: sourceLocation)
+            for queue in queues { queue.cancelAll() }
+        }
+    }
+
+    /// Polls `condition` every 2 ms until it holds or `timeout` passes.
+    static func eventually(within timeout: Duration = .seconds(3), _ condition: @Sendable () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while !condition() {
+            if ContinuousClock.now >= deadline { return false }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return true
+    }
+
+    /// Expects `runs`, in queue order, to keep the queue's rules: never a nanosecond earlier than
+    /// allowed, and late by less than 250 ms. Returns each start's lower bound.
+    ///
+    /// - Parameters:
+    ///   - gaps: The gap after each task.
+    ///   - submitted: For each task, instants measured just before and just after its submission.
+    ///   - notBefore: A pause in force: no task starts before it.
+    @discardableResult
+    static func expectThrottled(
+        _ runs: [Run], gaps: [Duration], monitor: ThrottledQueue.Monitor = .concurrent, limit: RateLimit? = nil,
+        submitted: [ClosedRange<Instant>], notBefore: Instant? = nil,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) -> [Instant] {
+        #expect(runs.count == gaps.count, "runs", sourceLocation: sourceLocation)
+        #expect(runs.count == submitted.count, "submissions", sourceLocation: sourceLocation)
+        guard runs.count == gaps.count, runs.count == submitted.count else { return [] }
+        var lower: [Instant] = []
+        for k in runs.indices {
+            var earliest = submitted[k].lowerBound
+            var latest = submitted[k].upperBound
+            if let notBefore {
+                earliest = max(earliest, notBefore)
+                latest = max(latest, notBefore)
+            }
+            if k > 0 {
+                let previous = runs[k - 1]
+                switch monitor {
+                case .concurrent:
+                    earliest = max(earliest, previous.end, lower[k - 1] + gaps[k - 1])
+                    latest = max(latest, previous.end, previous.start + gaps[k - 1])
+                case .serial:
+                    earliest = max(earliest, previous.end + gaps[k - 1])
+                    latest = max(latest, previous.end + gaps[k - 1])
+                }
+            }
+            if let limit, k >= limit.count {
+                earliest = max(earliest, lower[k - limit.count] + limit.window)
+                latest = max(latest, runs[k - limit.count].start + limit.window)
+            }
+            lower.append(earliest)
+            #expect(runs[k].start >= earliest, "task \(runs[k].tag) started \(earliest - runs[k].start) early", sourceLocation: sourceLocation)
+            #expect(runs[k].start - latest < lateness, "task \(runs[k].tag) started \(runs[k].start - latest) late", sourceLocation: sourceLocation)
+        }
+        return lower
+    }
+
+    /// The same submission window for `count` tasks.
+    static func submitted(_ range: ClosedRange<Instant>, count: Int) -> [ClosedRange<Instant>] {
+        Array(repeating: range, count: count)
+    }
+
+    /// The kernel's names of this process's threads.
+    static func kernelThreadNames() -> [String] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
+            .map { $0.trimmingCharacters(in: .newlines) }
+    }
+
+    /// The kernel's name of the calling thread.
+    static func kernelNameOfCurrentThread() -> String? {
+        (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.trimmingCharacters(in: .newlines)
+    }
+
+    // MARK: - Starting at once, and never early
+
+    @Test("The first task on an idle queue starts at once; after its gap has passed, a new task starts at once again")
+    func idleQueueStartsAtOnce() async throws {
+        let queue = ThrottledQueue(label: "TQ idle", interval: .milliseconds(200))
+        let recorder = Recorder()
+        let before0 = ContinuousClock.now
+        try queue.async(recorder.task(0))
+        let after0 = ContinuousClock.now
+        try queue.async(recorder.task(1))  // inside the gap: waits for its end
+        let after1 = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        let first = recorder.all
+        #expect(first.map(\.tag) == [0, 1])
+        try #require(first.count == 2)
+        #expect(first[0].start - before0 < .milliseconds(50), "the first task started \(first[0].start - before0) after submission")
+
+        // Wait until the gap after task 1 has passed, then submit to the idle queue.
+        try await Task.sleep(until: first[1].start + .milliseconds(230))
+        let before2 = ContinuousClock.now
+        try queue.async(recorder.task(2))
+        let after2 = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1, 2])
+        try #require(runs.count == 3)
+        #expect(runs[2].start - before2 < .milliseconds(50), "a task on an idle queue started \(runs[2].start - before2) after submission")
+        Self.expectThrottled(
+            runs, gaps: Array(repeating: .milliseconds(200), count: 3),
+            submitted: [before0...after0, after0...after1, before2...after2])
+    }
+
+    @Test(".concurrent follows a task longer than the interval at once")
+    func concurrentFollowsALongTaskAtOnce() async throws {
+        let queue = ThrottledQueue(label: "TQ concurrent", interval: .milliseconds(200), monitor: .concurrent)
+        let recorder = Recorder()
+        let before = ContinuousClock.now
+        try queue.async(recorder.task(0, lasting: .milliseconds(300)))
+        try queue.async(recorder.task(1, lasting: .milliseconds(20)))
+        try queue.async(recorder.task(2))
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1, 2])
+        try #require(runs.count == 3)
+        #expect(runs[1].start >= runs[0].end)
+        #expect(runs[1].start - runs[0].end < .milliseconds(100), "followed the long task after \(runs[1].start - runs[0].end), not at once")
+        Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(200), count: 3), submitted: Self.submitted(before...after, count: 3))
+    }
+
+    @Test(".serial counts the gap from the previous task's end")
+    func serialCountsFromTheEnd() async throws {
+        let queue = ThrottledQueue(label: "TQ serial", interval: .milliseconds(100), monitor: .serial)
+        let recorder = Recorder()
+        let before = ContinuousClock.now
+        try queue.async(recorder.task(0, lasting: .milliseconds(150)))
+        try queue.async(recorder.task(1, lasting: .milliseconds(10)))
+        try queue.async(recorder.task(2))
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1, 2])
+        try #require(runs.count == 3)
+        #expect(runs[1].start >= runs[0].end + .milliseconds(100))
+        #expect(runs[2].start >= runs[1].end + .milliseconds(100))
+        Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(100), count: 3), monitor: .serial, submitted: Self.submitted(before...after, count: 3))
+    }
+
+    @Test("AHDispatch: serial monitor always waits 1 s; execution time floored to whole seconds — ours: exact times")
+    func serialGapIsExact() async throws {
+        // A 30 ms gap after a 15 ms task, then after a 150 ms one: the next start is the end plus
+        // 30 ms, not a whole second later, and the execution time is not floored to zero seconds
+        // (which would let the next task start 30 ms after the previous start).
+        let queue = ThrottledQueue(label: "TQ serial exact", interval: .milliseconds(30), monitor: .serial)
+        let recorder = Recorder()
+        let before = ContinuousClock.now
+        try queue.async(recorder.task(0, lasting: .milliseconds(15)))
+        try queue.async(recorder.task(1, lasting: .milliseconds(150)))
+        try queue.async(recorder.task(2))
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1, 2])
+        try #require(runs.count == 3)
+        for k in 1..<3 {
+            let gap = runs[k].start - runs[k - 1].end
+            #expect(gap >= .milliseconds(30))
+            #expect(gap < .milliseconds(30) + Self.lateness, "the gap after task \(k - 1) was \(gap), not about 30 ms")
+        }
+        Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(30), count: 3), monitor: .serial, submitted: Self.submitted(before...after, count: 3))
+    }
+
+    // MARK: - Intervals
+
+    @Test("An explicit interval: applies after that one task only (async and sync)")
+    func explicitIntervalAppliesToOneTask() async throws {
+        let queue = ThrottledQueue(label: "TQ explicit", interval: .milliseconds(40))
+        let recorder = Recorder()
+        let before = ContinuousClock.now
+        try queue.async(interval: .milliseconds(400), recorder.task(0))
+        try queue.async(recorder.task(1))
+        try queue.async(recorder.task(2))
+        let after = ContinuousClock.now
+        let syncReturned: Int = try await Self.onThread {
+            queue.sync(interval: .milliseconds(300)) {
+                let start = ContinuousClock.now
+                recorder.record(3, start: start)
+                return 3
+            }
+        }
+        #expect(syncReturned == 3)
+        let after3 = ContinuousClock.now
+        try queue.async(recorder.task(4))
+        try queue.async(recorder.task(5))
+        let after5 = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1, 2, 3, 4, 5])
+        try #require(runs.count == 6)
+        // Not 400 ms after task 1, nor 300 ms after task 4: the default 40 ms.
+        #expect(runs[2].start - runs[1].start < .milliseconds(40) + Self.lateness)
+        #expect(runs[5].start - runs[4].start < .milliseconds(40) + Self.lateness)
+        Self.expectThrottled(
+            runs, gaps: [.milliseconds(400), .milliseconds(40), .milliseconds(40), .milliseconds(300), .milliseconds(40), .milliseconds(40)],
+            submitted: Self.submitted(before...after, count: 3) + [after...after3, after3...after5, after3...after5])
+    }
+
+    @Test("Changing interval with tasks queued: .all reaches all, .defaultOnly the default ones, .none none",
+          arguments: [ThrottledQueue.Mutability.all, .defaultOnly, .none])
+    func mutabilityWithQueuedTasks(mutability: ThrottledQueue.Mutability) async throws {
+        // Tasks 0, 2 and 3 take the queue's interval (300 ms), task 1 has its own (300 ms). Task 0
+        // changes the interval to 20 ms while it runs, with 1, 2 and 3 queued.
+        let queue = ThrottledQueue(label: "TQ mutability", interval: .milliseconds(300), mutability: mutability)
+        let recorder = Recorder()
+        queue.pause(for: .seconds(60))  // so that everything is queued before task 0 runs
+        let before = ContinuousClock.now
+        try queue.async(recorder.task(0) { queue.interval = .milliseconds(20) })
+        try queue.async(interval: .milliseconds(300), recorder.task(1))
+        try queue.async(recorder.task(2))
+        try queue.async(recorder.task(3))
+        #expect(queue.pendingCount == 4)
+        queue.resume()
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        let fast = Duration.milliseconds(20), slow = Duration.milliseconds(300)
+        let gaps: [Duration] = switch mutability {
+        case .all: [fast, fast, fast, fast]
+        case .defaultOnly: [fast, slow, fast, fast]
+        case .none: [slow, slow, slow, fast]
+        }
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1, 2, 3])
+        #expect(queue.interval == fast)
+        Self.expectThrottled(runs, gaps: gaps, submitted: Self.submitted(before...after, count: 4))
+    }
+
+    @Test("AHDispatch: .none behaves like .defaultOnly — ours: .none keeps the gaps captured at submission")
+    func noneKeepsGapsCapturedAtSubmission() async throws {
+        let none = ThrottledQueue(label: "TQ none", interval: .milliseconds(300), mutability: .none)
+        let defaultOnly = ThrottledQueue(label: "TQ defaultOnly", interval: .milliseconds(300), mutability: .defaultOnly)
+        let noneRecorder = Recorder(), defaultOnlyRecorder = Recorder()
+        none.pause(for: .seconds(60))
+        defaultOnly.pause(for: .seconds(60))
+        let before = ContinuousClock.now
+        for tag in 0..<3 {
+            try none.async(noneRecorder.task(tag))
+            try defaultOnly.async(defaultOnlyRecorder.task(tag))
+        }
+        // Default-interval tasks queued: only .defaultOnly lets the change reach them.
+        none.interval = .milliseconds(20)
+        defaultOnly.interval = .milliseconds(20)
+        none.resume()
+        defaultOnly.resume()
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(none, defaultOnly)
+
+        let noneRuns = noneRecorder.all, defaultOnlyRuns = defaultOnlyRecorder.all
+        try #require(noneRuns.count == 3 && defaultOnlyRuns.count == 3)
+        Self.expectThrottled(noneRuns, gaps: [.milliseconds(300), .milliseconds(300), .milliseconds(20)], submitted: Self.submitted(before...after, count: 3))
+        Self.expectThrottled(defaultOnlyRuns, gaps: Array(repeating: .milliseconds(20), count: 3), submitted: Self.submitted(before...after, count: 3))
+        #expect(noneRuns[2].start - noneRuns[0].start >= .milliseconds(600))
+        #expect(defaultOnlyRuns[2].start - defaultOnlyRuns[0].start < .milliseconds(600))
+    }
+
+    // MARK: - sync
+
+    @Test("sync returns the work's value and rethrows its error")
+    func syncReturnsAndRethrows() async throws {
+        let queue = ThrottledQueue(label: "TQ sync value", interval: .milliseconds(20))
+        let values: [Int] = try await Self.onThread {
+            var values = [queue.sync { 42 }, queue.sync(interval: .zero) { 43 }]
+            do {
+                try queue.sync { () throws -> Void in throw Failure(code: 7) }
+                values.append(0)
+            } catch let failure as Failure {
+                values.append(failure.code)
+            } catch {
+                values.append(-1)
+            }
+            do {
+                _ = try queue.sync(interval: .milliseconds(5)) { () throws -> Int in throw Failure(code: 8) }
+            } catch let failure as Failure {
+                values.append(failure.code)
+            } catch {
+                values.append(-1)
+            }
+            values.append(queue.sync { 44 })  // a thrown error ended its task: the queue goes on
+            return values
+        }
+        #expect(values == [42, 43, 7, 8, 44])
+        #expect(queue.pendingCount == 0)
+    }
+
+    @Test("sync returns once its work has run, long before the gap that follows it")
+    func syncReturnsBeforeTheFollowingGap() async throws {
+        let queue = ThrottledQueue(label: "TQ sync gap", interval: .milliseconds(500))
+        let recorder = Recorder()
+        let (before, returned, afterSecond): (Instant, Instant, Instant) = try await Self.onThread {
+            let before = ContinuousClock.now
+            queue.sync { recorder.record(0, start: .now) }
+            let returned = ContinuousClock.now
+            queue.sync { recorder.record(1, start: .now) }
+            return (before, returned, ContinuousClock.now)
+        }
+        #expect(returned - before < Self.lateness, "the first sync on an idle queue took \(returned - before), the gap is 500 ms")
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1])
+        try #require(runs.count == 2)
+        #expect(afterSecond >= runs[1].end)
+        Self.expectThrottled(runs, gaps: [.milliseconds(500), .milliseconds(500)], submitted: [before...returned, returned...afterSecond])
+    }
+
+    @Test("A sync from inside the queue's own task does not deadlock: it waits the gap and runs there, ahead of queued tasks")
+    func nestedSyncRunsInPlace() async throws {
+        let queue = ThrottledQueue(label: "TQ nested", interval: .milliseconds(100))
+        let recorder = Recorder()
+        let outerThread = Locked<ObjectIdentifier?>(nil)
+        let nestedResult = Locked<[Int]>([])
+        queue.pause(for: .seconds(60))
+        let before = ContinuousClock.now
+        try queue.async {
+            let start = ContinuousClock.now
+            outerThread.set(ObjectIdentifier(Thread.current))
+            let value = queue.sync { () -> Int in
+                recorder.record(1, start: .now)
+                return 11
+            }
+            var caught = 0
+            do {
+                try queue.sync(interval: .zero) { () throws -> Void in
+                    recorder.record(2, start: .now)
+                    throw Failure(code: 12)
+                }
+            } catch let failure as Failure {
+                caught = failure.code
+            } catch {
+                caught = -1
+            }
+            nestedResult.set([value, caught])
+            recorder.record(0, start: start)
+        }
+        try queue.async(recorder.task(3))
+        queue.resume()
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        #expect(nestedResult.value == [11, 12])
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1, 2, 3], "the nested syncs ran inside task 0, before task 3")
+        try #require(runs.count == 4)
+        let outer = try #require(outerThread.value)
+        #expect(runs[1].thread == outer && runs[2].thread == outer, "nested syncs run on the task's own thread")
+        #expect(runs[3].start >= runs[0].end)
+        // Starts in order: outer (gap 100), nested (gap 100), nested (gap 0), queued task 3.
+        var lower = before
+        #expect(runs[1].start >= lower + .milliseconds(100))
+        lower = lower + .milliseconds(100)
+        #expect(runs[2].start >= lower + .milliseconds(100))
+        lower = lower + .milliseconds(100)
+        #expect(runs[3].start >= max(lower, runs[0].end))
+        #expect(runs[3].start - max(runs[2].start, runs[0].end) < Self.lateness)
+        #expect(runs[1].start - after < .milliseconds(100) + Self.lateness)
+        #expect(queue.pendingCount == 0)
+    }
+
+    @Test(".serial: a nested sync after another nested sync counts its gap from that one's end")
+    func nestedSyncsFollowTheSerialMonitor() async throws {
+        let queue = ThrottledQueue(label: "TQ nested serial", interval: .milliseconds(50), monitor: .serial)
+        let recorder = Recorder()
+        try queue.async(recorder.task(0) {
+            queue.sync { recorder.record(1, start: .now) }
+            queue.sync { recorder.task(2, lasting: .milliseconds(150))() }
+            queue.sync { recorder.record(3, start: .now) }
+        })
+        await Self.waitUntilIdle(queue)
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1, 2, 3])
+        try #require(runs.count == 4)
+        #expect(runs[2].start >= runs[1].end + .milliseconds(50))
+        #expect(runs[3].start >= runs[2].end + .milliseconds(50), "started \(runs[3].start - runs[2].end) after the previous nested task's end")
+        #expect(runs[3].start - runs[2].end < .milliseconds(50) + Self.lateness)
+    }
+
+    @Test("resume() reaches a nested sync that waits out a pause")
+    func resumeReachesANestedSync() async throws {
+        let queue = ThrottledQueue(label: "TQ nested resume", interval: .zero)
+        let recorder = Recorder()
+        let paused = Flag()
+        try queue.async(recorder.task(0) {
+            queue.pause(for: .seconds(5))
+            paused.set()
+            queue.sync { recorder.record(1, start: .now) }
+        })
+        #expect(await Self.eventually { paused.isSet })
+        try await Task.sleep(for: .milliseconds(100))
+        let resumed = ContinuousClock.now
+        queue.resume()
+        await Self.waitUntilIdle(queue)
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1])
+        try #require(runs.count == 2)
+        #expect(runs[1].start >= resumed)
+        #expect(runs[1].start - resumed < Self.lateness, "the nested sync started \(runs[1].start - resumed) after resume()")
+    }
+
+    @Test("A sync from another thread waits its turn behind queued tasks and runs on the calling thread")
+    func syncFromAnotherThreadRunsOnCaller() async throws {
+        let queue = ThrottledQueue(label: "TQsync", interval: .milliseconds(50))
+        let recorder = Recorder()
+        queue.pause(for: .seconds(60))
+        let before = ContinuousClock.now
+        try queue.async(recorder.task(0))
+        try queue.async(recorder.task(1))
+        let caller = Task {
+            try await Self.onThread {
+                queue.sync { () -> String in
+                    recorder.record(2, start: .now)
+                    return Thread.current.name ?? ""
+                }
+            }
+        }
+        #expect(await Self.eventually { queue.pendingCount == 3 })
+        try queue.async(recorder.task(3))
+        queue.resume()
+        let after = ContinuousClock.now
+        #expect(try await caller.value == "TQ test caller")
+        await Self.waitUntilIdle(queue)
+
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1, 2, 3])
+        try #require(runs.count == 4)
+        #expect(runs[2].threadName == "TQ test caller")
+        #expect(runs[0].threadName == "TQsync Thread1")
+        Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(50), count: 4), submitted: Self.submitted(before...after, count: 4))
+    }
+
+    @Test("AHDispatch: sync from main deadlocks, the gap needs the main queue — ours: sync from the test's own thread, no run loop")
+    func syncNeedsNoMainQueue() throws {
+        // Called on the test's own thread (a cooperative-pool thread with no run loop), twice so
+        // that the second waits out a gap.
+        let queue = ThrottledQueue(label: "TQ no main", interval: .milliseconds(60))
+        let before = ContinuousClock.now
+        let first = queue.sync { ContinuousClock.now }
+        let second = queue.sync { ContinuousClock.now }
+        #expect(second >= before + .milliseconds(60))
+        #expect(second - first < .milliseconds(60) + Self.lateness)
+    }
+
+    // MARK: - Independence
+
+    @Test("AHDispatch 0.9.1: two global locks serialise all queues — ours: two queues of 100 ms × 5 tasks finish in about 400 ms")
+    func twoQueuesAreIndependent() async throws {
+        let queues = [ThrottledQueue(label: "TQ pair A", interval: .milliseconds(100)), ThrottledQueue(label: "TQ pair B", interval: .milliseconds(100))]
+        let recorders = [Recorder(), Recorder()]
+        let before = ContinuousClock.now
+        for tag in 0..<5 {
+            for side in 0..<2 { try queues[side].async(recorders[side].task(tag)) }
+        }
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(queues[0], queues[1])
+        let total = ContinuousClock.now - before
+
+        #expect(total >= .milliseconds(400))
+        #expect(total < .milliseconds(800), "two independent queues took \(total)")
+        for side in 0..<2 {
+            let runs = recorders[side].all
+            #expect(runs.map(\.tag) == [0, 1, 2, 3, 4])
+            Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(100), count: 5), submitted: Self.submitted(before...after, count: 5))
+        }
+    }
+
+    // MARK: - Rate limits
+
+    @Test("A rate limit of n per window is never exceeded over any window", arguments: [
+        (Duration.zero, RateLimit.rate(3, per: .milliseconds(300)), 10),
+        (Duration.milliseconds(50), RateLimit.rate(2, per: .milliseconds(250)), 7),
+    ])
+    func rateLimitIsNeverExceeded(interval: Duration, limit: RateLimit, count: Int) async throws {
+        let queue = ThrottledQueue(label: "TQ rate", interval: interval, limit: limit)
+        let recorder = Recorder()
+        let before = ContinuousClock.now
+        for tag in 0..<count { try queue.async(recorder.task(tag)) }
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == Array(0..<count))
+        try #require(runs.count == count)
+        // Every window: the (i+n)th start is at least a window after the i-th (whose lower bound
+        // stands for it, exactly), so no window of that length holds more than n starts.
+        let lower = Self.expectThrottled(runs, gaps: Array(repeating: interval, count: count), limit: limit, submitted: Self.submitted(before...after, count: count))
+        for i in runs.indices.dropLast(limit.count) {
+            #expect(runs[i + limit.count].start >= lower[i] + limit.window, "more than \(limit) starting at task \(i)")
+        }
+        // And the limit does not hold back more than it must: n start at once.
+        #expect(runs[limit.count - 1].start - before < Self.lateness)
+    }
+
+    // MARK: - Pauses
+
+    @Test("pause(for:) holds the next start; a shorter pause does not shorten it")
+    func pauseForHoldsTheNextStart() async throws {
+        let queue = ThrottledQueue(label: "TQ pause for", interval: .milliseconds(50))
+        let recorder = Recorder()
+        let before = ContinuousClock.now
+        queue.pause(for: .milliseconds(300))
+        queue.pause(for: .milliseconds(100))
+        try queue.async(recorder.task(0))
+        try queue.async(recorder.task(1))
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1])
+        Self.expectThrottled(runs, gaps: [.milliseconds(50), .milliseconds(50)], submitted: Self.submitted(before...after, count: 2), notBefore: before + .milliseconds(300))
+    }
+
+    @Test("pause(until:) during a gap holds the next task until the deadline; an earlier pause(until:) does not shorten it")
+    func pauseUntilDuringAGap() async throws {
+        let queue = ThrottledQueue(label: "TQ pause until", interval: .milliseconds(50))
+        let recorder = Recorder()
+        let deadline = Locked<Instant?>(nil)
+        let before = ContinuousClock.now
+        try queue.async(recorder.task(0))
+        try queue.async(recorder.task(1) {
+            let until = ContinuousClock.now + .milliseconds(300)
+            deadline.set(until)
+            queue.pause(until: until)
+            queue.pause(until: ContinuousClock.now + .milliseconds(10))
+        })
+        try queue.async(recorder.task(2))
+        try queue.async(recorder.task(3))
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1, 2, 3])
+        try #require(runs.count == 4)
+        let until = try #require(deadline.value)
+        #expect(runs[2].start >= until)
+        #expect(runs[2].start - until < Self.lateness)
+        let gaps = Array(repeating: Duration.milliseconds(50), count: 4)
+        Self.expectThrottled(Array(runs[0...1]), gaps: Array(gaps[0...1]), submitted: Self.submitted(before...after, count: 2))
+        Self.expectThrottled(Array(runs[2...3]), gaps: Array(gaps[2...3]), submitted: [until...until, after...after])
+        #expect(runs[3].start >= until + .milliseconds(50))
+    }
+
+    @Test("resume() ends a pause at once but keeps the gap")
+    func resumeEndsAPause() async throws {
+        let queue = ThrottledQueue(label: "TQ resume", interval: .milliseconds(200))
+        let recorder = Recorder()
+        queue.pause(for: .seconds(60))
+        try queue.async(recorder.task(0))
+        try queue.async(recorder.task(1))
+        try await Task.sleep(for: .milliseconds(150))
+        #expect(recorder.count == 0, "a task started during a pause")
+        #expect(queue.pendingCount == 2)
+
+        let resumed = ContinuousClock.now
+        queue.resume()
+        let after = ContinuousClock.now
+        await Self.waitUntilIdle(queue)
+        let runs = recorder.all
+        #expect(runs.map(\.tag) == [0, 1])
+        Self.expectThrottled(runs, gaps: [.milliseconds(200), .milliseconds(200)], submitted: Self.submitted(resumed...after, count: 2))
+    }
+
+    // MARK: - cancelAll, waitUntilIdle, pendingCount
+
+    @Test("cancelAll() returns exactly how many queued tasks will never run, and they never do")
+    func cancelAllRemovesQueuedTasks() async throws {
+        let queue = ThrottledQueue(label: "TQ cancelAll", interval: .milliseconds(10))
+        let recorder = Recorder()
+        let gate = Gate(), started = Flag()
+        try queue.async(recorder.task(0) {
+            started.set()
+            gate.wait()
+        })
+        for tag in 1...5 { try queue.async(recorder.task(tag)) }
+        #expect(await Self.eventually { started.isSet })
+        #expect(queue.pendingCount == 5)
+        #expect(queue.cancelAll() == 5)
+        #expect(queue.pendingCount == 0)
+        #expect(queue.cancelAll() == 0)
+        gate.open()
+        await Self.waitUntilIdle(queue)
+        try await Task.sleep(for: .milliseconds(150))
+        #expect(recorder.all.map(\.tag) == [0], "cancelled tasks ran")
+
+        // The queue goes on.
+        try queue.async(recorder.task(6))
+        await Self.waitUntilIdle(queue)
+        #expect(recorder.all.map(\.tag) == [0, 6])
+    }
+
+    @Test("cancelAll() hands back run waiters (CancellationError) and queued tasks, but a blocked sync caller keeps its place")
+    func cancelAllAndWaiters() async throws {
+        let queue = ThrottledQueue(label: "TQ cancel waiters", interval: .milliseconds(10))
+        let gate = Gate(), started = Flag(), runRan = Flag(), asyncRan = Flag(), syncRan = Flag()
+        try queue.async {
+            started.set()
+            gate.wait()
+        }
+        #expect(await Self.eventually { started.isSet })
+        let waiter = Task { try await queue.run { runRan.set() } }
+        #expect(await Self.eventually { queue.pendingCount == 1 })
+        let syncCaller = Task {
+            try await Self.onThread {
+                queue.sync { () -> Int in
+                    syncRan.set()
+                    return 5
+                }
+            }
+        }
+        #expect(await Self.eventually { queue.pendingCount == 2 })
+        try queue.async { asyncRan.set() }
+        #expect(queue.pendingCount == 3)
+
+        #expect(queue.cancelAll() == 2)
+        #expect(queue.pendingCount == 1)
+        gate.open()  // before awaiting the waiter: had it stayed queued, it would now run, not hang
+        await #expect(throws: CancellationError.self) { try await waiter.value }
+        #expect(try await syncCaller.value == 5)
+        await Self.waitUntilIdle(queue)
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(syncRan.isSet)
+        #expect(!runRan.isSet)
+        #expect(!asyncRan.isSet)
+    }
+
+    @Test("waitUntilIdle() returns when every accepted task has finished, not after the gap that follows")
+    func waitUntilIdleSkipsTheLastGap() async throws {
+        let queue = ThrottledQueue(label: "TQ idle wait", interval: .milliseconds(300))
+        let recorder = Recorder()
+        await Self.waitUntilIdle(queue)  // an idle queue: at once
+        let before = ContinuousClock.now
+        try queue.async(recorder.task(0))
+        try queue.async(recorder.task(1, lasting: .milliseconds(20)))
+        let after = ContinuousClock.now
+        let (countAtReturn, returned): (Int, Instant) = try await Self.onThread {
+            queue.waitUntilIdle()
+            return (recorder.count, ContinuousClock.now)
+        }
+        #expect(countAtReturn == 2)
+        let runs = recorder.all
+        try #require(runs.count == 2)
+        #expect(returned >= runs[1].end)
+        #expect(returned - runs[1].end < Self.lateness, "waitUntilIdle returned \(returned - runs[1].end) after the last task, the gap is 300 ms")
+        Self.expectThrottled(runs, gaps: [.milliseconds(300), .milliseconds(300)], submitted: Self.submitted(before...after, count: 2))
+    }
+
+    @Test("pendingCount counts accepted tasks that have not started")
+    func pendingCountCountsNotStarted() async throws {
+        let queue = ThrottledQueue(label: "TQ pending", interval: .zero)
+        #expect(queue.pendingCount == 0)
+        let gate = Gate(), started = Flag()
+        queue.pause(for: .seconds(60))
+        try queue.async {
+            started.set()
+            gate.wait()
+        }
+        for _ in 0..<3 { try queue.async {} }
+        #expect(queue.pendingCount == 4)
+        queue.resume()
+        #expect(await Self.eventually { started.isSet })
+        #expect(queue.pendingCount == 3, "the running task is no longer pending")
+        gate.open()
+        await Self.waitUntilIdle(queue)
+        #expect(queue.pendingCount == 0)
+    }
+
+    // MARK: - run
+
+    @Test("run throttles async work: one at a time, starts spaced by the interval, each returning its value")
+    func runThrottlesAsyncWork() async throws {
+        let queue = ThrottledQueue(label: "TQ run", interval: .milliseconds(100))
+        let before = ContinuousClock.now
+        let runs = try await withThrowingTaskGroup(of: Run.self) { group in
+            for tag in 0..<4 {
+                group.addTask {
+                    try await queue.run {
+                        let start = ContinuousClock.now
+                        try await Task.sleep(for: .milliseconds(10))
+                        return Run(tag: tag, start: start, end: .now, threadName: "", thread: nil)
+                    }
+                }
+            }
+            return try await group.reduce(into: [Run]()) { $0.append($1) }
+        }
+        let starts = runs.sorted { $0.start < $1.start }
+        #expect(Set(runs.map(\.tag)) == [0, 1, 2, 3])
+        // Whatever order the callers queued in, the k-th start is at least k gaps after the first
+        // could have been (an order statistic of starts that are each no earlier than their bound).
+        for k in starts.indices {
+            #expect(starts[k].start >= before + .milliseconds(100) * k)
+            if k > 0 {
+                #expect(starts[k].start >= starts[k - 1].end, "run work overlapped")
+                #expect(starts[k].start - max(starts[k - 1].start + .milliseconds(100), starts[k - 1].end) < Self.lateness)
+            }
+        }
+    }
+
+    @Test("run returns the work's value and rethrows its error")
+    func runReturnsAndRethrows() async throws {
+        let queue = ThrottledQueue(label: "TQ run value", interval: .milliseconds(10))
+        #expect(try await queue.run { 42 } == 42)
+        await #expect(throws: Failure(code: 3)) {
+            try await queue.run { () async throws -> Int in throw Failure(code: 3) }
+        }
+        #expect(try await queue.run { "after" } == "after")
+        #expect(queue.pendingCount == 0)
+    }
+
+    @Test("run reports its end: .serial counts the gap from the end of the async work")
+    func runReportsItsEnd() async throws {
+        let queue = ThrottledQueue(label: "TQ run serial", interval: .milliseconds(100), monitor: .serial)
+        let first = try await queue.run { () async throws -> (Instant, Instant) in
+            let start = ContinuousClock.now
+            try await Task.sleep(for: .milliseconds(150))
+            return (start, ContinuousClock.now)
+        }
+        let second = try await queue.run { ContinuousClock.now }
+        #expect(second >= first.1 + .milliseconds(100))
+        #expect(second - (first.1 + .milliseconds(100)) < Self.lateness)
+    }
+
+    @Test("A cancelled run waiter leaves the queue with CancellationError, and its work never runs")
+    func cancelledRunWaiterLeaves() async throws {
+        let queue = ThrottledQueue(label: "TQ run cancel", interval: .milliseconds(10))
+        let gate = Gate(), started = Flag(), ran = Flag()
+        try queue.async {
+            started.set()
+            gate.wait()
+        }
+        #expect(await Self.eventually { started.isSet })
+        let waiter = Task { try await queue.run { ran.set() } }
+        #expect(await Self.eventually { queue.pendingCount == 1 })
+        waiter.cancel()
+        #expect(queue.pendingCount == 0, "the cancelled waiter left the queue at once")
+        gate.open()  // before awaiting the waiter: had it stayed queued, it would now run, not hang
+        await #expect(throws: CancellationError.self) { try await waiter.value }
+        await Self.waitUntilIdle(queue)
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(!ran.isSet)
+
+        // Already cancelled before calling run: it never queues.
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            try await queue.run { ran.set() }
+        }
+        await #expect(throws: CancellationError.self) { try await early.value }
+        #expect(queue.pendingCount == 0)
+        #expect(!ran.isSet)
+        #expect(try await queue.run { 1 } == 1)
+    }
+
+    // MARK: - Threads
+
+    #if os(Linux)
+    struct ThreadUsage: Sendable {
+        var cpu: Duration
+        var voluntarySwitches: Int
+        var thread: ObjectIdentifier
+
+        /// The calling thread's CPU time and voluntary context switches.
+        static func current() -> ThreadUsage {
+            var usage = rusage()
+            #if canImport(Glibc)
+            let who = __rusage_who_t(1)  // RUSAGE_THREAD, which the Glibc module leaves out
+            #else
+            let who = RUSAGE_THREAD
+            #endif
+            _ = getrusage(who, &usage)
+            let seconds = Int64(usage.ru_utime.tv_sec) + Int64(usage.ru_stime.tv_sec)
+            let microseconds = Int64(usage.ru_utime.tv_usec) + Int64(usage.ru_stime.tv_usec)
+            return ThreadUsage(
+                cpu: .seconds(seconds) + .microseconds(microseconds), voluntarySwitches: Int(usage.ru_nvcsw),
+                thread: ObjectIdentifier(Thread.current))
+        }
+    }
+
+    @Test("AHDispatch: the gap is a busy spin — ours: waiting out a 1 s gap is a timed wait that uses no CPU")
+    func gapUsesNoCPU() async throws {
+        let queue = ThrottledQueue(label: "TQ cpu", interval: .seconds(1))
+        let atEnd = Locked<(ThreadUsage, Instant)?>(nil), atStart = Locked<(Instant, ThreadUsage)?>(nil)
+        try queue.async {
+            let usage = ThreadUsage.current()
+            atEnd.set((usage, .now))
+        }
+        try queue.async {
+            let start = ContinuousClock.now
+            let usage = ThreadUsage.current()
+            atStart.set((start, usage))
+        }
+        await Self.waitUntilIdle(queue)
+
+        let (first, end) = try #require(atEnd.value)
+        let (start, second) = try #require(atStart.value)
+        #expect(first.thread == second.thread, "both tasks run on the queue's one worker thread")
+        #expect(start - end >= .milliseconds(900))
+        let cpu = second.cpu - first.cpu
+        let switches = second.voluntarySwitches - first.voluntarySwitches
+        #expect(cpu < .milliseconds(20), "the worker used \(cpu) of CPU during a 1 s gap")
+        #expect(switches <= 3, "the worker woke \(switches) times during a 1 s gap")
+    }
+
+    @Test("An idle queue's thread is collected by its pool, and the queue gets a new one when work comes")
+    func idleThreadIsCollected() async throws {
+        let pool = ThreadPool(name: "TQReap", size: 1, keepAlive: .milliseconds(100), collectionInterval: .milliseconds(100))
+        let queue = ThrottledQueue(label: "TQ reap", interval: .milliseconds(50), pool: pool)
+        let recorder = Recorder()
+        let seen = Locked<[(threads: Int, kernelName: String?)]>([])
+        for tag in 0..<2 {
+            try queue.async(recorder.task(tag) {
+                let threads = pool.statistics.threads
+                seen.update { $0.append((threads, Self.kernelNameOfCurrentThread())) }
+            })
+        }
+        await Self.waitUntilIdle(queue)
+        let whileBusy = seen.value
+        #expect(whileBusy.map(\.threads) == [1, 1])
+        #expect(whileBusy.map(\.kernelName) == ["TQReap Thread1", "TQReap Thread1"])
+        #expect(recorder.all.map(\.threadName) == ["TQReap Thread1", "TQReap Thread1"])
+
+        #expect(await Self.eventually { pool.statistics.threads == 0 }, "the idle queue's thread was not collected")
+        #expect(await Self.eventually { !Self.kernelThreadNames().contains("TQReap Thread1") }, "the kernel still lists the thread")
+
+        try queue.async(recorder.task(2))
+        await Self.waitUntilIdle(queue)
+        #expect(recorder.all.map(\.threadName) == ["TQReap Thread1", "TQReap Thread1", "TQReap Thread2"])
+    }
+    #endif
+
+    @Test("Tasks run on a thread named after the label (\"<label> Thread1\" in the queue's own pool)")
+    func tasksRunOnANamedThread() async throws {
+        let queue = ThrottledQueue(label: "TQnames", interval: .zero)
+        let recorder = Recorder()
+        let kernelName = Locked<String?>(nil)
+        try queue.async(recorder.task(0) { kernelName.set(Self.kernelNameOfCurrentThread()) })
+        await Self.waitUntilIdle(queue)
+        #expect(recorder.all.map(\.threadName) == ["TQnames Thread1"])
+        #if os(Linux)
+        #expect(kernelName.value == "TQnames Thread1")
+        #endif
+
+        // A label too long for the kernel: Linux keeps (and Foundation there reads back) the first
+        // 15 bytes, which still start with the label.
+        let long = ThrottledQueue(label: "TQ long label", interval: .zero)
+        let longRecorder = Recorder()
+        try long.async(longRecorder.task(0))
+        await Self.waitUntilIdle(long)
+        let longName = try #require(longRecorder.all.first?.threadName)
+        #expect(longName.hasPrefix("TQ long label"))
+        #expect("TQ long label Thread1".hasPrefix(longName))
+
+        // With a given pool, the pool's name.
+        let pool = ThreadPool(name: "TQgiven", size: 2)
+        let shared = ThrottledQueue(label: "TQ given", interval: .zero, pool: pool)
+        let sharedRecorder = Recorder()
+        try shared.async(sharedRecorder.task(0))
+        await Self.waitUntilIdle(shared)
+        #expect(sharedRecorder.all.map(\.threadName) == ["TQgiven Thread1"])
+        pool.dispose()
+    }
+
+    @Test("AHDispatch: foreign queues and nil blocks silently ignored — ours: the type system rules them out; every accepted closure runs exactly once")
+    func everyAcceptedClosureRunsOnce() async throws {
+        let queue = ThrottledQueue(label: "TQ exactly once", interval: .zero)
+        // The only things a queue accepts are non-optional closures: there is no queue parameter
+        // to get wrong and no nil to pass. These conversions compile only with exactly those types.
+        let submit: (@escaping @Sendable () -> Void) throws -> Void = queue.async
+        let submitWithInterval: (Duration, @escaping @Sendable () -> Void) throws -> Void = queue.async(interval:_:)
+
+        let counts = Locked([Int](repeating: 0, count: 200))
+        let order = Locked<[Int]>([])
+        for index in 0..<200 {
+            let work: @Sendable () -> Void = {
+                counts.update { $0[index] += 1 }
+                order.update { $0.append(index) }
+            }
+            if index.isMultiple(of: 2) { try submit(work) } else { try submitWithInterval(.zero, work) }
+        }
+        await Self.waitUntilIdle(queue)
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(counts.value == [Int](repeating: 1, count: 200))
+        #expect(order.value == Array(0..<200))
+        #expect(queue.pendingCount == 0)
+    }
+}
