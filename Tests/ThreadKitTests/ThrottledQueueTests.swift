@@ -29,6 +29,11 @@ struct ThrottledQueueTests {
     /// How late a start may be on a loaded machine.
     static let lateness = Duration.milliseconds(250)
 
+    /// How late a `run` start may be: its work resumes on Swift's shared cooperative threads (two on
+    /// this machine), which other suites running in parallel, exit tests above all, can hold for a
+    /// while. The queue's own lateness is bounded by ``lateness``; "never early" stays exact.
+    static let asyncLateness = Duration.seconds(1)
+
     // MARK: - Helpers
 
     /// What one task saw.
@@ -855,7 +860,7 @@ struct ThrottledQueueTests {
             #expect(starts[k].start >= before + .milliseconds(100) * k)
             if k > 0 {
                 #expect(starts[k].start >= starts[k - 1].end, "run work overlapped")
-                #expect(starts[k].start - max(starts[k - 1].start + .milliseconds(100), starts[k - 1].end) < Self.lateness)
+                #expect(starts[k].start - max(starts[k - 1].start + .milliseconds(100), starts[k - 1].end) < Self.asyncLateness)
             }
         }
     }
@@ -881,7 +886,7 @@ struct ThrottledQueueTests {
         }
         let second = try await queue.run { ContinuousClock.now }
         #expect(second >= first.1 + .milliseconds(100))
-        #expect(second - (first.1 + .milliseconds(100)) < Self.lateness)
+        #expect(second - (first.1 + .milliseconds(100)) < Self.asyncLateness)
     }
 
     @Test("A cancelled run waiter leaves the queue with CancellationError, and its work never runs")
