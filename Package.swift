@@ -6,10 +6,12 @@ let package = Package(
     products: [
         .library(name: "ThreadKit", targets: ["ThreadKit"]),
         .executable(name: "threadkit-demo", targets: ["threadkit-demo"]),
+        .executable(name: "threadkit-bench", targets: ["threadkit-bench"]),
     ],
     targets: [
         .target(name: "ThreadKit"),
         .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit"]),
+        .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit"]),
         .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,241 @@
+// The measuring tools every workload shares: completion counting, sample buffers, clocks for
+// wall time, CPU time and resident memory, and a seeded random number generator.
+import Dispatch
+import Foundation
+import Glibc
+import Synchronization
+
+// MARK: - Completion
+
+/// Counts work items down to zero and wakes one waiter when the last one has run.
+///
+/// Each item calls ``tick()``: one atomic decrement (`lock xadd` on x86; the ordering is
+/// acquire-release so that everything the items wrote is visible to the waiter). The counter has 64
+/// bytes of padding on each side, so no other data shares its cache line. Only the item that brings
+/// the count to zero signals the semaphore; the waiter sleeps on it. Every implementation of every
+/// workload counts with this same type.
+final class Countdown: Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private let paddingBefore: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+    private let remaining: Atomic<Int>
+    private let paddingAfter: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+
+    init(_ count: Int) {
+        precondition(count > 0, "a countdown needs at least one item, got \(count)")
+        remaining = Atomic(count)
+    }
+
+    /// Marks one item done; the last one wakes the waiter.
+    @inline(__always)
+    func tick() {
+        if remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
+            done.signal()
+        }
+    }
+
+    /// Blocks until every item has ticked.
+    func waitForAll() {
+        done.wait()
+    }
+}
+
+// MARK: - Sample buffers
+
+/// A fixed array that items running on other threads write to, each at its own index.
+///
+/// Allocated and filled before timing starts, so no item allocates or touches a new page. Read it
+/// only after the items' ``Countdown`` has reached zero, which orders their writes before the read.
+final class SlotBuffer<Element: Sendable>: @unchecked Sendable {
+    // Sendable: each slot is written by one item and read after the countdown, never both at once.
+    let count: Int
+    private let base: UnsafeMutablePointer<Element>
+
+    init(count: Int, initialValue: Element) {
+        self.count = count
+        base = .allocate(capacity: count)
+        base.initialize(repeating: initialValue, count: count)
+    }
+
+    deinit {
+        base.deinitialize(count: count)
+        base.deallocate()
+    }
+
+    @inline(__always)
+    subscript(index: Int) -> Element {
+        get { base[index] }
+        set { base[index] = newValue }
+    }
+}
+
+typealias InstantBuffer = SlotBuffer<ContinuousClock.Instant>
+
+extension SlotBuffer where Element == ContinuousClock.Instant {
+    convenience init(count: Int) {
+        self.init(count: count, initialValue: ContinuousClock.now)
+    }
+}
+
+// MARK: - Time
+
+extension Duration {
+    /// The duration in nanoseconds, as a `Double`.
+    var nanoseconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) * 1e9 + Double(attoseconds) / 1e9
+    }
+
+    /// The duration in microseconds, as a `Double`.
+    var microseconds: Double { nanoseconds / 1e3 }
+
+    /// The same duration for Dispatch, to the nanosecond.
+    var dispatchInterval: DispatchTimeInterval {
+        .nanoseconds(Int(nanoseconds.rounded()))
+    }
+}
+
+/// Process CPU time (user + system, every thread), from `getrusage(RUSAGE_SELF)`.
+enum ProcessCPU {
+    /// CPU time used by the process so far, in nanoseconds.
+    static func nanoseconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        func ns(_ time: timeval) -> Double { Double(time.tv_sec) * 1e9 + Double(time.tv_usec) * 1e3 }
+        return ns(usage.ru_utime) + ns(usage.ru_stime)
+    }
+}
+
+/// Wall time and process CPU time over one stretch of work.
+struct Stopwatch {
+    private let wallStart = ContinuousClock.now
+    private let cpuStart = ProcessCPU.nanoseconds()
+
+    /// Nanoseconds of wall time since the stopwatch was made.
+    var wallNanoseconds: Double { (ContinuousClock.now - wallStart).nanoseconds }
+
+    /// Nanoseconds of process CPU time since the stopwatch was made.
+    var cpuNanoseconds: Double { ProcessCPU.nanoseconds() - cpuStart }
+}
+
+/// Busy-waits for `duration`: work of a known length that does not depend on the scheduler.
+func spin(for duration: Duration) {
+    let end = ContinuousClock.now + duration
+    while ContinuousClock.now < end {}
+}
+
+/// Sleeps until `deadline` on `CLOCK_MONOTONIC`, as an absolute deadline (no drift from a loop).
+func sleep(untilMonotonic deadline: timespec) {
+    var deadline = deadline
+    while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nil) == EINTR {}
+}
+
+/// The current time of `CLOCK_MONOTONIC`.
+func monotonicNow() -> timespec {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return now
+}
+
+extension timespec {
+    /// This time moved `nanoseconds` later.
+    func advanced(byNanoseconds nanoseconds: Int) -> timespec {
+        let total = Int(tv_sec) * 1_000_000_000 + Int(tv_nsec) + nanoseconds
+        return timespec(tv_sec: total / 1_000_000_000, tv_nsec: total % 1_000_000_000)
+    }
+}
+
+// MARK: - Memory
+
+enum Memory {
+    private static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+
+    /// The process's resident set in bytes: the second field of `/proc/self/statm`, in pages.
+    static func residentBytes() -> Int {
+        let fd = open("/proc/self/statm", O_RDONLY)
+        guard fd >= 0 else { return 0 }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let length = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard length > 0 else { return 0 }
+        let fields = buffer[..<length].split(separator: UInt8(ascii: " "))
+        guard fields.count > 1, let pages = Int(String(decoding: fields[1], as: UTF8.self)) else { return 0 }
+        return pages * pageSize
+    }
+
+    private typealias MallocTrim = @convention(c) (Int) -> Int32
+    private static let mallocTrim: MallocTrim? = {
+        guard let address = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return nil }
+        return unsafeBitCast(address, to: MallocTrim.self)
+    }()
+
+    /// Gives freed heap memory back to the kernel (`malloc_trim(0)`), where the C library has it.
+    static func trim() {
+        _ = mallocTrim?(0)
+    }
+}
+
+// MARK: - Random numbers
+
+/// SplitMix64: a small seeded generator, so every implementation gets exactly the same inputs.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) {
+        state = seed
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+// MARK: - Threads
+
+/// Starts `count` threads that each run `body(index)` once `start` is opened, and returns once
+/// every one of them is running, so starting them is not part of what is timed.
+final class ProducerThreads: Sendable {
+    private let gate = DispatchSemaphore(value: 0)
+    private let count: Int
+
+    init(count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+        self.count = count
+        let ready = DispatchSemaphore(value: 0)
+        for index in 0..<count {
+            let thread = Thread { [gate] in
+                ready.signal()
+                gate.wait()
+                body(index)
+            }
+            thread.name = "bench producer \(index + 1)"
+            thread.start()
+        }
+        for _ in 0..<count { ready.wait() }
+    }
+
+    /// Lets every producer go.
+    func start() {
+        for _ in 0..<count { gate.signal() }
+    }
+}
+
+// MARK: - Calibration
+
+enum Calibration {
+    /// Nanoseconds per ``Countdown/tick()`` when two threads tick one counter as fast as they can:
+    /// the most that completion counting can add to an item, as the counter's cache line moves
+    /// between cores on every tick.
+    static func countingCost(ticks: Int) -> Double {
+        let countdown = Countdown(ticks)
+        let threads = ProducerThreads(count: 2) { index in
+            for _ in 0..<(ticks / 2 + (index < ticks % 2 ? 1 : 0)) { countdown.tick() }
+        }
+        let stopwatch = Stopwatch()
+        threads.start()
+        countdown.waitForAll()
+        return stopwatch.wallNanoseconds / Double(ticks)
+    }
+}
