@@ -58,7 +58,19 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     private let completedCount = Atomic<Int>(0)
     /// Bumped when a spinning worker has something to look at: queued work, or a shutdown.
     private let spinnerNudge = Atomic<Int>(0)
-    private var state = State()
+    /// The pool's state, guarded by `mutex`. It lives behind a pointer so that the hot paths do not
+    /// pay for Swift's dynamic exclusivity checks on a class's stored property: the mutex already
+    /// guarantees exclusive access.
+    private let stateStorage: UnsafeMutablePointer<State> = {
+        let storage = UnsafeMutablePointer<State>.allocate(capacity: 1)
+        storage.initialize(to: State())
+        return storage
+    }()
+
+    private var state: State {
+        unsafeAddress { UnsafePointer(stateStorage) }
+        unsafeMutableAddress { stateStorage }
+    }
 
     /// Creates a pool; no thread starts until the first task arrives.
     ///
@@ -91,6 +103,11 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         self.overflowPolicy = whenFull
         self.collection = CollectionSchedule(
             createdAt: .now(), keepAlive: keepAlive, interval: collectionInterval)
+    }
+
+    deinit {
+        stateStorage.deinitialize(count: 1)
+        stateStorage.deallocate()
     }
 
     // MARK: - Submitting work
