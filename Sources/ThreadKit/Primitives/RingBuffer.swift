@@ -39,6 +39,17 @@ struct RingBuffer<Element> {
         count > 0 ? storage[head] : nil
     }
 
+    /// The back element, without removing it.
+    var last: Element? {
+        count > 0 ? storage[(head &+ count &- 1) & (storage.count &- 1)] : nil
+    }
+
+    /// Replaces the back element, which must exist.
+    mutating func replaceLast(with element: Element) {
+        precondition(count > 0, "RingBuffer.replaceLast(with:) on an empty buffer")
+        storage[(head &+ count &- 1) & (storage.count &- 1)] = element
+    }
+
     /// Removes every element and returns them in order.
     mutating func removeAll() -> [Element] {
         var result: [Element] = []

@@ -34,6 +34,8 @@ struct ThrottleSchedule<Item> {
         var end: MonotonicInstant?
         var gap: Duration
         var isExplicit: Bool
+        /// How many tasks ran once it started: 1, or more for a nested `sync`.
+        var depth: Int
     }
 
     let monitor: ThrottledQueue.Monitor
@@ -123,8 +125,17 @@ struct ThrottleSchedule<Item> {
     }
 
     /// The running task (the innermost, if nested) ended at `now`.
-    mutating func end(at now: MonotonicInstant) {
+    ///
+    /// - Parameter startedAt: When the task's own code began, if known: a little after the start
+    ///   was granted (the thread still had to get to it). Gaps and the rate limit then count from
+    ///   that instant, so no two task bodies ever begin closer than the rules allow, as seen from
+    ///   inside them. It never moves a start earlier.
+    mutating func end(at now: MonotonicInstant, startedAt: MonotonicInstant? = nil) {
         precondition(running > 0, "ThrottleSchedule.end(at:) with no task running")
+        if let startedAt, let granted = last?.start, last?.depth == running, startedAt > granted {
+            last?.start = startedAt
+            if recentStarts.last == granted { recentStarts.replaceLast(with: startedAt) }
+        }
         running -= 1
         last?.end = now
     }
@@ -138,7 +149,7 @@ struct ThrottleSchedule<Item> {
 
     private mutating func recordStart(at now: MonotonicInstant, gap: Duration, isExplicit: Bool) {
         running += 1
-        last = LastStart(start: now, end: nil, gap: gap, isExplicit: isExplicit)
+        last = LastStart(start: now, end: nil, gap: gap, isExplicit: isExplicit, depth: running)
         if let limit {
             recentStarts.append(now)
             if recentStarts.count > limit.count { _ = recentStarts.popFirst() }

@@ -28,7 +28,8 @@ extension ThrottledQueue {
         } onCancel: {
             leave(ticket)?.resume(throwing: CancellationError())
         }
-        defer { endTask() }
+        let startedAt = MonotonicInstant.now()
+        defer { endTask(startedAt: startedAt) }
         return try await work()
     }
 }
