@@ -151,7 +151,7 @@ for (index, time) in times.enumerated() {
 }
 print(line)
 let gaps = zip(times.dropFirst(), times).map { $0 - $1 }
-print("  smallest gap: \(milliseconds(gaps.min()!)); rule violations: \(api.violations)")
+print(String(format: "  smallest gap: %.3f ms; rule violations: %d", gaps.min()!.seconds * 1e3, api.violations))
 
 heading("Done")
 print("  the tour took \(milliseconds(ContinuousClock.now - tour))")
