@@ -62,9 +62,9 @@ private func uniqueSource(_ label: String) -> Log.Source {
     @Test("switching sources from many threads at once is safe and ends as the last switch says")
     func switchingIsThreadSafe() async {
         let sources = (0..<4).map { uniqueSource("race\($0)") }
-        let done = TimerTestCounter()
+        let done = Counter()
         for thread in 0..<8 {
-            TimerTestSupport.startThread(name: "LogSwitch\(thread)") {
+            startThread(named: "LogSwitch\(thread)") {
                 for round in 0..<2_000 {
                     let source = Log.Source(sources[(thread + round) % sources.count].name)
                     if (round + thread).isMultiple(of: 2) { Log.enable(source) } else { Log.disable(source) }
@@ -73,7 +73,7 @@ private func uniqueSource(_ label: String) -> Log.Source {
                 done.increment()
             }
         }
-        #expect(await TimerTestSupport.waitUntil(timeout: .seconds(20)) { done.value == 8 })
+        #expect(await eventually(timeout: .seconds(20)) { done.value == 8 })
         for source in sources {
             Log.enable(source)
             #expect(Log.isEnabled(source))
@@ -139,7 +139,7 @@ final class LogRecordingDelegate: LogDelegate {
     let source: Log.Source
     private let inside = Atomic<Int>(0)
     private let overlapCount = Atomic<Int>(0)
-    private let received = TimerTestLocked<[Log.Record]>([])
+    private let received = Recorder<Log.Record>()
     private let onRecord: (@Sendable (Log.Record) -> Void)?
 
     init(source: Log.Source, onRecord: (@Sendable (Log.Record) -> Void)? = nil) {
@@ -152,7 +152,7 @@ final class LogRecordingDelegate: LogDelegate {
             overlapCount.add(1, ordering: .relaxed)
         }
         if record.source == source {
-            received.withLock { $0.append(record) }
+            received.append(record)
             onRecord?(record)
             // Stay a moment, so that a second caller would overlap.
             for _ in 0..<50 { sched_yield() }
@@ -160,155 +160,153 @@ final class LogRecordingDelegate: LogDelegate {
         inside.subtract(1, ordering: .sequentiallyConsistent)
     }
 
-    var records: [Log.Record] { received.withLock { $0 } }
+    var records: [Log.Record] { received.values }
     var overlaps: Int { overlapCount.load(ordering: .relaxed) }
 }
 
 /// The delegate is process-wide: these tests run one at a time and put it back to `nil`. Each counts
 /// only records of its own uniquely named source.
 @Suite(.serialized) struct LogDelegateTests {
-    @Test("a disabled call never evaluates its message")
-    func disabledCallNeverEvaluatesMessage() async {
-        let source = uniqueSource("lazy")
-        let delegate = LogRecordingDelegate(source: source)
+    /// Runs `body` with a ``LogRecordingDelegate`` installed for a new, uniquely named source, enabled
+    /// unless `enabled` is false; afterwards the source is off and there is no delegate.
+    static func withRecordingDelegate(
+        _ label: String, enabled: Bool = true, onRecord: (@Sendable (Log.Record) -> Void)? = nil,
+        _ body: (_ source: Log.Source, _ delegate: LogRecordingDelegate) async throws -> Void
+    ) async rethrows {
+        let source = uniqueSource(label)
+        let delegate = LogRecordingDelegate(source: source, onRecord: onRecord)
         Log.delegate = delegate
         defer { Log.delegate = nil }
-        let evaluations = TimerTestCounter()
-        @Sendable func message() -> String {
-            evaluations.increment()
-            return "evaluated"
+        if enabled { Log.enable(source) }
+        defer { Log.disable(source) }
+        try await body(source, delegate)
+    }
+
+    @Test("a disabled call never evaluates its message")
+    func disabledCallNeverEvaluatesMessage() async {
+        await Self.withRecordingDelegate("lazy", enabled: false) { source, delegate in
+            let evaluations = Counter()
+            @Sendable func message() -> String {
+                evaluations.increment()
+                return "evaluated"
+            }
+            for _ in 0..<1_000 { Log.log(source, message()) }
+            #expect(evaluations.value == 0)
+            #expect(delegate.records.isEmpty)
+
+            Log.enable(source)
+            Log.log(source, message())
+            #expect(evaluations.value == 1)
+            // A log call can return before its record is delivered, when another thread is delivering.
+            #expect(await eventually(timeout: .seconds(5)) { delegate.records.count == 1 })
+            #expect(delegate.records.map(\.message) == ["evaluated"])
+
+            Log.disable(source)
+            Log.log(source, message())
+            #expect(evaluations.value == 1)
+            #expect(delegate.records.count == 1)
         }
-        for _ in 0..<1_000 { Log.log(source, message()) }
-        #expect(evaluations.value == 0)
-        #expect(delegate.records.isEmpty)
-
-        Log.enable(source)
-        Log.log(source, message())
-        #expect(evaluations.value == 1)
-        // A log call can return before its record is delivered, when another thread is delivering.
-        #expect(await TimerTestSupport.waitUntil { delegate.records.count == 1 })
-        #expect(delegate.records.map(\.message) == ["evaluated"])
-
-        Log.disable(source)
-        Log.log(source, message())
-        #expect(evaluations.value == 1)
-        #expect(delegate.records.count == 1)
     }
 
     @Test("the delegate receives the record: source, message, thread name, file, line, date")
     func delegateReceivesRecord() async throws {
-        let source = uniqueSource("record")
-        let delegate = LogRecordingDelegate(source: source)
-        Log.delegate = delegate
-        defer { Log.delegate = nil }
-        #expect(Log.delegate === delegate)
-        Log.enable(source)
-        defer { Log.disable(source) }
+        try await Self.withRecordingDelegate("record") { source, delegate in
+            #expect(Log.delegate === delegate)
+            let threadName = "LogRecordThread"
+            let seenName = LockedValue<String?>(nil)
+            let expectedLine = LockedValue<Int>(0)
+            let before = Date()
+            startThread(named: threadName) {
+                seenName.value = Thread.current.name
+                expectedLine.value = #line + 1
+                Log.log(source, "hello \(42)")
+            }
+            #expect(await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(1)) { delegate.records.count == 1 })
+            let after = Date()
+            let record = try #require(delegate.records.first)
+            #expect(record.source == source)
+            #expect(record.source.name == source.name)
+            #expect(record.message == "hello 42")
+            #expect(seenName.value == threadName)
+            #expect(record.threadName == seenName.value)
+            #expect(record.file == #fileID)
+            #expect(record.line == expectedLine.value)
+            #expect(record.date >= before && record.date <= after)
 
-        let threadName = "LogRecordThread"
-        let seenName = TimerTestBox<String?>(nil)
-        let expectedLine = TimerTestBox<Int>(0)
-        let before = Date()
-        TimerTestSupport.startThread(name: threadName) {
-            seenName.current = Thread.current.name
-            expectedLine.current = #line + 1
-            Log.log(source, "hello \(42)")
+            // Explicit file and line pass through.
+            Log.log(source, "explicit", file: "Somewhere/Else.swift", line: 7)
+            let explicitThreadName = ThreadKit.NamedThread.currentName()
+            #expect(await eventually(timeout: .seconds(5)) { delegate.records.count == 2 })
+            let explicit = try #require(delegate.records.last)
+            #expect(explicit.message == "explicit")
+            #expect(explicit.file == "Somewhere/Else.swift")
+            #expect(explicit.line == 7)
+            #expect(explicit.threadName == explicitThreadName)
+            #expect(delegate.overlaps == 0)
+
+            Log.delegate = nil
+            #expect(Log.delegate == nil)
         }
-        #expect(await TimerTestSupport.waitUntil { delegate.records.count == 1 })
-        let after = Date()
-        let record = try #require(delegate.records.first)
-        #expect(record.source == source)
-        #expect(record.source.name == source.name)
-        #expect(record.message == "hello 42")
-        #expect(seenName.current == threadName)
-        #expect(record.threadName == seenName.current)
-        #expect(record.file == #fileID)
-        #expect(record.line == expectedLine.current)
-        #expect(record.date >= before && record.date <= after)
-
-        // Explicit file and line pass through.
-        Log.log(source, "explicit", file: "Somewhere/Else.swift", line: 7)
-        let explicitThreadName = ThreadKit.NamedThread.currentName()
-        #expect(await TimerTestSupport.waitUntil { delegate.records.count == 2 })
-        let explicit = try #require(delegate.records.last)
-        #expect(explicit.message == "explicit")
-        #expect(explicit.file == "Somewhere/Else.swift")
-        #expect(explicit.line == 7)
-        #expect(explicit.threadName == explicitThreadName)
-        #expect(delegate.overlaps == 0)
-
-        Log.delegate = nil
-        #expect(Log.delegate == nil)
     }
 
     @Test("records from 8 threads reach the delegate one at a time, each thread's in order, none lost")
     func recordsFromManyThreadsNeverInterleave() async throws {
-        let source = uniqueSource("threads")
-        let delegate = LogRecordingDelegate(source: source)
-        Log.delegate = delegate
-        defer { Log.delegate = nil }
-        Log.enable(source)
-        defer { Log.disable(source) }
-
-        let threads = 8
-        let perThread = 2_000
-        let gate = TimerTestGate()
-        let done = TimerTestCounter()
-        let prefix = "Log\(UUID().uuidString.prefix(4))-"
-        for thread in 0..<threads {
-            TimerTestSupport.startThread(name: "\(prefix)\(thread)") {
-                gate.wait()
-                for index in 0..<perThread { Log.log(source, "\(thread) \(index)") }
-                done.increment()
+        try await Self.withRecordingDelegate("threads") { source, delegate in
+            let threads = 8
+            let perThread = 2_000
+            let gate = Latch()
+            let done = Counter()
+            let prefix = "Log\(UUID().uuidString.prefix(4))-"
+            for thread in 0..<threads {
+                startThread(named: "\(prefix)\(thread)") {
+                    gate.wait(timeout: .seconds(60))
+                    for index in 0..<perThread { Log.log(source, "\(thread) \(index)") }
+                    done.increment()
+                }
             }
+            gate.countDown()
+            #expect(await eventually(timeout: .seconds(30)) { done.value == threads })
+            #expect(await eventually(timeout: .seconds(5)) { delegate.records.count >= threads * perThread })
+            let records = delegate.records
+            #expect(records.count == threads * perThread)
+            #expect(delegate.overlaps == 0)
+            var next = [Int](repeating: 0, count: threads)
+            var outOfOrder = 0
+            var wrongThreadName = 0
+            for record in records {
+                let parts = record.message.split(separator: " ").compactMap { Int($0) }
+                try #require(parts.count == 2)
+                let (thread, index) = (parts[0], parts[1])
+                if record.threadName != "\(prefix)\(thread)" { wrongThreadName += 1 }
+                if index != next[thread] { outOfOrder += 1 }
+                next[thread] = index + 1
+            }
+            #expect(outOfOrder == 0)
+            #expect(wrongThreadName == 0)
+            #expect(next == [Int](repeating: perThread, count: threads))
         }
-        gate.open()
-        #expect(await TimerTestSupport.waitUntil(timeout: .seconds(30)) { done.value == threads })
-        #expect(await TimerTestSupport.waitUntil { delegate.records.count >= threads * perThread })
-        let records = delegate.records
-        #expect(records.count == threads * perThread)
-        #expect(delegate.overlaps == 0)
-        var next = [Int](repeating: 0, count: threads)
-        var outOfOrder = 0
-        var wrongThreadName = 0
-        for record in records {
-            let parts = record.message.split(separator: " ").compactMap { Int($0) }
-            try #require(parts.count == 2)
-            let (thread, index) = (parts[0], parts[1])
-            if record.threadName != "\(prefix)\(thread)" { wrongThreadName += 1 }
-            if index != next[thread] { outOfOrder += 1 }
-            next[thread] = index + 1
-        }
-        #expect(outOfOrder == 0)
-        #expect(wrongThreadName == 0)
-        #expect(next == [Int](repeating: perThread, count: threads))
     }
 
     @Test("a delegate that logs from inside log() does not deadlock; its record comes after")
     func delegateMayLogItself() async throws {
-        let source = uniqueSource("reentrant")
-        let delegate = LogRecordingDelegate(source: source) { record in
+        await Self.withRecordingDelegate("reentrant", onRecord: { record in
             if record.message.hasPrefix("outer") { Log.log(record.source, "inner after \(record.message)") }
+        }) { source, delegate in
+            let returned = Counter()
+            startThread(named: "LogReentrant") {
+                Log.log(source, "outer 1")
+                // Usually already delivered: this thread delivers, unless another thread was delivering.
+                let deadline = ContinuousClock.now + .seconds(5)
+                while delegate.records.count < 2, ContinuousClock.now < deadline { usleep(100) }
+                Log.log(source, "outer 2")
+                returned.increment()
+            }
+            #expect(await eventually(timeout: .seconds(5)) { returned.value == 1 }, "deadlocked")
+            #expect(await eventually(timeout: .seconds(5)) { delegate.records.count >= 4 })
+            // Each nested record is delivered after the delegate call that logged it has returned.
+            #expect(delegate.records.map(\.message) == ["outer 1", "inner after outer 1", "outer 2", "inner after outer 2"])
+            #expect(delegate.records.filter { $0.message.hasPrefix("outer") }.allSatisfy { $0.threadName == "LogReentrant" })
+            #expect(delegate.overlaps == 0)
         }
-        Log.delegate = delegate
-        defer { Log.delegate = nil }
-        Log.enable(source)
-        defer { Log.disable(source) }
-
-        let returned = TimerTestCounter()
-        TimerTestSupport.startThread(name: "LogReentrant") {
-            Log.log(source, "outer 1")
-            // Usually already delivered: this thread delivers, unless another thread was delivering.
-            let deadline = ContinuousClock.now + .seconds(5)
-            while delegate.records.count < 2, ContinuousClock.now < deadline { usleep(100) }
-            Log.log(source, "outer 2")
-            returned.increment()
-        }
-        #expect(await TimerTestSupport.waitUntil(timeout: .seconds(5)) { returned.value == 1 }, "deadlocked")
-        #expect(await TimerTestSupport.waitUntil { delegate.records.count >= 4 })
-        // Each nested record is delivered after the delegate call that logged it has returned.
-        #expect(delegate.records.map(\.message) == ["outer 1", "inner after outer 1", "outer 2", "inner after outer 2"])
-        #expect(delegate.records.filter { $0.message.hasPrefix("outer") }.allSatisfy { $0.threadName == "LogReentrant" })
-        #expect(delegate.overlaps == 0)
     }
 }

@@ -65,7 +65,7 @@ import Testing
 
     @Test("random instants: the result is the first beat of the grid at or after now", arguments: 0..<4)
     func randomInstantsStayOnTheGrid(seed: UInt64) {
-        var random = TimerTestRandom(seed: 0xBEA7 &+ seed)
+        var random = SplitMix64(seed: 0xBEA7 &+ seed)
         var failures: [String] = []
         for _ in 0..<20_000 {
             let step = UInt64.random(in: 1...(seed.isMultiple(of: 2) ? 1_000 : 1_000_000_000), using: &random)

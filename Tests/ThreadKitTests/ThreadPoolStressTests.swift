@@ -145,7 +145,23 @@ struct ThreadPoolStressTests {
             handedBack = Recorder()
         }
 
-        func run(_ pool: ThreadPool, disposeNow: Bool) async {
+        /// Races `submitters` submitters against `dispose()` (or `disposeNow()`) of a new 4-thread pool
+        /// named `name`, then waits (off the cooperative pool) up to 50 s for the pool to terminate.
+        static func run(submitters: Int, poolNamed name: String, disposeNow: Bool) async
+            -> (race: DisposeRace, pool: ThreadPool, terminated: Bool)
+        {
+            let pool = ThreadPool(name: name, size: 4)
+            let race = DisposeRace(submitters: submitters)
+            await race.run(pool, disposeNow: disposeNow)
+            return (race, pool, await onNewThread { pool.awaitTermination(timeout: .seconds(50)) })
+        }
+
+        /// The submissions accepted and refused, over every submitter.
+        var totals: (accepted: Int, refused: Int) {
+            (accepted.values.reduce(0, +), refused.values.reduce(0, +))
+        }
+
+        private func run(_ pool: ThreadPool, disposeNow: Bool) async {
             let submitted = Counter()
             let trigger = 1_000 * submitters
             let submitters = submitters
@@ -193,18 +209,14 @@ struct ThreadPoolStressTests {
         arguments: [1, 2, 4, 8])
     func disposeRace(submitters: Int) async throws {
         let name = "DR\(submitters)"
-        let pool = ThreadPool(name: name, size: 4)
-        let race = DisposeRace(submitters: submitters)
-        await race.run(pool, disposeNow: false)
-        #expect(await onNewThread { pool.awaitTermination(timeout: .seconds(50)) })
+        let (race, pool, terminated) = await DisposeRace.run(submitters: submitters, poolNamed: name, disposeNow: false)
+        #expect(terminated)
         var unaccounted: [Int] = []
-        var acceptedCount = 0
-        var refusedCount = 0
-        for id in 0..<(submitters * race.capacity) {
-            acceptedCount += race.accepted[id]
-            refusedCount += race.refused[id]
-            if race.accepted[id] + race.refused[id] > 1 || race.ran[id] != race.accepted[id] { unaccounted.append(id) }
+        for id in 0..<(submitters * race.capacity)
+        where race.accepted[id] + race.refused[id] > 1 || race.ran[id] != race.accepted[id] {
+            unaccounted.append(id)
         }
+        let (acceptedCount, refusedCount) = race.totals
         #expect(unaccounted == [])
         #expect(refusedCount == 3 * submitters, "every submitter was refused three times, then stopped")
         #expect(race.acceptedAfterRefusal.value == 0)
@@ -222,10 +234,8 @@ struct ThreadPoolStressTests {
         arguments: [1, 2, 4, 8])
     func disposeNowRace(submitters: Int) async throws {
         let name = "DN\(submitters)"
-        let pool = ThreadPool(name: name, size: 4)
-        let race = DisposeRace(submitters: submitters)
-        await race.run(pool, disposeNow: true)
-        #expect(await onNewThread { pool.awaitTermination(timeout: .seconds(50)) })
+        let (race, pool, terminated) = await DisposeRace.run(submitters: submitters, poolNamed: name, disposeNow: true)
+        #expect(terminated)
         let returned = try #require(race.handedBack.values.first)
         let accepted = race.handles.values.flatMap { $0 }
         var idOf: [ObjectIdentifier: Int] = [:]
@@ -248,12 +258,7 @@ struct ThreadPoolStressTests {
             let own = returnedIDs.filter { $0 / race.capacity == submitter }
             #expect(own == own.sorted())
         }
-        var acceptedCount = 0
-        var refusedCount = 0
-        for id in 0..<(submitters * race.capacity) {
-            acceptedCount += race.accepted[id]
-            refusedCount += race.refused[id]
-        }
+        let (acceptedCount, refusedCount) = race.totals
         #expect(acceptedCount == accepted.count)
         #expect(refusedCount == 3 * submitters)
         #expect(race.acceptedAfterRefusal.value == 0)

@@ -43,13 +43,6 @@ final class ConcurrencyMeter: @unchecked Sendable {
     var peak: Int { lock.withLock { highest } }
 }
 
-/// A closure that captures a fresh ``LifetimeTracked`` of `tracker` and counts its runs; nothing
-/// else holds the tracked object.
-func trackedWork(_ tracker: LifetimeTracker, _ ran: Counter) -> @Sendable () -> Void {
-    let object = tracker.make()
-    return { withExtendedLifetime(object) { _ = ran.increment() } }
-}
-
 /// Foundation's name for the calling thread (wrapped: `Thread.current` is not for async code).
 func foundationThreadName() -> String? {
     Thread.current.name

@@ -314,22 +314,10 @@ struct ThrottleScheduleTests {
         }
     }
 
-    /// A generator with a fixed seed, so a failure reproduces.
-    struct SplitMix64: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     @Test("Over long random runs the schedule starts each task exactly when a trivially correct model allows, and no window holds more than n starts",
           arguments: [(Monitor.concurrent, 1 as UInt64), (.serial, 2), (.concurrent, 3), (.serial, 4)])
     func randomRunsMatchTheModel(monitor: Monitor, seed: UInt64) {
-        var random = SplitMix64(state: seed)
+        var random = SplitMix64(seed: seed)
         let count = Int.random(in: 1...4, using: &random)
         let window = Duration.milliseconds(Int.random(in: 50...400, using: &random))
         let mutability = [Mutability.all, .defaultOnly, .none].randomElement(using: &random)!

@@ -3,12 +3,6 @@ import Synchronization
 import Testing
 @testable import ThreadKit
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
-
 /// ThrottledQueue on real threads and real clocks.
 ///
 /// Every start is checked against the rules with no tolerance in the early direction, and with
@@ -49,8 +43,8 @@ struct ThrottledQueueTests {
     }
 
     /// Collects what tasks saw, from any thread.
-    final class Recorder: Sendable {
-        private let runs = Mutex<[Run]>([])
+    final class RunRecorder: Sendable {
+        private let runs = Recorder<Run>()
 
         /// A task that records itself as `tag`, runs `body` and lasts at least `duration`.
         func task(_ tag: Int, lasting duration: Duration = .zero, _ body: @escaping @Sendable () -> Void = {}) -> @Sendable () -> Void {
@@ -67,43 +61,15 @@ struct ThrottledQueueTests {
             let name = Thread.current.name ?? ""
             let thread = ObjectIdentifier(Thread.current)
             let end = ContinuousClock.now
-            runs.withLock { $0.append(Run(tag: tag, start: start, end: end, threadName: name, thread: thread)) }
+            runs.append(Run(tag: tag, start: start, end: end, threadName: name, thread: thread))
         }
 
         /// Every run so far, in order of their starts.
-        var all: [Run] { runs.withLock { $0 }.sorted { $0.start < $1.start } }
-        var count: Int { runs.withLock { $0.count } }
+        var all: [Run] { runs.values.sorted { $0.start < $1.start } }
+        var count: Int { runs.count }
     }
 
-    /// A one-way door that tasks block on until the test opens it.
-    final class Gate: @unchecked Sendable {
-        // Sendable: `isOpen` is guarded by `condition`.
-        private let condition = NSCondition()
-        private var isOpen = false
-
-        func wait() {
-            condition.lock()
-            while !isOpen { condition.wait() }
-            condition.unlock()
-        }
-
-        func open() {
-            condition.lock()
-            isOpen = true
-            condition.broadcast()
-            condition.unlock()
-        }
-    }
-
-    /// A value shared between the test and its tasks.
-    final class Locked<Value: Sendable>: Sendable {
-        private let mutex: Mutex<Value>
-        init(_ value: Value) { mutex = Mutex(value) }
-        var value: Value { mutex.withLock { $0 } }
-        func set(_ value: Value) { mutex.withLock { $0 = value } }
-        func update(_ body: (inout Value) -> Void) { mutex.withLock { body(&$0) } }
-    }
-
+    /// Set once, from any thread.
     final class Flag: Sendable {
         private let value = Atomic<Bool>(false)
         func set() { value.store(true, ordering: .sequentiallyConsistent) }
@@ -114,63 +80,23 @@ struct ThrottledQueueTests {
         var code: Int
     }
 
-    /// Runs `body` on a new thread, off the cooperative pool, and suspends until it returns.
-    ///
-    /// The thread names itself once running, through ThreadKit, which also sets the kernel's name:
-    /// on Linux, Foundation drops a name set before `start()` (the thread inherits its creator's),
-    /// may drop one set too early inside the thread, and reads names back from the kernel, 15 bytes at most.
-    static func onThread<T: Sendable>(named name: String = "TQ test caller", _ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread {
-                NamedThread.nameCurrentThread(name)
-                continuation.resume(with: Result { try body() })
-            }.start()
-        }
-    }
-
-    /// Resumes a continuation once, whichever of several racers comes first.
-    final class FirstOf<Value: Sendable>: Sendable {
-        private let continuation: Mutex<CheckedContinuation<Value, Never>?>
-        init(_ continuation: CheckedContinuation<Value, Never>) { self.continuation = Mutex(continuation) }
-        func resume(returning value: Value) {
-            continuation.withLock { $0.take() }?.resume(returning: value)
-        }
-    }
+    /// The name of the threads that blocking calls (`sync`, `waitUntilIdle`) are made from.
+    static let caller = "TQ test caller"
 
     /// Waits for every task of `queues` to finish, off the cooperative pool.
     ///
     /// A queue that is still busy after `timeout` is a failure, not a hang: the issue is recorded and
     /// the queues' waiting tasks are cancelled, so that the test can go on and end.
     static func waitUntilIdle(_ queues: ThrottledQueue..., within timeout: Duration = .seconds(10), sourceLocation: SourceLocation = #_sourceLocation) async {
-        let timer = Mutex<Task<Void, Never>?>(nil)
-        let finished = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            let first = FirstOf(continuation)
-            timer.withLock {
-                $0 = Task {
-                    try? await Task.sleep(for: timeout)
-                    first.resume(returning: false)
-                }
-            }
-            Thread {
-                for queue in queues { queue.waitUntilIdle() }
-                first.resume(returning: true)
-            }.start()
-        }
-        timer.withLock { $0?.cancel() }
-        if !finished {
+        let idle = Latch()
+        Thread {
+            for queue in queues { queue.waitUntilIdle() }
+            idle.countDown()
+        }.start()
+        if await !onNewThread({ idle.wait(timeout: timeout) }) {
             Issue.record("the queues were still busy after \(timeout)", sourceLocation: sourceLocation)
             for queue in queues { queue.cancelAll() }
         }
-    }
-
-    /// Polls `condition` every 2 ms until it holds or `timeout` passes.
-    static func eventually(within timeout: Duration = .seconds(3), _ condition: @Sendable () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            if ContinuousClock.now >= deadline { return false }
-            try? await Task.sleep(for: .milliseconds(2))
-        }
-        return true
     }
 
     /// Expects `runs`, in queue order, to keep the queue's rules: never a nanosecond earlier than
@@ -219,21 +145,23 @@ struct ThrottledQueueTests {
         return lower
     }
 
+    /// Submits to `queue` one task per entry of `durations`, tagged 0, 1, … and lasting that long, and
+    /// waits until the queue is idle. Returns the runs in start order and the instants just before
+    /// and just after the submissions.
+    static func submitAndWait(
+        _ queue: ThrottledQueue, lasting durations: [Duration], sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> (runs: [Run], window: ClosedRange<Instant>) {
+        let recorder = RunRecorder()
+        let before = ContinuousClock.now
+        for (tag, duration) in durations.enumerated() { try queue.async(recorder.task(tag, lasting: duration)) }
+        let after = ContinuousClock.now
+        await waitUntilIdle(queue, sourceLocation: sourceLocation)
+        return (recorder.all, before...after)
+    }
+
     /// The same submission window for `count` tasks.
     static func submitted(_ range: ClosedRange<Instant>, count: Int) -> [ClosedRange<Instant>] {
         Array(repeating: range, count: count)
-    }
-
-    /// The kernel's names of this process's threads.
-    static func kernelThreadNames() -> [String] {
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-        return tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
-            .map { $0.trimmingCharacters(in: .newlines) }
-    }
-
-    /// The kernel's name of the calling thread.
-    static func kernelNameOfCurrentThread() -> String? {
-        (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.trimmingCharacters(in: .newlines)
     }
 
     // MARK: - Starting at once, and never early
@@ -241,7 +169,7 @@ struct ThrottledQueueTests {
     @Test("The first task on an idle queue starts at once; after its gap has passed, a new task starts at once again")
     func idleQueueStartsAtOnce() async throws {
         let queue = ThrottledQueue(label: "TQ idle", interval: .milliseconds(200))
-        let recorder = Recorder()
+        let recorder = RunRecorder()
         let before0 = ContinuousClock.now
         try queue.async(recorder.task(0))
         let after0 = ContinuousClock.now
@@ -273,39 +201,23 @@ struct ThrottledQueueTests {
     @Test(".concurrent follows a task longer than the interval at once")
     func concurrentFollowsALongTaskAtOnce() async throws {
         let queue = ThrottledQueue(label: "TQ concurrent", interval: .milliseconds(200), monitor: .concurrent)
-        let recorder = Recorder()
-        let before = ContinuousClock.now
-        try queue.async(recorder.task(0, lasting: .milliseconds(300)))
-        try queue.async(recorder.task(1, lasting: .milliseconds(20)))
-        try queue.async(recorder.task(2))
-        let after = ContinuousClock.now
-        await Self.waitUntilIdle(queue)
-
-        let runs = recorder.all
+        let (runs, window) = try await Self.submitAndWait(queue, lasting: [.milliseconds(300), .milliseconds(20), .zero])
         #expect(runs.map(\.tag) == [0, 1, 2])
         try #require(runs.count == 3)
         #expect(runs[1].start >= runs[0].end)
         #expect(runs[1].start - runs[0].end < .milliseconds(100), "followed the long task after \(runs[1].start - runs[0].end), not at once")
-        Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(200), count: 3), submitted: Self.submitted(before...after, count: 3))
+        Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(200), count: 3), submitted: Self.submitted(window, count: 3))
     }
 
     @Test(".serial counts the gap from the previous task's end")
     func serialCountsFromTheEnd() async throws {
         let queue = ThrottledQueue(label: "TQ serial", interval: .milliseconds(100), monitor: .serial)
-        let recorder = Recorder()
-        let before = ContinuousClock.now
-        try queue.async(recorder.task(0, lasting: .milliseconds(150)))
-        try queue.async(recorder.task(1, lasting: .milliseconds(10)))
-        try queue.async(recorder.task(2))
-        let after = ContinuousClock.now
-        await Self.waitUntilIdle(queue)
-
-        let runs = recorder.all
+        let (runs, window) = try await Self.submitAndWait(queue, lasting: [.milliseconds(150), .milliseconds(10), .zero])
         #expect(runs.map(\.tag) == [0, 1, 2])
         try #require(runs.count == 3)
         #expect(runs[1].start >= runs[0].end + .milliseconds(100))
         #expect(runs[2].start >= runs[1].end + .milliseconds(100))
-        Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(100), count: 3), monitor: .serial, submitted: Self.submitted(before...after, count: 3))
+        Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(100), count: 3), monitor: .serial, submitted: Self.submitted(window, count: 3))
     }
 
     @Test("AHDispatch: serial monitor always waits 1 s; execution time floored to whole seconds — ours: exact times")
@@ -314,15 +226,7 @@ struct ThrottledQueueTests {
         // 30 ms, not a whole second later, and the execution time is not floored to zero seconds
         // (which would let the next task start 30 ms after the previous start).
         let queue = ThrottledQueue(label: "TQ serial exact", interval: .milliseconds(30), monitor: .serial)
-        let recorder = Recorder()
-        let before = ContinuousClock.now
-        try queue.async(recorder.task(0, lasting: .milliseconds(15)))
-        try queue.async(recorder.task(1, lasting: .milliseconds(150)))
-        try queue.async(recorder.task(2))
-        let after = ContinuousClock.now
-        await Self.waitUntilIdle(queue)
-
-        let runs = recorder.all
+        let (runs, window) = try await Self.submitAndWait(queue, lasting: [.milliseconds(15), .milliseconds(150), .zero])
         #expect(runs.map(\.tag) == [0, 1, 2])
         try #require(runs.count == 3)
         for k in 1..<3 {
@@ -330,7 +234,7 @@ struct ThrottledQueueTests {
             #expect(gap >= .milliseconds(30))
             #expect(gap < .milliseconds(30) + Self.lateness, "the gap after task \(k - 1) was \(gap), not about 30 ms")
         }
-        Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(30), count: 3), monitor: .serial, submitted: Self.submitted(before...after, count: 3))
+        Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(30), count: 3), monitor: .serial, submitted: Self.submitted(window, count: 3))
     }
 
     // MARK: - Intervals
@@ -338,13 +242,13 @@ struct ThrottledQueueTests {
     @Test("An explicit interval: applies after that one task only (async and sync)")
     func explicitIntervalAppliesToOneTask() async throws {
         let queue = ThrottledQueue(label: "TQ explicit", interval: .milliseconds(40))
-        let recorder = Recorder()
+        let recorder = RunRecorder()
         let before = ContinuousClock.now
         try queue.async(interval: .milliseconds(400), recorder.task(0))
         try queue.async(recorder.task(1))
         try queue.async(recorder.task(2))
         let after = ContinuousClock.now
-        let syncReturned: Int = try await Self.onThread {
+        let syncReturned: Int = await onNewThread(named: Self.caller) {
             queue.sync(interval: .milliseconds(300)) {
                 let start = ContinuousClock.now
                 recorder.record(3, start: start)
@@ -375,7 +279,7 @@ struct ThrottledQueueTests {
         // Tasks 0, 2 and 3 take the queue's interval (300 ms), task 1 has its own (300 ms). Task 0
         // changes the interval to 20 ms while it runs, with 1, 2 and 3 queued.
         let queue = ThrottledQueue(label: "TQ mutability", interval: .milliseconds(300), mutability: mutability)
-        let recorder = Recorder()
+        let recorder = RunRecorder()
         queue.pause(for: .seconds(60))  // so that everything is queued before task 0 runs
         let before = ContinuousClock.now
         try queue.async(recorder.task(0) { queue.interval = .milliseconds(20) })
@@ -403,7 +307,7 @@ struct ThrottledQueueTests {
     func noneKeepsGapsCapturedAtSubmission() async throws {
         let none = ThrottledQueue(label: "TQ none", interval: .milliseconds(300), mutability: .none)
         let defaultOnly = ThrottledQueue(label: "TQ defaultOnly", interval: .milliseconds(300), mutability: .defaultOnly)
-        let noneRecorder = Recorder(), defaultOnlyRecorder = Recorder()
+        let noneRecorder = RunRecorder(), defaultOnlyRecorder = RunRecorder()
         none.pause(for: .seconds(60))
         defaultOnly.pause(for: .seconds(60))
         let before = ContinuousClock.now
@@ -432,7 +336,7 @@ struct ThrottledQueueTests {
     @Test("sync returns the work's value and rethrows its error")
     func syncReturnsAndRethrows() async throws {
         let queue = ThrottledQueue(label: "TQ sync value", interval: .milliseconds(20))
-        let values: [Int] = try await Self.onThread {
+        let values: [Int] = await onNewThread(named: Self.caller) {
             var values = [queue.sync { 42 }, queue.sync(interval: .zero) { 43 }]
             do {
                 try queue.sync { () throws -> Void in throw Failure(code: 7) }
@@ -459,8 +363,8 @@ struct ThrottledQueueTests {
     @Test("sync returns once its work has run, long before the gap that follows it")
     func syncReturnsBeforeTheFollowingGap() async throws {
         let queue = ThrottledQueue(label: "TQ sync gap", interval: .milliseconds(500))
-        let recorder = Recorder()
-        let (before, returned, afterSecond): (Instant, Instant, Instant) = try await Self.onThread {
+        let recorder = RunRecorder()
+        let (before, returned, afterSecond): (Instant, Instant, Instant) = await onNewThread(named: Self.caller) {
             let before = ContinuousClock.now
             queue.sync { recorder.record(0, start: .now) }
             let returned = ContinuousClock.now
@@ -478,14 +382,14 @@ struct ThrottledQueueTests {
     @Test("A sync from inside the queue's own task does not deadlock: it waits the gap and runs there, ahead of queued tasks")
     func nestedSyncRunsInPlace() async throws {
         let queue = ThrottledQueue(label: "TQ nested", interval: .milliseconds(100))
-        let recorder = Recorder()
-        let outerThread = Locked<ObjectIdentifier?>(nil)
-        let nestedResult = Locked<[Int]>([])
+        let recorder = RunRecorder()
+        let outerThread = LockedValue<ObjectIdentifier?>(nil)
+        let nestedResult = LockedValue<[Int]>([])
         queue.pause(for: .seconds(60))
         let before = ContinuousClock.now
         try queue.async {
             let start = ContinuousClock.now
-            outerThread.set(ObjectIdentifier(Thread.current))
+            outerThread.value = ObjectIdentifier(Thread.current)
             let value = queue.sync { () -> Int in
                 recorder.record(1, start: .now)
                 return 11
@@ -501,7 +405,7 @@ struct ThrottledQueueTests {
             } catch {
                 caught = -1
             }
-            nestedResult.set([value, caught])
+            nestedResult.value = [value, caught]
             recorder.record(0, start: start)
         }
         try queue.async(recorder.task(3))
@@ -531,7 +435,7 @@ struct ThrottledQueueTests {
     @Test(".serial: a nested sync after another nested sync counts its gap from that one's end")
     func nestedSyncsFollowTheSerialMonitor() async throws {
         let queue = ThrottledQueue(label: "TQ nested serial", interval: .milliseconds(50), monitor: .serial)
-        let recorder = Recorder()
+        let recorder = RunRecorder()
         try queue.async(recorder.task(0) {
             queue.sync { recorder.record(1, start: .now) }
             queue.sync { recorder.task(2, lasting: .milliseconds(150))() }
@@ -549,14 +453,14 @@ struct ThrottledQueueTests {
     @Test("resume() reaches a nested sync that waits out a pause")
     func resumeReachesANestedSync() async throws {
         let queue = ThrottledQueue(label: "TQ nested resume", interval: .zero)
-        let recorder = Recorder()
+        let recorder = RunRecorder()
         let paused = Flag()
         try queue.async(recorder.task(0) {
             queue.pause(for: .seconds(5))
             paused.set()
             queue.sync { recorder.record(1, start: .now) }
         })
-        #expect(await Self.eventually { paused.isSet })
+        #expect(await eventually(timeout: .seconds(3)) { paused.isSet })
         try await Task.sleep(for: .milliseconds(100))
         let resumed = ContinuousClock.now
         queue.resume()
@@ -571,30 +475,30 @@ struct ThrottledQueueTests {
     @Test("A sync from another thread waits its turn behind queued tasks and runs on the calling thread")
     func syncFromAnotherThreadRunsOnCaller() async throws {
         let queue = ThrottledQueue(label: "TQsync", interval: .milliseconds(50))
-        let recorder = Recorder()
+        let recorder = RunRecorder()
         queue.pause(for: .seconds(60))
         let before = ContinuousClock.now
         try queue.async(recorder.task(0))
         try queue.async(recorder.task(1))
         let caller = Task {
-            try await Self.onThread {
+            await onNewThread(named: Self.caller) {
                 queue.sync { () -> String in
                     recorder.record(2, start: .now)
                     return Thread.current.name ?? ""
                 }
             }
         }
-        #expect(await Self.eventually { queue.pendingCount == 3 })
+        #expect(await eventually(timeout: .seconds(3)) { queue.pendingCount == 3 })
         try queue.async(recorder.task(3))
         queue.resume()
         let after = ContinuousClock.now
-        #expect(try await caller.value == "TQ test caller")
+        #expect(await caller.value == Self.caller)
         await Self.waitUntilIdle(queue)
 
         let runs = recorder.all
         #expect(runs.map(\.tag) == [0, 1, 2, 3])
         try #require(runs.count == 4)
-        #expect(runs[2].threadName == "TQ test caller")
+        #expect(runs[2].threadName == Self.caller)
         #expect(runs[0].threadName == "TQsync Thread1")
         Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(50), count: 4), submitted: Self.submitted(before...after, count: 4))
     }
@@ -616,7 +520,7 @@ struct ThrottledQueueTests {
     @Test("AHDispatch 0.9.1: two global locks serialise all queues — ours: two queues of 100 ms × 5 tasks finish in about 400 ms")
     func twoQueuesAreIndependent() async throws {
         let queues = [ThrottledQueue(label: "TQ pair A", interval: .milliseconds(100)), ThrottledQueue(label: "TQ pair B", interval: .milliseconds(100))]
-        let recorders = [Recorder(), Recorder()]
+        let recorders = [RunRecorder(), RunRecorder()]
         let before = ContinuousClock.now
         for tag in 0..<5 {
             for side in 0..<2 { try queues[side].async(recorders[side].task(tag)) }
@@ -642,23 +546,17 @@ struct ThrottledQueueTests {
     ])
     func rateLimitIsNeverExceeded(interval: Duration, limit: RateLimit, count: Int) async throws {
         let queue = ThrottledQueue(label: "TQ rate", interval: interval, limit: limit)
-        let recorder = Recorder()
-        let before = ContinuousClock.now
-        for tag in 0..<count { try queue.async(recorder.task(tag)) }
-        let after = ContinuousClock.now
-        await Self.waitUntilIdle(queue)
-
-        let runs = recorder.all
+        let (runs, window) = try await Self.submitAndWait(queue, lasting: Array(repeating: .zero, count: count))
         #expect(runs.map(\.tag) == Array(0..<count))
         try #require(runs.count == count)
         // Every window: the (i+n)th start is at least a window after the i-th (whose lower bound
         // stands for it, exactly), so no window of that length holds more than n starts.
-        let lower = Self.expectThrottled(runs, gaps: Array(repeating: interval, count: count), limit: limit, submitted: Self.submitted(before...after, count: count))
+        let lower = Self.expectThrottled(runs, gaps: Array(repeating: interval, count: count), limit: limit, submitted: Self.submitted(window, count: count))
         for i in runs.indices.dropLast(limit.count) {
             #expect(runs[i + limit.count].start >= lower[i] + limit.window, "more than \(limit) starting at task \(i)")
         }
         // And the limit does not hold back more than it must: n start at once.
-        #expect(runs[limit.count - 1].start - before < Self.lateness)
+        #expect(runs[limit.count - 1].start - window.lowerBound < Self.lateness)
     }
 
     // MARK: - Pauses
@@ -666,7 +564,7 @@ struct ThrottledQueueTests {
     @Test("pause(for:) holds the next start; a shorter pause does not shorten it")
     func pauseForHoldsTheNextStart() async throws {
         let queue = ThrottledQueue(label: "TQ pause for", interval: .milliseconds(50))
-        let recorder = Recorder()
+        let recorder = RunRecorder()
         let before = ContinuousClock.now
         queue.pause(for: .milliseconds(300))
         queue.pause(for: .milliseconds(100))
@@ -683,13 +581,13 @@ struct ThrottledQueueTests {
     @Test("pause(until:) during a gap holds the next task until the deadline; an earlier pause(until:) does not shorten it")
     func pauseUntilDuringAGap() async throws {
         let queue = ThrottledQueue(label: "TQ pause until", interval: .milliseconds(50))
-        let recorder = Recorder()
-        let deadline = Locked<Instant?>(nil)
+        let recorder = RunRecorder()
+        let deadline = LockedValue<Instant?>(nil)
         let before = ContinuousClock.now
         try queue.async(recorder.task(0))
         try queue.async(recorder.task(1) {
             let until = ContinuousClock.now + .milliseconds(300)
-            deadline.set(until)
+            deadline.value = until
             queue.pause(until: until)
             queue.pause(until: ContinuousClock.now + .milliseconds(10))
         })
@@ -713,7 +611,7 @@ struct ThrottledQueueTests {
     @Test("resume() ends a pause at once but keeps the gap")
     func resumeEndsAPause() async throws {
         let queue = ThrottledQueue(label: "TQ resume", interval: .milliseconds(200))
-        let recorder = Recorder()
+        let recorder = RunRecorder()
         queue.pause(for: .seconds(60))
         try queue.async(recorder.task(0))
         try queue.async(recorder.task(1))
@@ -735,19 +633,19 @@ struct ThrottledQueueTests {
     @Test("cancelAll() returns exactly how many queued tasks will never run, and they never do")
     func cancelAllRemovesQueuedTasks() async throws {
         let queue = ThrottledQueue(label: "TQ cancelAll", interval: .milliseconds(10))
-        let recorder = Recorder()
-        let gate = Gate(), started = Flag()
+        let recorder = RunRecorder()
+        let gate = Latch(), started = Flag()
         try queue.async(recorder.task(0) {
             started.set()
-            gate.wait()
+            gate.wait(timeout: .seconds(60))
         })
         for tag in 1...5 { try queue.async(recorder.task(tag)) }
-        #expect(await Self.eventually { started.isSet })
+        #expect(await eventually(timeout: .seconds(3)) { started.isSet })
         #expect(queue.pendingCount == 5)
         #expect(queue.cancelAll() == 5)
         #expect(queue.pendingCount == 0)
         #expect(queue.cancelAll() == 0)
-        gate.open()
+        gate.countDown()
         await Self.waitUntilIdle(queue)
         try await Task.sleep(for: .milliseconds(150))
         #expect(recorder.all.map(\.tag) == [0], "cancelled tasks ran")
@@ -761,31 +659,31 @@ struct ThrottledQueueTests {
     @Test("cancelAll() hands back run waiters (CancellationError) and queued tasks, but a blocked sync caller keeps its place")
     func cancelAllAndWaiters() async throws {
         let queue = ThrottledQueue(label: "TQ cancel waiters", interval: .milliseconds(10))
-        let gate = Gate(), started = Flag(), runRan = Flag(), asyncRan = Flag(), syncRan = Flag()
+        let gate = Latch(), started = Flag(), runRan = Flag(), asyncRan = Flag(), syncRan = Flag()
         try queue.async {
             started.set()
-            gate.wait()
+            gate.wait(timeout: .seconds(60))
         }
-        #expect(await Self.eventually { started.isSet })
+        #expect(await eventually(timeout: .seconds(3)) { started.isSet })
         let waiter = Task { try await queue.run { runRan.set() } }
-        #expect(await Self.eventually { queue.pendingCount == 1 })
+        #expect(await eventually(timeout: .seconds(3)) { queue.pendingCount == 1 })
         let syncCaller = Task {
-            try await Self.onThread {
+            await onNewThread(named: Self.caller) {
                 queue.sync { () -> Int in
                     syncRan.set()
                     return 5
                 }
             }
         }
-        #expect(await Self.eventually { queue.pendingCount == 2 })
+        #expect(await eventually(timeout: .seconds(3)) { queue.pendingCount == 2 })
         try queue.async { asyncRan.set() }
         #expect(queue.pendingCount == 3)
 
         #expect(queue.cancelAll() == 2)
         #expect(queue.pendingCount == 1)
-        gate.open()  // before awaiting the waiter: had it stayed queued, it would now run, not hang
+        gate.countDown()  // before awaiting the waiter: had it stayed queued, it would now run, not hang
         await #expect(throws: CancellationError.self) { try await waiter.value }
-        #expect(try await syncCaller.value == 5)
+        #expect(await syncCaller.value == 5)
         await Self.waitUntilIdle(queue)
         try await Task.sleep(for: .milliseconds(50))
         #expect(syncRan.isSet)
@@ -796,13 +694,13 @@ struct ThrottledQueueTests {
     @Test("waitUntilIdle() returns when every accepted task has finished, not after the gap that follows")
     func waitUntilIdleSkipsTheLastGap() async throws {
         let queue = ThrottledQueue(label: "TQ idle wait", interval: .milliseconds(300))
-        let recorder = Recorder()
+        let recorder = RunRecorder()
         await Self.waitUntilIdle(queue)  // an idle queue: at once
         let before = ContinuousClock.now
         try queue.async(recorder.task(0))
         try queue.async(recorder.task(1, lasting: .milliseconds(20)))
         let after = ContinuousClock.now
-        let (countAtReturn, returned): (Int, Instant) = try await Self.onThread {
+        let (countAtReturn, returned): (Int, Instant) = await onNewThread(named: Self.caller) {
             queue.waitUntilIdle()
             return (recorder.count, ContinuousClock.now)
         }
@@ -818,18 +716,18 @@ struct ThrottledQueueTests {
     func pendingCountCountsNotStarted() async throws {
         let queue = ThrottledQueue(label: "TQ pending", interval: .zero)
         #expect(queue.pendingCount == 0)
-        let gate = Gate(), started = Flag()
+        let gate = Latch(), started = Flag()
         queue.pause(for: .seconds(60))
         try queue.async {
             started.set()
-            gate.wait()
+            gate.wait(timeout: .seconds(60))
         }
         for _ in 0..<3 { try queue.async {} }
         #expect(queue.pendingCount == 4)
         queue.resume()
-        #expect(await Self.eventually { started.isSet })
+        #expect(await eventually(timeout: .seconds(3)) { started.isSet })
         #expect(queue.pendingCount == 3, "the running task is no longer pending")
-        gate.open()
+        gate.countDown()
         await Self.waitUntilIdle(queue)
         #expect(queue.pendingCount == 0)
     }
@@ -892,17 +790,17 @@ struct ThrottledQueueTests {
     @Test("A cancelled run waiter leaves the queue with CancellationError, and its work never runs")
     func cancelledRunWaiterLeaves() async throws {
         let queue = ThrottledQueue(label: "TQ run cancel", interval: .milliseconds(10))
-        let gate = Gate(), started = Flag(), ran = Flag()
+        let gate = Latch(), started = Flag(), ran = Flag()
         try queue.async {
             started.set()
-            gate.wait()
+            gate.wait(timeout: .seconds(60))
         }
-        #expect(await Self.eventually { started.isSet })
+        #expect(await eventually(timeout: .seconds(3)) { started.isSet })
         let waiter = Task { try await queue.run { ran.set() } }
-        #expect(await Self.eventually { queue.pendingCount == 1 })
+        #expect(await eventually(timeout: .seconds(3)) { queue.pendingCount == 1 })
         waiter.cancel()
         #expect(queue.pendingCount == 0, "the cancelled waiter left the queue at once")
-        gate.open()  // before awaiting the waiter: had it stayed queued, it would now run, not hang
+        gate.countDown()  // before awaiting the waiter: had it stayed queued, it would now run, not hang
         await #expect(throws: CancellationError.self) { try await waiter.value }
         await Self.waitUntilIdle(queue)
         try await Task.sleep(for: .milliseconds(50))
@@ -922,48 +820,27 @@ struct ThrottledQueueTests {
     // MARK: - Threads
 
     #if os(Linux)
-    struct ThreadUsage: Sendable {
-        var cpu: Duration
-        var voluntarySwitches: Int
-        var thread: ObjectIdentifier
-
-        /// The calling thread's CPU time and voluntary context switches.
-        static func current() -> ThreadUsage {
-            var usage = rusage()
-            #if canImport(Glibc)
-            let who = __rusage_who_t(1)  // RUSAGE_THREAD, which the Glibc module leaves out
-            #else
-            let who = RUSAGE_THREAD
-            #endif
-            _ = getrusage(who, &usage)
-            let seconds = Int64(usage.ru_utime.tv_sec) + Int64(usage.ru_stime.tv_sec)
-            let microseconds = Int64(usage.ru_utime.tv_usec) + Int64(usage.ru_stime.tv_usec)
-            return ThreadUsage(
-                cpu: .seconds(seconds) + .microseconds(microseconds), voluntarySwitches: Int(usage.ru_nvcsw),
-                thread: ObjectIdentifier(Thread.current))
-        }
-    }
-
     @Test("AHDispatch: the gap is a busy spin — ours: waiting out a 1 s gap is a timed wait that uses no CPU")
     func gapUsesNoCPU() async throws {
         let queue = ThrottledQueue(label: "TQ cpu", interval: .seconds(1))
-        let atEnd = Locked<(ThreadUsage, Instant)?>(nil), atStart = Locked<(Instant, ThreadUsage)?>(nil)
+        let atEnd = LockedValue<(ThreadUsage, ObjectIdentifier, Instant)?>(nil)
+        let atStart = LockedValue<(Instant, ThreadUsage, ObjectIdentifier)?>(nil)
         try queue.async {
             let usage = ThreadUsage.current()
-            atEnd.set((usage, .now))
+            atEnd.value = (usage, ObjectIdentifier(Thread.current), .now)
         }
         try queue.async {
             let start = ContinuousClock.now
             let usage = ThreadUsage.current()
-            atStart.set((start, usage))
+            atStart.value = (start, usage, ObjectIdentifier(Thread.current))
         }
         await Self.waitUntilIdle(queue)
 
-        let (first, end) = try #require(atEnd.value)
-        let (start, second) = try #require(atStart.value)
-        #expect(first.thread == second.thread, "both tasks run on the queue's one worker thread")
+        let (first, firstThread, end) = try #require(atEnd.value)
+        let (start, second, secondThread) = try #require(atStart.value)
+        #expect(firstThread == secondThread, "both tasks run on the queue's one worker thread")
         #expect(start - end >= .milliseconds(900))
-        let cpu = second.cpu - first.cpu
+        let cpu = second.cpuTime - first.cpuTime
         let switches = second.voluntarySwitches - first.voluntarySwitches
         #expect(cpu < .milliseconds(20), "the worker used \(cpu) of CPU during a 1 s gap")
         #expect(switches <= 3, "the worker woke \(switches) times during a 1 s gap")
@@ -973,22 +850,22 @@ struct ThrottledQueueTests {
     func idleThreadIsCollected() async throws {
         let pool = ThreadPool(name: "TQReap", size: 1, keepAlive: .milliseconds(100), collectionInterval: .milliseconds(100))
         let queue = ThrottledQueue(label: "TQ reap", interval: .milliseconds(50), pool: pool)
-        let recorder = Recorder()
-        let seen = Locked<[(threads: Int, kernelName: String?)]>([])
+        let recorder = RunRecorder()
+        let seen = Recorder<(threads: Int, kernelName: String?)>()
         for tag in 0..<2 {
             try queue.async(recorder.task(tag) {
                 let threads = pool.statistics.threads
-                seen.update { $0.append((threads, Self.kernelNameOfCurrentThread())) }
+                seen.append((threads, KernelThreads.currentName()))
             })
         }
         await Self.waitUntilIdle(queue)
-        let whileBusy = seen.value
+        let whileBusy = seen.values
         #expect(whileBusy.map(\.threads) == [1, 1])
         #expect(whileBusy.map(\.kernelName) == ["TQReap Thread1", "TQReap Thread1"])
         #expect(recorder.all.map(\.threadName) == ["TQReap Thread1", "TQReap Thread1"])
 
-        #expect(await Self.eventually { pool.statistics.threads == 0 }, "the idle queue's thread was not collected")
-        #expect(await Self.eventually { !Self.kernelThreadNames().contains("TQReap Thread1") }, "the kernel still lists the thread")
+        #expect(await eventually(timeout: .seconds(3)) { pool.statistics.threads == 0 }, "the idle queue's thread was not collected")
+        #expect(await eventually(timeout: .seconds(3)) { !KernelThreads.names().contains("TQReap Thread1") }, "the kernel still lists the thread")
 
         try queue.async(recorder.task(2))
         await Self.waitUntilIdle(queue)
@@ -999,9 +876,9 @@ struct ThrottledQueueTests {
     @Test("Tasks run on a thread named after the label (\"<label> Thread1\" in the queue's own pool)")
     func tasksRunOnANamedThread() async throws {
         let queue = ThrottledQueue(label: "TQnames", interval: .zero)
-        let recorder = Recorder()
-        let kernelName = Locked<String?>(nil)
-        try queue.async(recorder.task(0) { kernelName.set(Self.kernelNameOfCurrentThread()) })
+        let recorder = RunRecorder()
+        let kernelName = LockedValue<String?>(nil)
+        try queue.async(recorder.task(0) { kernelName.value = KernelThreads.currentName() })
         await Self.waitUntilIdle(queue)
         #expect(recorder.all.map(\.threadName) == ["TQnames Thread1"])
         #if os(Linux)
@@ -1011,7 +888,7 @@ struct ThrottledQueueTests {
         // A label too long for the kernel: Linux keeps (and Foundation there reads back) the first
         // 15 bytes, which still start with the label.
         let long = ThrottledQueue(label: "TQ long label", interval: .zero)
-        let longRecorder = Recorder()
+        let longRecorder = RunRecorder()
         try long.async(longRecorder.task(0))
         await Self.waitUntilIdle(long)
         let longName = try #require(longRecorder.all.first?.threadName)
@@ -1021,7 +898,7 @@ struct ThrottledQueueTests {
         // With a given pool, the pool's name.
         let pool = ThreadPool(name: "TQgiven", size: 2)
         let shared = ThrottledQueue(label: "TQ given", interval: .zero, pool: pool)
-        let sharedRecorder = Recorder()
+        let sharedRecorder = RunRecorder()
         try shared.async(sharedRecorder.task(0))
         await Self.waitUntilIdle(shared)
         #expect(sharedRecorder.all.map(\.threadName) == ["TQgiven Thread1"])
@@ -1036,19 +913,19 @@ struct ThrottledQueueTests {
         let submit: (@escaping @Sendable () -> Void) throws -> Void = queue.async
         let submitWithInterval: (Duration, @escaping @Sendable () -> Void) throws -> Void = queue.async(interval:_:)
 
-        let counts = Locked([Int](repeating: 0, count: 200))
-        let order = Locked<[Int]>([])
+        let counts = AtomicCounters(count: 200)
+        let order = Recorder<Int>()
         for index in 0..<200 {
             let work: @Sendable () -> Void = {
-                counts.update { $0[index] += 1 }
-                order.update { $0.append(index) }
+                counts.increment(index)
+                order.append(index)
             }
             if index.isMultiple(of: 2) { try submit(work) } else { try submitWithInterval(.zero, work) }
         }
         await Self.waitUntilIdle(queue)
         try await Task.sleep(for: .milliseconds(20))
-        #expect(counts.value == [Int](repeating: 1, count: 200))
-        #expect(order.value == Array(0..<200))
+        #expect(counts.values == [Int](repeating: 1, count: 200))
+        #expect(order.values == Array(0..<200))
         #expect(queue.pendingCount == 0)
     }
 }

@@ -69,7 +69,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
 
     @Test("random inserts, removes and pops match a sorted-array model", arguments: 0..<8)
     func randomOperationsMatchModel(seed: UInt64) {
-        var random = TimerTestRandom(seed: 0x7131_4EA9 &+ seed)
+        var random = SplitMix64(seed: 0x7131_4EA9 &+ seed)
         var heap = TimerHeap<Item>()
         var model = Model()
         var allItems: [Item] = []
@@ -139,7 +139,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
 
     @Test("equal deadlines come out in insertion order, also after removals")
     func equalDeadlinesKeepInsertionOrder() {
-        var random = TimerTestRandom(seed: 42)
+        var random = SplitMix64(seed: 42)
         var heap = TimerHeap<Item>()
         let items = (0..<1000).map(Item.init)
         for item in items { heap.insert(item, deadline: at(500)) }
@@ -163,7 +163,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
 
     @Test("sorted order for random deadlines, ties by insertion")
     func drainsInDeadlineOrder() {
-        var random = TimerTestRandom(seed: 7)
+        var random = SplitMix64(seed: 7)
         var heap = TimerHeap<Item>()
         let items = (0..<5000).map(Item.init)
         var deadlines: [UInt64] = []
@@ -219,7 +219,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
 
     @Test("removeAll returns every element, clears their indices and leaves a usable heap")
     func removeAllEmptiesTheHeap() {
-        var random = TimerTestRandom(seed: 99)
+        var random = SplitMix64(seed: 99)
         var heap = TimerHeap<Item>()
         let items = (0..<300).map(Item.init)
         for item in items { heap.insert(item, deadline: at(UInt64.random(in: 0..<50, using: &random))) }

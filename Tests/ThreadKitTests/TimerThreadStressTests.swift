@@ -5,37 +5,27 @@ import Testing
 /// Races between firing and cancelling, and heaps far larger than any test needs. One test at a
 /// time: each keeps both cores busy.
 @Suite(.serialized) struct TimerThreadStressTests {
-    typealias Support = TimerTestSupport
-
-    /// One counter per call, incremented from any thread.
-    final class Tally: Sendable {
-        private let counts: TimerTestLocked<[Int]>
-        init(count: Int) { counts = TimerTestLocked([Int](repeating: 0, count: count)) }
-        func increment(_ index: Int) { counts.withLock { $0[index] += 1 } }
-        var all: [Int] { counts.withLock { $0 } }
-    }
-
     @Test("20,000 one-shot calls raced by cancellers: each runs or one cancel returns true, never both or neither",
           arguments: [1, 2, 4, 8])
     func exactlyOnceUnderCancelRaces(cancellers: Int) async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmRace"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmRace"))
         defer { timer.dispose() }
         let calls = 20_000
-        let runs = Tally(count: calls)
-        let cancels = Tally(count: calls)
+        let runs = AtomicCounters(count: calls)
+        let cancels = AtomicCounters(count: calls)
         let origin = MonotonicInstant.now()
         /// The calls scheduled so far, and their indices by the millisecond (since `origin`) they fall due in.
         struct Published {
             var handles: [TimerHandle] = []
             var dueIn: [Int: [Int]] = [:]
         }
-        let published = TimerTestLocked(Published())
-        let producerDone = TimerTestCounter()
-        let cancellersDone = TimerTestCounter()
+        let published = LockedValue(Published())
+        let producerDone = Counter()
+        let cancellersDone = Counter()
 
         // One thread schedules the calls, with delays of 0–20 ms, over about half a second…
-        Support.startThread(name: "TmRaceProduce") {
-            var random = TimerTestRandom(seed: UInt64(cancellers))
+        startThread(named: "TmRaceProduce") {
+            var random = SplitMix64(seed: UInt64(cancellers))
             published.withLock { $0.handles.reserveCapacity(calls) }
             for index in 0..<calls {
                 let delay = Duration.microseconds(Int.random(in: 0...20_000, using: &random))
@@ -53,8 +43,8 @@ import Testing
         // …while the cancellers cancel random calls: mostly ones falling due about now, so that
         // cancels and runs collide, and some of any age. Several cancellers often pick one call at once.
         for number in 0..<cancellers {
-            Support.startThread(name: "TmRaceCancel\(number)") {
-                var random = TimerTestRandom(seed: UInt64(1_000 + 10 * cancellers + number))
+            startThread(named: "TmRaceCancel\(number)") {
+                var random = SplitMix64(seed: UInt64(1_000 + 10 * cancellers + number))
                 var lastChance: MonotonicInstant?
                 while lastChance.map({ MonotonicInstant.now() < $0 }) ?? true {
                     if lastChance == nil, producerDone.value == 1 {
@@ -78,18 +68,18 @@ import Testing
                 cancellersDone.increment()
             }
         }
-        #expect(await Support.waitUntil(timeout: .seconds(60)) {
+        #expect(await eventually(timeout: .seconds(60)) {
             producerDone.value == 1 && cancellersDone.value == cancellers
         })
 
         // Quiescence: every call's deadline has passed; a sentinel due after all of them has run.
-        let sentinel = TimerTestCounter()
+        let sentinel = Counter()
         try timer.schedule(after: .milliseconds(30)) { sentinel.increment() }
-        #expect(await Support.waitUntil(timeout: .seconds(30)) { sentinel.value == 1 })
+        #expect(await eventually(timeout: .seconds(30)) { sentinel.value == 1 })
         #expect(timer.pendingCount == 0)
 
-        let ran = runs.all
-        let cancelled = cancels.all
+        let ran = runs.values
+        let cancelled = cancels.values
         var neither = 0, both = 0, twice = 0
         for index in 0..<calls {
             if ran[index] + cancelled[index] == 0 { neither += 1 }
@@ -116,11 +106,11 @@ import Testing
 
     @Test("300,000 pending calls are cheap to hold and to cancel in random order")
     func manyPendingCallsCancelledInRandomOrder() throws {
-        let timer = TimerThread(name: Support.uniqueName("TmMany"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmMany"))
         defer { timer.dispose() }
         let count = 300_000
-        let ran = TimerTestCounter()
-        var random = TimerTestRandom(seed: 300)
+        let ran = Counter()
+        var random = SplitMix64(seed: 300)
         let clock = ContinuousClock()
         let start = clock.now
 

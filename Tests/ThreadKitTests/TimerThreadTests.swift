@@ -8,93 +8,34 @@ import Glibc
 import Musl
 #endif
 
-// MARK: - Helpers shared by the timer test files
+// MARK: - TimerThread
 
-/// SplitMix64: random numbers from a seed, so a failing randomized test can be replayed.
-struct TimerTestRandom: RandomNumberGenerator {
-    private var state: UInt64
+@Suite struct TimerThreadTests {
+    static let late = Duration.milliseconds(250)
 
-    init(seed: UInt64) { state = seed }
+    /// A thread's ``ThreadUsage`` handed over through atomics rather than a lock, so that handing it
+    /// over cannot itself make the measured thread wait (a voluntary context switch).
+    final class UsageSlot: Sendable {
+        private let cpuNanoseconds = Atomic<Int>(-1)
+        private let voluntarySwitches = Atomic<Int>(0)
+        private let involuntarySwitches = Atomic<Int>(0)
 
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
-/// What one thread has used so far, from `getrusage(RUSAGE_THREAD)`.
-struct TimerTestThreadUsage {
-    var cpu: Duration
-    var voluntarySwitches: Int
-}
-
-/// A thread's usage handed over without a lock, so that handing it over cannot itself make the
-/// measured thread wait (a voluntary context switch).
-final class TimerTestUsageSlot: Sendable {
-    private let cpuMicroseconds = Atomic<Int>(-1)
-    private let voluntarySwitches = Atomic<Int>(-1)
-
-    func store(_ usage: TimerTestThreadUsage) {
-        voluntarySwitches.store(usage.voluntarySwitches, ordering: .relaxed)
-        let (seconds, attoseconds) = usage.cpu.components
-        cpuMicroseconds.store(Int(seconds) * 1_000_000 + Int(attoseconds / 1_000_000_000_000), ordering: .releasing)
-    }
-
-    var usage: TimerTestThreadUsage? {
-        let cpu = cpuMicroseconds.load(ordering: .acquiring)
-        guard cpu >= 0 else { return nil }
-        return TimerTestThreadUsage(cpu: .microseconds(cpu),
-                                    voluntarySwitches: voluntarySwitches.load(ordering: .relaxed))
-    }
-}
-
-enum TimerTestSupport {
-    private static let counter = Atomic<Int>(0)
-
-    /// A name no other thread of this process has, short enough (≤ 15 bytes) for the kernel to keep whole.
-    static func uniqueName(_ prefix: String) -> String {
-        let number = counter.add(1, ordering: .relaxed).newValue
-        let name = "\(prefix)\(String(number, radix: 36))"
-        precondition(name.utf8.count <= 15, "thread name \(name) is longer than the kernel keeps")
-        return name
-    }
-
-    /// The kernel names of this process's threads, from `/proc/self/task/*/comm`.
-    static func kernelThreadNames() -> [String] {
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-        return tasks.compactMap { task in
-            (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8))?
-                .trimmingCharacters(in: .newlines)
+        /// Leaves `usage` here; the slot is filled from then on.
+        func store(_ usage: ThreadUsage) {
+            voluntarySwitches.store(usage.voluntarySwitches, ordering: .relaxed)
+            involuntarySwitches.store(usage.involuntarySwitches, ordering: .relaxed)
+            let (seconds, attoseconds) = usage.cpuTime.components
+            cpuNanoseconds.store(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000), ordering: .releasing)
         }
-    }
 
-    /// The kernel name of the calling thread.
-    static func currentKernelThreadName() -> String? {
-        (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8))?.trimmingCharacters(in: .newlines)
-    }
-
-    /// CPU time and voluntary context switches of the calling thread.
-    static func currentThreadUsage() -> TimerTestThreadUsage {
-        var usage = rusage()
-        let result = getrusage(__rusage_who_t(1) /* RUSAGE_THREAD */, &usage)
-        precondition(result == 0, "getrusage(RUSAGE_THREAD) failed")
-        func duration(_ time: timeval) -> Duration { .seconds(time.tv_sec) + .microseconds(time.tv_usec) }
-        return TimerTestThreadUsage(cpu: duration(usage.ru_utime) + duration(usage.ru_stime),
-                                    voluntarySwitches: usage.ru_nvcsw)
-    }
-
-    /// Polls `condition` until it holds or `timeout` passes, without blocking a thread of the
-    /// cooperative pool. Returns whether it held.
-    static func waitUntil(timeout: Duration = .seconds(5), _ condition: () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            if ContinuousClock.now >= deadline { return false }
-            try? await Task.sleep(for: .milliseconds(1))
+        /// The usage left here, or `nil` while the slot is empty.
+        var usage: ThreadUsage? {
+            let cpu = cpuNanoseconds.load(ordering: .acquiring)
+            guard cpu >= 0 else { return nil }
+            return ThreadUsage(
+                cpuTime: .nanoseconds(cpu), voluntarySwitches: voluntarySwitches.load(ordering: .relaxed),
+                involuntarySwitches: involuntarySwitches.load(ordering: .relaxed))
         }
-        return true
     }
 
     /// Blocks the calling thread until `deadline` (on the timer thread: a long-running call).
@@ -103,123 +44,23 @@ enum TimerTestSupport {
         while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &time, nil) == EINTR {}
     }
 
-    /// Starts a thread named `name` (in Foundation and the kernel) that runs `body`.
-    ///
-    /// The name is set from inside the thread: swift-corelibs-foundation does not carry a name set
-    /// before `start()` over to the running thread.
-    static func startThread(name: String, _ body: @escaping @Sendable () -> Void) {
-        let thread = Thread {
-            NamedThread.nameCurrentThread(name)
-            body()
-        }
-        thread.start()
-    }
-}
-
-/// A value shared between threads, guarded by a pthread mutex.
-///
-/// Not `Synchronization.Mutex`: the thread sanitizer cannot see its lock on Linux and reports the
-/// accesses it guards as races.
-final class TimerTestLocked<Value>: @unchecked Sendable {
-    // Sendable: `value` is only touched inside `withLock`, under `mutex`.
-    private let mutex = PThreadMutex()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<Result>(_ body: (inout Value) -> Result) -> Result {
-        mutex.withLock { body(&value) }
-    }
-}
-
-/// Values appended from any thread, in the order appended.
-final class TimerTestRecorder<Value: Sendable>: Sendable {
-    private let values = TimerTestLocked<[Value]>([])
-
-    func append(_ value: Value) { values.withLock { $0.append(value) } }
-    var all: [Value] { values.withLock { $0 } }
-    var count: Int { values.withLock { $0.count } }
-}
-
-/// A value set by one thread and read by another.
-final class TimerTestBox<Value: Sendable>: Sendable {
-    private let value: TimerTestLocked<Value>
-
-    init(_ value: Value) { self.value = TimerTestLocked(value) }
-
-    var current: Value {
-        get { value.withLock { $0 } }
-        set { value.withLock { $0 = newValue } }
-    }
-}
-
-/// A count incremented from any thread.
-final class TimerTestCounter: Sendable {
-    private let atomic = Atomic<Int>(0)
-
-    @discardableResult
-    func increment() -> Int { atomic.add(1, ordering: .sequentiallyConsistent).newValue }
-    var value: Int { atomic.load(ordering: .sequentiallyConsistent) }
-}
-
-/// A gate that threads wait at until it opens; the wait gives up after a timeout so that a failing
-/// test does not hang a timer thread forever.
-final class TimerTestGate: @unchecked Sendable {
-    // Sendable: `isOpen` is guarded by `condition`.
-    private let condition = NSCondition()
-    private var isOpen = false
-
-    func open() {
-        condition.lock()
-        isOpen = true
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    @discardableResult
-    func wait(timeout: TimeInterval = 60) -> Bool {
-        let deadline = Date(timeIntervalSinceNow: timeout)
-        condition.lock()
-        defer { condition.unlock() }
-        while !isOpen {
-            if !condition.wait(until: deadline) { return isOpen }
-        }
-        return true
-    }
-}
-
-/// Counts its own deinitialisations: a closure that captures one shows when it is released.
-final class TimerTestLifetime: Sendable {
-    let deinits: TimerTestCounter
-    init(_ deinits: TimerTestCounter) { self.deinits = deinits }
-    deinit { deinits.increment() }
-    func touch() {}
-}
-
-// MARK: - TimerThread
-
-@Suite struct TimerThreadTests {
-    typealias Support = TimerTestSupport
-
-    static let late = Duration.milliseconds(250)
-
     // MARK: Deadlines
 
     @Test("20 delayed calls scheduled in shuffled order fire in deadline order, never early, < 250 ms late")
     func twentyCallsFireInDeadlineOrder() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmOrd"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmOrd"))
         defer { timer.dispose() }
-        var random = TimerTestRandom(seed: 20)
+        var random = SplitMix64(seed: 20)
         let delays = (1...20).map { Duration.milliseconds(50 * $0) }.shuffled(using: &random)
-        let fired = TimerTestRecorder<(index: Int, at: MonotonicInstant)>()
+        let fired = Recorder<(index: Int, at: MonotonicInstant)>()
         var windows: [(earliest: MonotonicInstant, latest: MonotonicInstant)] = []
         for (index, delay) in delays.enumerated() {
             let before = MonotonicInstant.now()
             try timer.schedule(after: delay) { fired.append((index, .now())) }
             windows.append((before.advanced(by: delay), MonotonicInstant.now().advanced(by: delay)))
         }
-        #expect(await Support.waitUntil(timeout: .seconds(5)) { fired.count == 20 })
-        let runs = fired.all
+        #expect(await eventually(timeout: .seconds(5)) { fired.count == 20 })
+        let runs = fired.values
         #expect(Set(runs.map(\.index)) == Set(0..<20))
         // Deadline order. Each deadline lies in its window [before + delay, after + delay]; no call
         // may run before one whose window lies wholly before its own. (When scheduling takes less
@@ -240,50 +81,50 @@ final class TimerTestLifetime: Sendable {
 
     @Test("calls due at the same instant run in the order they were scheduled")
     func equalDeadlinesRunInScheduleOrder() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmEq"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmEq"))
         defer { timer.dispose() }
         let instant = ContinuousClock.now + .milliseconds(300)
-        let order = TimerTestRecorder<Int>()
-        let early = TimerTestCounter()
+        let order = Recorder<Int>()
+        let early = Counter()
         for index in 0..<500 {
             try timer.schedule(at: instant) {
                 if ContinuousClock.now < instant { early.increment() }
                 order.append(index)
             }
         }
-        #expect(await Support.waitUntil { order.count == 500 })
-        #expect(order.all == Array(0..<500))
+        #expect(await eventually(timeout: .seconds(5)) { order.count == 500 })
+        #expect(order.values == Array(0..<500))
         #expect(early.value == 0)
     }
 
     @Test("a delay counts from the call, not from when the timer thread gets to it")
     func delayCountsFromTheCall() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmFrom"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmFrom"))
         defer { timer.dispose() }
-        let blockerStarted = TimerTestBox<MonotonicInstant?>(nil)
-        let blockerEnded = TimerTestBox<MonotonicInstant?>(nil)
+        let blockerStarted = LockedValue<MonotonicInstant?>(nil)
+        let blockerEnded = LockedValue<MonotonicInstant?>(nil)
         // The timer thread is busy with a long call for 1.2 s…
         try timer.schedule(after: .zero) {
             let start = MonotonicInstant.now()
-            blockerStarted.current = start
-            Support.sleep(until: start.advanced(by: .milliseconds(1200)))
-            blockerEnded.current = .now()
+            blockerStarted.value = start
+            Self.sleep(until: start.advanced(by: .milliseconds(1200)))
+            blockerEnded.value = .now()
         }
         // …while another thread schedules a call due 400 ms later, well within the block.
-        let before = TimerTestBox<MonotonicInstant?>(nil)
-        let fired = TimerTestBox<MonotonicInstant?>(nil)
-        Support.startThread(name: "TmFromSched") {
-            while blockerStarted.current == nil { usleep(500) }
-            before.current = .now()
-            _ = try? timer.schedule(after: .milliseconds(400)) { fired.current = .now() }
+        let before = LockedValue<MonotonicInstant?>(nil)
+        let fired = LockedValue<MonotonicInstant?>(nil)
+        startThread(named: "TmFromSched") {
+            while blockerStarted.value == nil { usleep(500) }
+            before.value = .now()
+            _ = try? timer.schedule(after: .milliseconds(400)) { fired.value = .now() }
         }
-        #expect(await Support.waitUntil { fired.current != nil })
-        let scheduledAt = try #require(before.current)
-        let blockerStart = try #require(blockerStarted.current)
+        #expect(await eventually(timeout: .seconds(5)) { fired.value != nil })
+        let scheduledAt = try #require(before.value)
+        let blockerStart = try #require(blockerStarted.value)
         try #require(scheduledAt.advanced(by: .milliseconds(400)) < blockerStart.advanced(by: .milliseconds(1200)),
                      "the scheduling thread was too slow to schedule inside the block")
-        let firedAt = try #require(fired.current)
-        let blockEnd = try #require(blockerEnded.current)
+        let firedAt = try #require(fired.value)
+        let blockEnd = try #require(blockerEnded.value)
         #expect(firedAt >= scheduledAt.advanced(by: .milliseconds(400)))
         #expect(firedAt >= blockEnd)
         // Due long ago, it runs as soon as the blocker ends, not 400 ms after.
@@ -292,33 +133,33 @@ final class TimerTestLifetime: Sendable {
 
     @Test("schedule(at:) with an instant that has passed runs at once")
     func pastInstantRunsAtOnce() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmPast"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmPast"))
         defer { timer.dispose() }
         let before = MonotonicInstant.now()
-        let fired = TimerTestBox<MonotonicInstant?>(nil)
-        try timer.schedule(at: .now - .seconds(5)) { fired.current = .now() }
-        #expect(await Support.waitUntil { fired.current != nil })
-        #expect(before.duration(to: try #require(fired.current)) < Self.late)
+        let fired = LockedValue<MonotonicInstant?>(nil)
+        try timer.schedule(at: .now - .seconds(5)) { fired.value = .now() }
+        #expect(await eventually(timeout: .seconds(5)) { fired.value != nil })
+        #expect(before.duration(to: try #require(fired.value)) < Self.late)
 
-        let zero = TimerTestBox<MonotonicInstant?>(nil)
+        let zero = LockedValue<MonotonicInstant?>(nil)
         let beforeZero = MonotonicInstant.now()
-        try timer.schedule(after: .zero) { zero.current = .now() }
-        #expect(await Support.waitUntil { zero.current != nil })
-        #expect(beforeZero.duration(to: try #require(zero.current)) < Self.late)
+        try timer.schedule(after: .zero) { zero.value = .now() }
+        #expect(await eventually(timeout: .seconds(5)) { zero.value != nil })
+        #expect(beforeZero.duration(to: try #require(zero.value)) < Self.late)
     }
 
     @Test("schedule(at:) honours a ContinuousClock instant: never early, < 250 ms late")
     func continuousClockInstantHonoured() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmAt"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmAt"))
         defer { timer.dispose() }
         let start = ContinuousClock.now
         let offsets: [Duration] = [.milliseconds(350), .milliseconds(100), .milliseconds(600), .milliseconds(220)]
-        let fired = TimerTestRecorder<(index: Int, at: ContinuousClock.Instant)>()
+        let fired = Recorder<(index: Int, at: ContinuousClock.Instant)>()
         for (index, offset) in offsets.enumerated() {
             try timer.schedule(at: start + offset) { fired.append((index, .now)) }
         }
-        #expect(await Support.waitUntil { fired.count == offsets.count })
-        let runs = fired.all
+        #expect(await eventually(timeout: .seconds(5)) { fired.count == offsets.count })
+        let runs = fired.values
         #expect(runs.map(\.index) == [1, 3, 0, 2])
         for run in runs {
             let instant = start + offsets[run.index]
@@ -331,12 +172,12 @@ final class TimerTestLifetime: Sendable {
 
     @Test("cancel before the call fires: true once, and the work never runs")
     func cancelBeforeFire() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmCanc"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmCanc"))
         defer { timer.dispose() }
-        let ran = TimerTestCounter()
+        let ran = Counter()
         let instant = ContinuousClock.now + .milliseconds(500)
         let handle = try timer.schedule(at: instant) { ran.increment() }
-        let sentinelRan = TimerTestCounter()
+        let sentinelRan = Counter()
         // Due at the same instant, after it: once the sentinel has run, the cancelled call would have.
         let sentinel = try timer.schedule(at: instant) { sentinelRan.increment() }
         #expect(timer.pendingCount == 2)
@@ -350,7 +191,7 @@ final class TimerTestLifetime: Sendable {
         #expect(!handle.cancel())
         #expect(handle.isCancelled)
 
-        #expect(await Support.waitUntil { sentinelRan.value == 1 })
+        #expect(await eventually(timeout: .seconds(5)) { sentinelRan.value == 1 })
         #expect(ran.value == 0)
         #expect(!handle.hasFired)
         #expect(handle.isCancelled)
@@ -362,22 +203,22 @@ final class TimerTestLifetime: Sendable {
 
     @Test("cancel while the call runs or after it ran returns false")
     func cancelDuringAndAfterRun() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmRan"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmRan"))
         defer { timer.dispose() }
-        let gate = TimerTestGate()
-        let started = TimerTestCounter()
-        let finished = TimerTestCounter()
+        let gate = Latch()
+        let started = Counter()
+        let finished = Counter()
         let handle = try timer.schedule(after: .zero) {
             started.increment()
-            gate.wait()
+            gate.wait(timeout: .seconds(60))
             finished.increment()
         }
-        #expect(await Support.waitUntil { started.value == 1 })
+        #expect(await eventually(timeout: .seconds(5)) { started.value == 1 })
         #expect(handle.hasFired)
         #expect(!handle.cancel())
         #expect(!handle.isCancelled)
-        gate.open()
-        #expect(await Support.waitUntil { finished.value == 1 })
+        gate.countDown()
+        #expect(await eventually(timeout: .seconds(5)) { finished.value == 1 })
         #expect(!handle.cancel())
         #expect(!handle.cancel())
         #expect(handle.hasFired)
@@ -388,7 +229,7 @@ final class TimerTestLifetime: Sendable {
 
     @Test("handles are equal only to themselves")
     func handleIdentity() throws {
-        let timer = TimerThread(name: Support.uniqueName("TmId"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmId"))
         defer { timer.dispose() }
         let a = try timer.schedule(after: .seconds(3600)) {}
         let b = try timer.schedule(after: .seconds(3600)) {}
@@ -399,37 +240,32 @@ final class TimerTestLifetime: Sendable {
 
     @Test("the timer lets go of a call's closure once it ran, was cancelled or was dropped")
     func workIsReleased() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmRel"))
-        let deinits = TimerTestCounter()
-        let ran = TimerTestCounter()
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmRel"))
+        // Each closure holds the one tracked object made for it: it is live while the timer holds the closure.
+        let tracker = LifetimeTracker()
+        let ran = Counter()
         var handles: [TimerHandle] = []
         do {
-            let cancelled = TimerTestLifetime(deinits)
-            handles.append(try timer.schedule(after: .seconds(3600)) { cancelled.touch() })
+            let cancelled = tracker.make()
+            handles.append(try timer.schedule(after: .seconds(3600)) { withExtendedLifetime(cancelled) {} })
         }
-        #expect(deinits.value == 0)
+        #expect(tracker.liveCount == 1)
         #expect(handles[0].cancel())
-        #expect(deinits.value == 1)  // at once: cancelling drops the closure
-        do {
-            let fired = TimerTestLifetime(deinits)
-            handles.append(try timer.schedule(after: .zero) { fired.touch(); ran.increment() })
-        }
-        #expect(await Support.waitUntil { ran.value == 1 && deinits.value == 2 })
-        do {
-            let repeating = TimerTestLifetime(deinits)
-            handles.append(try timer.schedule(every: .milliseconds(20)) { repeating.touch(); ran.increment() })
-        }
-        #expect(await Support.waitUntil { ran.value >= 3 })
-        #expect(deinits.value == 2)  // a repeating call keeps its closure between runs
+        #expect(tracker.liveCount == 0)  // at once: cancelling drops the closure
+        handles.append(try timer.schedule(after: .zero, trackedWork(tracker, ran)))
+        #expect(await eventually(timeout: .seconds(5)) { ran.value == 1 && tracker.liveCount == 0 })
+        handles.append(try timer.schedule(every: .milliseconds(20), trackedWork(tracker, ran)))
+        #expect(await eventually(timeout: .seconds(5)) { ran.value >= 3 })
+        #expect(tracker.liveCount == 1)  // a repeating call keeps its closure between runs
         #expect(handles[2].cancel())
-        #expect(await Support.waitUntil { deinits.value == 3 })
+        #expect(await eventually(timeout: .seconds(5)) { tracker.liveCount == 0 })
         do {
-            let dropped = TimerTestLifetime(deinits)
-            handles.append(try timer.schedule(after: .seconds(3600)) { dropped.touch() })
+            let dropped = tracker.make()
+            handles.append(try timer.schedule(after: .seconds(3600)) { withExtendedLifetime(dropped) {} })
         }
-        #expect(deinits.value == 3)
+        #expect(tracker.liveCount == 1)
         #expect(timer.dispose() == 1)
-        #expect(deinits.value == 4)  // at once: dispose drops the closures of the calls it drops
+        #expect(tracker.liveCount == 0)  // at once: dispose drops the closures of the calls it drops
         #expect(handles.count == 4)  // the handles outlive their closures
     }
 
@@ -437,22 +273,22 @@ final class TimerTestLifetime: Sendable {
 
     @Test("calls run on one thread that carries the timer's name, in Foundation and the kernel")
     func callsRunOnTheNamedTimerThread() async throws {
-        let name = Support.uniqueName("TmName")
+        let name = KernelThreads.uniqueName("TmName")
         let timer = TimerThread(name: name)
         defer { timer.dispose() }
         #expect(timer.name == name)
-        let seen = TimerTestRecorder<(foundation: String?, kernel: String?, thread: pthread_t)>()
+        let seen = Recorder<(foundation: String?, kernel: String?, thread: pthread_t)>()
         for delay in [0, 30, 10] {
             try timer.schedule(after: .milliseconds(delay)) {
-                seen.append((Thread.current.name, Support.currentKernelThreadName(), pthread_self()))
+                seen.append((Thread.current.name, KernelThreads.currentName(), pthread_self()))
             }
         }
         let repeating = try timer.schedule(every: .milliseconds(15)) {
-            seen.append((Thread.current.name, Support.currentKernelThreadName(), pthread_self()))
+            seen.append((Thread.current.name, KernelThreads.currentName(), pthread_self()))
         }
-        #expect(await Support.waitUntil { seen.count >= 6 })
+        #expect(await eventually(timeout: .seconds(5)) { seen.count >= 6 })
         repeating.cancel()
-        let records = seen.all
+        let records = seen.values
         for record in records {
             #expect(record.foundation == name)
             #expect(record.kernel == name)
@@ -464,7 +300,7 @@ final class TimerTestLifetime: Sendable {
     @Test("a name longer than the kernel keeps is cut to 15 bytes there, never inside a character")
     func longNameIsCutForTheKernel() async throws {
         // The unique part first, so the cut name is unique too; "ö" is two bytes and straddles byte 15.
-        let unique = Support.uniqueName("Tm")
+        let unique = KernelThreads.uniqueName("Tm")
         let name = unique + String(repeating: "x", count: 14 - unique.utf8.count) + "ö timer"
         var expected = ""
         for character in name {
@@ -475,27 +311,27 @@ final class TimerTestLifetime: Sendable {
         let timer = TimerThread(name: name)
         defer { timer.dispose() }
         #expect(timer.name == name)
-        let kernelName = TimerTestBox<String?>(nil)
-        try timer.schedule(after: .zero) { kernelName.current = Support.currentKernelThreadName() }
-        #expect(await Support.waitUntil { kernelName.current != nil })
-        #expect(kernelName.current == expected)
+        let kernelName = LockedValue<String?>(nil)
+        try timer.schedule(after: .zero) { kernelName.value = KernelThreads.currentName() }
+        #expect(await eventually(timeout: .seconds(5)) { kernelName.value != nil })
+        #expect(kernelName.value == expected)
     }
 
     // MARK: Repeating
 
     @Test("schedule(every:) runs at a fixed rate: the k-th run never before start + k × interval")
     func repeatingRunsAtFixedRate() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmEvery"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmEvery"))
         defer { timer.dispose() }
         let interval = Duration.milliseconds(100)
-        let runs = TimerTestRecorder<MonotonicInstant>()
+        let runs = Recorder<MonotonicInstant>()
         let start = MonotonicInstant.now()
         let handle = try timer.schedule(every: interval) { runs.append(.now()) }
         let scheduled = MonotonicInstant.now()
         #expect(timer.pendingCount == 1)
         #expect(!handle.hasFired)
 
-        #expect(await Support.waitUntil { runs.count >= 5 })
+        #expect(await eventually(timeout: .seconds(5)) { runs.count >= 5 })
         #expect(timer.pendingCount == 1)  // a repeating call counts once
         #expect(handle.cancel())
         let runsAtCancel = runs.count
@@ -504,13 +340,13 @@ final class TimerTestLifetime: Sendable {
         #expect(!handle.cancel())
 
         // Three more beats pass: at most the one run in progress when cancel returned may appear.
-        let sentinel = TimerTestCounter()
+        let sentinel = Counter()
         try timer.schedule(after: interval * 3) { sentinel.increment() }
-        #expect(await Support.waitUntil { sentinel.value == 1 })
+        #expect(await eventually(timeout: .seconds(5)) { sentinel.value == 1 })
         #expect(runs.count <= runsAtCancel + 1)
         #expect(timer.pendingCount == 0)
 
-        let times = runs.all
+        let times = runs.values
         for (offset, time) in times.enumerated() {
             let beat = start.advanced(by: interval * (offset + 1))
             #expect(time >= beat, "run \(offset + 1) came \(time.duration(to: beat)) early")
@@ -520,24 +356,24 @@ final class TimerTestLifetime: Sendable {
 
     @Test("a repeating call cancelled from another call of its timer never runs again")
     func repeatingCancelledBetweenRuns() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmStop"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmStop"))
         defer { timer.dispose() }
         let interval = Duration.milliseconds(50)
-        let runs = TimerTestCounter()
+        let runs = Counter()
         let handle = try timer.schedule(every: interval) { runs.increment() }
         // Calls run serially on the timer thread, so no run is in progress when this one cancels.
-        let runsAtCancel = TimerTestBox<Int?>(nil)
-        let cancelResult = TimerTestBox<Bool?>(nil)
+        let runsAtCancel = LockedValue<Int?>(nil)
+        let cancelResult = LockedValue<Bool?>(nil)
         try timer.schedule(after: .milliseconds(175)) {
-            runsAtCancel.current = runs.value
-            cancelResult.current = handle.cancel()
+            runsAtCancel.value = runs.value
+            cancelResult.value = handle.cancel()
         }
-        #expect(await Support.waitUntil { cancelResult.current != nil })
-        let sentinel = TimerTestCounter()
+        #expect(await eventually(timeout: .seconds(5)) { cancelResult.value != nil })
+        let sentinel = Counter()
         try timer.schedule(after: interval * 4) { sentinel.increment() }
-        #expect(await Support.waitUntil { sentinel.value == 1 })
-        #expect(cancelResult.current == true)
-        let atCancel = try #require(runsAtCancel.current)
+        #expect(await eventually(timeout: .seconds(5)) { sentinel.value == 1 })
+        #expect(cancelResult.value == true)
+        let atCancel = try #require(runsAtCancel.value)
         #expect(atCancel >= 1)
         #expect(runs.value == atCancel)
         #expect(handle.isCancelled)
@@ -547,24 +383,24 @@ final class TimerTestLifetime: Sendable {
 
     @Test("a repeating call can cancel itself from inside its own run")
     func repeatingCancelsItself() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmSelf"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmSelf"))
         defer { timer.dispose() }
         let interval = Duration.milliseconds(30)
-        let handleBox = TimerTestBox<TimerHandle?>(nil)
-        let runs = TimerTestCounter()
-        let cancelledAt = TimerTestBox<(run: Int, result: Bool)?>(nil)
+        let handleBox = LockedValue<TimerHandle?>(nil)
+        let runs = Counter()
+        let cancelledAt = LockedValue<(run: Int, result: Bool)?>(nil)
         let handle = try timer.schedule(every: interval) {
             let run = runs.increment()
-            if run >= 3, cancelledAt.current == nil, let handle = handleBox.current {
-                cancelledAt.current = (run, handle.cancel())
+            if run >= 3, cancelledAt.value == nil, let handle = handleBox.value {
+                cancelledAt.value = (run, handle.cancel())
             }
         }
-        handleBox.current = handle
-        #expect(await Support.waitUntil { cancelledAt.current != nil })
-        let sentinel = TimerTestCounter()
+        handleBox.value = handle
+        #expect(await eventually(timeout: .seconds(5)) { cancelledAt.value != nil })
+        let sentinel = Counter()
         try timer.schedule(after: interval * 5) { sentinel.increment() }
-        #expect(await Support.waitUntil { sentinel.value == 1 })
-        let cancelled = try #require(cancelledAt.current)
+        #expect(await eventually(timeout: .seconds(5)) { sentinel.value == 1 })
+        let cancelled = try #require(cancelledAt.value)
         #expect(cancelled.result)
         #expect(runs.value == cancelled.run)
         #expect(handle.isCancelled)
@@ -575,11 +411,11 @@ final class TimerTestLifetime: Sendable {
 
     @Test("beats missed while the timer thread was blocked are skipped, not run in a burst")
     func missedBeatsAreSkipped() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmSkip"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmSkip"))
         defer { timer.dispose() }
         let interval = Duration.milliseconds(100)
-        let runs = TimerTestRecorder<(start: MonotonicInstant, end: MonotonicInstant)>()
-        let blockEnd = TimerTestBox<MonotonicInstant?>(nil)
+        let runs = Recorder<(start: MonotonicInstant, end: MonotonicInstant)>()
+        let blockEnd = LockedValue<MonotonicInstant?>(nil)
         let t0 = MonotonicInstant.now()
         let handle = try timer.schedule(every: interval) {
             let start = MonotonicInstant.now()
@@ -588,16 +424,16 @@ final class TimerTestLifetime: Sendable {
         let t1 = MonotonicInstant.now()
         // Mid-beat, a call blocks the timer thread for about four and a half intervals.
         try timer.schedule(after: interval + interval / 2) {
-            Support.sleep(until: t0.advanced(by: interval * 6 + interval / 2))
-            blockEnd.current = .now()
+            Self.sleep(until: t0.advanced(by: interval * 6 + interval / 2))
+            blockEnd.value = .now()
         }
-        #expect(await Support.waitUntil {
-            guard let end = blockEnd.current else { return false }
-            return runs.all.filter { $0.start >= end }.count >= 4
+        #expect(await eventually(timeout: .seconds(5)) {
+            guard let end = blockEnd.value else { return false }
+            return runs.values.filter { $0.start >= end }.count >= 4
         })
         #expect(handle.cancel())
-        let end = try #require(blockEnd.current)
-        let all = runs.all
+        let end = try #require(blockEnd.value)
+        let all = runs.values
 
         // Fixed rate from the call: the k-th run never before t0 + k × interval.
         for (offset, run) in all.enumerated() {
@@ -629,9 +465,9 @@ final class TimerTestLifetime: Sendable {
 
     @Test("cancelAll(tag:) cancels exactly the pending calls of that tag and counts them")
     func cancelAllByTag() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmTag"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmTag"))
         defer { timer.dispose() }
-        let ran = TimerTestCounter()
+        let ran = Counter()
         let far = Duration.seconds(3600)
         let a = try (0..<5).map { _ in try timer.schedule(after: far, tag: "a") { ran.increment() } }
         let intOne = try (0..<3).map { _ in try timer.schedule(after: far, tag: 1) { ran.increment() } }
@@ -659,9 +495,9 @@ final class TimerTestLifetime: Sendable {
         #expect(!untagged.contains { $0.isCancelled })
 
         // A call that has run is not counted.
-        let done = TimerTestCounter()
+        let done = Counter()
         let fired = try timer.schedule(after: .zero, tag: "fired") { done.increment() }
-        #expect(await Support.waitUntil { done.value == 1 })
+        #expect(await eventually(timeout: .seconds(5)) { done.value == 1 })
         #expect(timer.cancelAll(tag: "fired") == 0)
         #expect(!fired.isCancelled)
         #expect(ran.value == 0)
@@ -671,16 +507,16 @@ final class TimerTestLifetime: Sendable {
 
     @Test("cancelAll(tag:) stops a running repeating call of that tag")
     func cancelAllStopsRepeating() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmTagR"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmTagR"))
         defer { timer.dispose() }
-        let runs = TimerTestCounter()
+        let runs = Counter()
         let handle = try timer.schedule(every: .milliseconds(20), tag: 7) { runs.increment() }
-        #expect(await Support.waitUntil { runs.value >= 2 })
+        #expect(await eventually(timeout: .seconds(5)) { runs.value >= 2 })
         #expect(timer.cancelAll(tag: 7) == 1)
         let atCancel = runs.value
-        let sentinel = TimerTestCounter()
+        let sentinel = Counter()
         try timer.schedule(after: .milliseconds(100)) { sentinel.increment() }
-        #expect(await Support.waitUntil { sentinel.value == 1 })
+        #expect(await eventually(timeout: .seconds(5)) { sentinel.value == 1 })
         #expect(runs.value <= atCancel + 1)
         #expect(handle.isCancelled)
         #expect(!handle.cancel())
@@ -691,13 +527,13 @@ final class TimerTestLifetime: Sendable {
 
     @Test("dispose() counts the pending calls it drops, cancels their handles and stops the thread")
     func disposeReportsAndStops() async throws {
-        let name = Support.uniqueName("TmDisp")
+        let name = KernelThreads.uniqueName("TmDisp")
         let timer = TimerThread(name: name)
-        let ran = TimerTestCounter()
-        let done = TimerTestCounter()
+        let ran = Counter()
+        let done = Counter()
         let fired = try timer.schedule(after: .zero) { done.increment() }
-        #expect(await Support.waitUntil { done.value == 1 })
-        #expect(await Support.waitUntil { Support.kernelThreadNames().contains(name) })
+        #expect(await eventually(timeout: .seconds(5)) { done.value == 1 })
+        #expect(await eventually(timeout: .seconds(5)) { KernelThreads.names().contains(name) })
         var pending = try (0..<6).map { index in
             try timer.schedule(after: .seconds(3600 + index), tag: index % 2) { ran.increment() }
         }
@@ -719,17 +555,17 @@ final class TimerTestLifetime: Sendable {
         #expect(timer.cancelAll(tag: 0) == 0)
         #expect(timer.dispose() == 0)
 
-        #expect(await Support.waitUntil(timeout: .seconds(3)) { !Support.kernelThreadNames().contains(name) },
+        #expect(await eventually(timeout: .seconds(3)) { !KernelThreads.names().contains(name) },
                 "the timer thread \(name) is still alive")
         #expect(ran.value == 0)
     }
 
     @Test("after dispose() every schedule throws TimerThreadError.disposed naming the timer")
     func scheduleAfterDisposeThrows() throws {
-        let name = Support.uniqueName("TmThrow")
+        let name = KernelThreads.uniqueName("TmThrow")
         let timer = TimerThread(name: name)
         #expect(timer.dispose() == 0)
-        let ran = TimerTestCounter()
+        let ran = Counter()
         #expect(throws: TimerThreadError.disposed(name: name)) { try timer.schedule(after: .zero) { ran.increment() } }
         #expect(throws: TimerThreadError.disposed(name: name)) { try timer.schedule(at: .now) { ran.increment() } }
         #expect(throws: TimerThreadError.disposed(name: name)) {
@@ -742,28 +578,28 @@ final class TimerTestLifetime: Sendable {
         #expect(timer.dispose() == 0)
         #expect(ran.value == 0)
         // Never started, so no thread was ever made.
-        #expect(!Support.kernelThreadNames().contains(name))
+        #expect(!KernelThreads.names().contains(name))
     }
 
     @Test("dispose() while a call runs: the call finishes, a running repeating call stops, the thread exits")
     func disposeWhileRunning() async throws {
         for repeating in [false, true] {
-            let name = Support.uniqueName(repeating ? "TmDrR" : "TmDrO")
+            let name = KernelThreads.uniqueName(repeating ? "TmDrR" : "TmDrO")
             let timer = TimerThread(name: name)
-            let gate = TimerTestGate()
-            let started = TimerTestCounter()
-            let finished = TimerTestCounter()
+            let gate = Latch()
+            let started = Counter()
+            let finished = Counter()
             let work: @Sendable () -> Void = {
                 started.increment()
-                gate.wait()
+                gate.wait(timeout: .seconds(60))
                 finished.increment()
             }
             let running = repeating
                 ? try timer.schedule(every: .milliseconds(10), work)
                 : try timer.schedule(after: .zero, work)
-            let ran = TimerTestCounter()
+            let ran = Counter()
             let pending = try (0..<3).map { _ in try timer.schedule(after: .seconds(3600)) { ran.increment() } }
-            #expect(await Support.waitUntil { started.value == 1 })
+            #expect(await eventually(timeout: .seconds(5)) { started.value == 1 })
 
             #expect(timer.dispose() == 3)
             #expect(pending.allSatisfy { $0.isCancelled })
@@ -771,9 +607,9 @@ final class TimerTestLifetime: Sendable {
             // A one-shot call that started has run; a repeating one will not run again.
             #expect(running.isCancelled == repeating, "repeating: \(repeating)")
             #expect(!running.cancel())
-            gate.open()
-            #expect(await Support.waitUntil { finished.value == 1 })
-            #expect(await Support.waitUntil(timeout: .seconds(3)) { !Support.kernelThreadNames().contains(name) },
+            gate.countDown()
+            #expect(await eventually(timeout: .seconds(5)) { finished.value == 1 })
+            #expect(await eventually(timeout: .seconds(3)) { !KernelThreads.names().contains(name) },
                     "the timer thread \(name) is still alive")
             #expect(started.value == 1)
             #expect(ran.value == 0)
@@ -785,16 +621,16 @@ final class TimerTestLifetime: Sendable {
 
     @Test("dispose() from inside a call of the timer itself")
     func disposeFromInsideACall() async throws {
-        let name = Support.uniqueName("TmDIn")
+        let name = KernelThreads.uniqueName("TmDIn")
         let timer = TimerThread(name: name)
-        let ran = TimerTestCounter()
+        let ran = Counter()
         let pending = try (0..<4).map { _ in try timer.schedule(after: .seconds(3600)) { ran.increment() } }
-        let dropped = TimerTestBox<Int?>(nil)
-        try timer.schedule(after: .zero) { dropped.current = timer.dispose() }
-        #expect(await Support.waitUntil { dropped.current != nil })
-        #expect(dropped.current == 4)
+        let dropped = LockedValue<Int?>(nil)
+        try timer.schedule(after: .zero) { dropped.value = timer.dispose() }
+        #expect(await eventually(timeout: .seconds(5)) { dropped.value != nil })
+        #expect(dropped.value == 4)
         #expect(pending.allSatisfy { $0.isCancelled })
-        #expect(await Support.waitUntil(timeout: .seconds(3)) { !Support.kernelThreadNames().contains(name) })
+        #expect(await eventually(timeout: .seconds(3)) { !KernelThreads.names().contains(name) })
         #expect(throws: TimerThreadError.disposed(name: name)) { try timer.schedule(after: .zero) {} }
     }
 
@@ -824,19 +660,19 @@ final class TimerTestLifetime: Sendable {
 
     @Test("pendingCount counts calls waiting for their deadline")
     func pendingCountFollowsCalls() async throws {
-        let timer = TimerThread(name: Support.uniqueName("TmPend"))
+        let timer = TimerThread(name: KernelThreads.uniqueName("TmPend"))
         defer { timer.dispose() }
         #expect(timer.pendingCount == 0)
         let far = try (0..<10).map { _ in try timer.schedule(after: .seconds(3600)) {} }
         #expect(timer.pendingCount == 10)
         let repeating = try timer.schedule(every: .milliseconds(10)) {}
         #expect(timer.pendingCount == 11)
-        let done = TimerTestCounter()
+        let done = Counter()
         try timer.schedule(after: .milliseconds(30)) { done.increment() }
         #expect(timer.pendingCount == 12)
-        #expect(await Support.waitUntil { done.value == 1 })
+        #expect(await eventually(timeout: .seconds(5)) { done.value == 1 })
         // The one-shot ran and left; the repeating call is back in the heap between runs (or running).
-        #expect(await Support.waitUntil { timer.pendingCount == 11 })
+        #expect(await eventually(timeout: .seconds(5)) { timer.pendingCount == 11 })
         #expect(far[3].cancel())
         #expect(far[3].cancel() == false)
         #expect(repeating.cancel())
@@ -850,13 +686,13 @@ final class TimerTestLifetime: Sendable {
     @Test("an idle timer thread uses no CPU and does not wake up",
           arguments: [Duration.seconds(3600), .seconds(Int64.max)])
     func idleTimerUsesNoCPU(farFuture: Duration) async throws {
-        let name = Support.uniqueName("TmIdle")
+        let name = KernelThreads.uniqueName("TmIdle")
         let timer = TimerThread(name: name)
         defer { timer.dispose() }
         try timer.schedule(after: farFuture) { Issue.record("the far-future call ran") }
-        let first = TimerTestUsageSlot()
-        try timer.schedule(after: .zero) { first.store(Support.currentThreadUsage()) }
-        #expect(await Support.waitUntil { first.usage != nil })
+        let first = UsageSlot()
+        try timer.schedule(after: .zero) { first.store(ThreadUsage.current()) }
+        #expect(await eventually(timeout: .seconds(5)) { first.usage != nil })
         // Only the far-future call is pending now: the thread sleeps through the next 1.5 s. The
         // kernel's count of its context switches, read from outside, must not move at all.
         try await Task.sleep(for: .milliseconds(50))
@@ -867,12 +703,12 @@ final class TimerTestLifetime: Sendable {
         #expect(switchesAfter.voluntary == switchesBefore.voluntary)
         #expect(switchesAfter.involuntary == switchesBefore.involuntary)
         // And its CPU time, read by the thread itself, barely moves across the idle stretch.
-        let second = TimerTestUsageSlot()
-        try timer.schedule(after: .zero) { second.store(Support.currentThreadUsage()) }
-        #expect(await Support.waitUntil { second.usage != nil })
+        let second = UsageSlot()
+        try timer.schedule(after: .zero) { second.store(ThreadUsage.current()) }
+        #expect(await eventually(timeout: .seconds(5)) { second.usage != nil })
         let before = try #require(first.usage)
         let after = try #require(second.usage)
-        #expect(after.cpu - before.cpu < .milliseconds(20))
+        #expect(after.cpuTime - before.cpuTime < .milliseconds(20))
         #expect(timer.pendingCount == 1)
     }
 }

@@ -6,6 +6,7 @@
 
 import Foundation
 import Synchronization
+@testable import ThreadKit
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -49,6 +50,21 @@ enum KernelThreads {
     /// The calling thread's kernel name.
     static func currentName() -> String {
         name(ofThread: currentID()) ?? ""
+    }
+
+    /// The kernel names of every thread alive in this process.
+    static func names() -> [String] {
+        ids().compactMap { name(ofThread: $0) }
+    }
+
+    private static let uniqueNames = Atomic<Int>(0)
+
+    /// A thread name no other test uses: `prefix` and a fresh number, within the 15 bytes the kernel keeps.
+    static func uniqueName(_ prefix: String) -> String {
+        let number = uniqueNames.add(1, ordering: .relaxed).newValue
+        let name = "\(prefix)\(String(number, radix: 36))"
+        precondition(name.utf8.count <= 15, "thread name \(name) is longer than the kernel keeps")
+        return name
     }
 
     /// The ids of the live threads whose kernel name starts with `prefix`.
@@ -188,10 +204,34 @@ final class AtomicCounters: @unchecked Sendable {
     }
 }
 
-/// A thread-safe, append-only list of values, kept in the order they were appended.
+/// A value shared between threads, guarded by a lock.
 ///
 /// Locked with `NSLock` (a pthread mutex) rather than `Synchronization.Mutex`, whose futex-based
 /// lock the thread sanitizer cannot see on Linux: it would report races that are not there.
+final class LockedValue<Value: Sendable>: @unchecked Sendable {
+    // Sendable: `storage` is only touched under `lock`.
+    private let lock = NSLock()
+    private var storage: Value
+
+    init(_ value: Value) {
+        storage = value
+    }
+
+    /// Runs `body` on the value under the lock; read, change and write back in one step with this.
+    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        try lock.withLock { try body(&storage) }
+    }
+
+    /// The value now; setting it replaces it (not a read-modify-write: use ``withLock(_:)`` for that).
+    var value: Value {
+        get { withLock { $0 } }
+        set { withLock { $0 = newValue } }
+    }
+}
+
+/// A thread-safe, append-only list of values, kept in the order they were appended.
+///
+/// Locked with `NSLock` (a pthread mutex), like ``LockedValue``.
 final class Recorder<Element: Sendable>: @unchecked Sendable {
     // Sendable: `storage` is only touched under `lock`.
     private let lock = NSLock()
@@ -279,12 +319,28 @@ func onThreads(_ count: Int, _ body: @escaping @Sendable (_ index: Int) -> Void)
     }
 }
 
-/// Runs `body` on a new thread and suspends until it returns its result, so that blocking test
-/// code never holds one of Swift concurrency's few threads.
-func onNewThread<Result: Sendable>(_ body: @escaping @Sendable () -> Result) async -> Result {
+/// Runs `body` on a new thread (named `name`, if given, as ``startThread(named:_:)`` names it) and
+/// suspends until it returns its result, so that blocking test code never holds one of Swift
+/// concurrency's few threads.
+func onNewThread<Result: Sendable>(named name: String? = nil, _ body: @escaping @Sendable () -> Result) async -> Result {
     await withCheckedContinuation { continuation in
-        Thread { continuation.resume(returning: body()) }.start()
+        Thread {
+            if let name { NamedThread.nameCurrentThread(name) }
+            continuation.resume(returning: body())
+        }.start()
     }
+}
+
+/// Starts a thread that names itself `name` (in Foundation and the kernel) and runs `body`.
+///
+/// The name is set from inside the thread, through ThreadKit, which also sets the kernel's name: on
+/// Linux, Foundation drops a name set before `start()` (the thread inherits its creator's) and reads
+/// names back from the kernel, 15 bytes at most.
+func startThread(named name: String, _ body: @escaping @Sendable () -> Void) {
+    Thread {
+        NamedThread.nameCurrentThread(name)
+        body()
+    }.start()
 }
 
 // MARK: - Lifetimes
@@ -319,5 +375,31 @@ final class LifetimeTracked: Sendable {
 
     deinit {
         tracker.released()
+    }
+}
+
+/// A closure that captures a fresh ``LifetimeTracked`` of `tracker` and counts its runs; nothing
+/// else holds the tracked object.
+func trackedWork(_ tracker: LifetimeTracker, _ ran: Counter) -> @Sendable () -> Void {
+    let object = tracker.make()
+    return { withExtendedLifetime(object) { _ = ran.increment() } }
+}
+
+// MARK: - Seeded randomness
+
+/// SplitMix64: random numbers from a seed, so that a failing randomized test can be replayed.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) {
+        state = seed
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
