@@ -187,4 +187,18 @@ struct RingBufferTests {
         }
         #expect(tracker.liveCount == 0)
     }
+
+    @Test("RingBuffer.last and replaceLast(with:) work across wrap-around")
+    func ringBufferLast() {
+        var buffer = RingBuffer<Int>(minimumCapacity: 4)
+        #expect(buffer.last == nil)
+        for value in 1...3 { buffer.append(value) }
+        _ = buffer.popFirst()
+        _ = buffer.popFirst()
+        buffer.append(4)
+        buffer.append(5)  // wraps around the 4-slot storage
+        #expect(buffer.last == 5)
+        buffer.replaceLast(with: 50)
+        #expect(buffer.removeAll() == [3, 4, 50])
+    }
 }
