@@ -362,11 +362,13 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 
     private func startThread(number: Int, firstWork: Work) {
         let threadName = "\(name) Thread\(number)"
-        Log.log(.threadPool, "\(name): starting \(threadName)")
         // The thread's closure lives as long as the thread, so it holds the first work only through
         // a handoff that the thread empties: a closure must not outlive its run.
         let handoff = FirstWork(firstWork)
         NamedThread.start(name: threadName) { [self] in
+            // Logged by the new thread: a submission never calls out to a log delegate, so callers
+            // (a ThrottledQueue among them) may submit while holding a lock of their own.
+            Log.log(.threadPool, "\(name): Thread\(number) started")
             runWorker(Worker(number: number), firstWork: handoff)
         }
     }

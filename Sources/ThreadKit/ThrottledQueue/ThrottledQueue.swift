@@ -224,8 +224,9 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// Queues `item` and makes sure a worker serves the queue. Mutex held.
     ///
     /// The worker is submitted under the queue's mutex, so a refusing pool rejects exactly this
-    /// item and no other submitter can count on a worker that never comes. The pool never calls
-    /// back into the queue, and executor-style submission neither blocks nor runs on the caller.
+    /// item and no other submitter can count on a worker that never comes. That is safe: the pool's
+    /// submission calls out to nothing (not even a log delegate), and executor-style submission
+    /// neither blocks nor runs on the caller.
     func enqueue(_ item: Item, gap: Duration?) throws(ThreadPoolError) {
         if !hasWorker {
             try pool.submit(.closure { [self] in runWorker() }, ignoringLimit: true)
