@@ -76,10 +76,4 @@ extension Duration {
         if overflow2 { return seconds < 0 ? .min : .max }
         return sum
     }
-
-    /// The duration in seconds as a `Double`, for messages and arithmetic on rates.
-    var seconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
-    }
 }
