@@ -311,7 +311,7 @@ struct ThreadPoolTests {
             before.thread = KernelThreads.currentID()
             before.usage = ThreadUsage.current()
         }
-        try await Task.sleep(for: .milliseconds(3_500))
+        try await Task.sleep(for: .milliseconds(5_000))
         try pool.schedule {
             after.usage = ThreadUsage.current()
             after.thread = KernelThreads.currentID()
@@ -323,10 +323,11 @@ struct ThreadPoolTests {
         #expect(pool.statistics.peakThreads == 1)
         let cpu = end.cpuTime - start.cpuTime
         let switches = end.voluntarySwitches - start.voluntarySwitches
-        #expect(cpu < .milliseconds(20), "an idle thread used \(cpu) of CPU in 3.5 s")
-        // Going idle is one switch (two with some lock contention); a thread that polls every
-        // 1.5 s blocks twice more in 3.5 s, every 0.5 s six times more.
-        #expect(switches <= 2, "an idle thread made \(switches) voluntary context switches in 3.5 s")
+        #expect(cpu < .milliseconds(20), "an idle thread used \(cpu) of CPU in 5 s")
+        // Going idle is one switch, up to three with lock contention and the sanitizer's own
+        // locks; a thread that polls every 1.5 s blocks three times more in 5 s, every 0.5 s nine
+        // times more. (`idleThreadsAreSilent` checks the same from outside, exactly.)
+        #expect(switches <= 3, "an idle thread made \(switches) voluntary context switches in 5 s")
     }
 
     /// Where a pool thread leaves its readings for the test; written by one task, read after it ended.
