@@ -3,7 +3,7 @@
 /// Used instead of `Synchronization.Mutex` for small shared state: on Linux that `Mutex` hands
 /// ownership over in the kernel (priority-inheritance futexes), where the thread sanitizer cannot
 /// see it, so every contended hand-over would look like a data race. A pthread mutex is seen.
-final class Locked<Value>: @unchecked Sendable {
+final class Locked<Value: Sendable>: @unchecked Sendable {
     // Sendable: `value` is only touched inside `withLock`, under `mutex`.
     private let mutex = PThreadMutex()
     private var value: Value

@@ -12,7 +12,7 @@ extension ThrottledQueue {
         let ticket = Ticket()
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let refusal: (any Error)? = withLockedTicket {
+                let refusal: (any Error)? = withMutex {
                     guard ticket.phase == .new else { return CancellationError() }
                     ticket.continuation = continuation
                     do {

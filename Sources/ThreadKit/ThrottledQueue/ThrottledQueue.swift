@@ -360,7 +360,7 @@ public final class ThrottledQueue: @unchecked Sendable {
     }
 
     /// Runs `body` with the mutex held.
-    func withLockedTicket<Result>(_ body: () -> Result) -> Result {
+    func withMutex<Result>(_ body: () -> Result) -> Result {
         mutex.withLock(body)
     }
 
