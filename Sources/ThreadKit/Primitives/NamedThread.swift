@@ -3,12 +3,21 @@ import Foundation
 import Glibc
 #elseif canImport(Musl)
 import Musl
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// Starting threads that carry their name both in Foundation and in the kernel.
 ///
 /// `Thread.current.name` is what Swift code sees; the kernel's name (`/proc/self/task/*/comm`) is what
-/// `top -H`, `ps -L` and gdb show. The kernel keeps at most 15 bytes, so longer names are cut there.
+/// `top -H`, `ps -L` and gdb show. The kernel keeps at most 15 bytes, so it gets a short form of the
+/// name (``kernelName(for:keepingSuffix:)``). ThreadKit keeps the whole name beside it, for log
+/// records (``currentName()``). On Linux, Foundation's `Thread.name` reads and writes the kernel's
+/// name, so there `Thread.current.name` is the short form; elsewhere it is the whole name.
+///
+/// Threads are started with `pthread_create`, whose failure (no memory for a stack, a pids limit)
+/// is reported as a thrown ``ThreadStartError``. Foundation's `Thread.start()` ignores that failure:
+/// the thread silently never runs.
 ///
 /// Threads started here also ask for exact timed waits: Linux may wake a thread's timed wait up to
 /// its *timer slack* late, 50 µs by default, to batch wakeups. ThreadKit's deadlines (timer calls,
@@ -18,14 +27,53 @@ enum NamedThread {
     static let kernelNameLimit = 15
 
     /// Starts a new thread named `name` that runs `body` and then exits.
-    static func start(name: String, _ body: @escaping @Sendable () -> Void) {
-        let thread = Thread {
-            nameCurrentThread(name)
-            setExactTimerSlack()
-            body()
+    ///
+    /// - Parameters:
+    ///   - name: The thread's whole name, for `Thread.current.name` and log records.
+    ///   - kernelName: The name the kernel shows, at most ``kernelNameLimit`` bytes; by default
+    ///     `name` cut to fit.
+    /// - Throws: ``ThreadStartError`` with `pthread_create`'s error; `body` is then released unrun.
+    static func start(name: String, kernelName: String? = nil, _ body: @escaping @Sendable () -> Void) throws(ThreadStartError) {
+        let launch = Launch(name: name, kernelName: kernelName ?? Self.kernelName(for: name), body: body)
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        #if canImport(Glibc) || canImport(Musl)
+        var thread = pthread_t()
+        #else
+        var thread: pthread_t?
+        #endif
+        let context = Unmanaged.passRetained(launch).toOpaque()
+        let result = pthread_create(&thread, &attributes, { context in
+            let launch = Unmanaged<Launch>.fromOpaque(context!).takeRetainedValue()
+            launch.run()
+            return nil
+        }, context)
+        if result != 0 {
+            Unmanaged<Launch>.fromOpaque(context).release()
+            throw ThreadStartError(errno: result)
         }
-        thread.name = name
-        thread.start()
+    }
+
+    /// What a new thread needs: its names and its body, handed over once.
+    private final class Launch: @unchecked Sendable {
+        // Sendable: written before `pthread_create` (which orders it), then read by the new thread alone.
+        let name: String
+        let kernelName: String
+        var body: (@Sendable () -> Void)?
+
+        init(name: String, kernelName: String, body: @escaping @Sendable () -> Void) {
+            self.name = name
+            self.kernelName = kernelName
+            self.body = body
+        }
+
+        func run() {
+            nameCurrentThread(name, kernelName: kernelName)
+            setExactTimerSlack()
+            body.take()!()
+        }
     }
 
     #if canImport(Glibc) || canImport(Musl)
@@ -48,12 +96,18 @@ enum NamedThread {
     }
     #endif
 
-    /// Names the calling thread, in Foundation and in the kernel.
-    static func nameCurrentThread(_ name: String) {
-        Thread.current.name = name
+    /// Names the calling thread: `name` for `Thread.current.name` and log records, `kernelName`
+    /// (by default `name` cut to fit) for the kernel.
+    static func nameCurrentThread(_ name: String, kernelName: String? = nil) {
+        let kernelName = kernelName ?? Self.kernelName(for: name)
         #if canImport(Glibc) || canImport(Musl)
-        if let setName = Self.setName { _ = setName(pthread_self(), kernelName(for: name)) }
+        // Foundation's `Thread.name` reads and writes the kernel's name here, so the kernel's form
+        // is all it can hold.
+        if let setName = Self.setName { _ = setName(pthread_self(), kernelName) }
+        #else
+        Thread.current.name = name
         #endif
+        ThreadName.current = name
     }
 
     /// Lets the kernel end the calling thread's timed waits as close to their deadline as it can.
@@ -63,21 +117,46 @@ enum NamedThread {
         #endif
     }
 
-    /// `name` cut to ``kernelNameLimit`` bytes without splitting a character.
-    static func kernelName(for name: String) -> String {
+    /// The kernel's form of `name`: at most ``kernelNameLimit`` bytes, never a split character.
+    ///
+    /// With `suffix` (a pool thread's `" Thread7"`), the suffix is kept whole and the front is cut to
+    /// whole characters, so threads of one pool stay apart in `top -H`: `"Downloads Thread12"`
+    /// becomes `"Downlo Thread12"`, and a front with no character that fits is left out
+    /// (`"Thread12"`). Without a suffix, a first character longer than the limit (a long emoji
+    /// sequence) is cut between its Unicode scalars, so the name is never empty when `name` is not.
+    static func kernelName(for name: String, keepingSuffix suffix: String = "") -> String {
+        if suffix.isEmpty { return prefix(of: name, bytes: kernelNameLimit, orScalars: true) }
+        let room = kernelNameLimit - suffix.utf8.count
+        let front = room > 0 ? prefix(of: name, bytes: room, orScalars: false) : ""
+        if !front.isEmpty { return front + suffix }
+        return prefix(of: String(suffix.drop(while: { $0 == " " })), bytes: kernelNameLimit, orScalars: false)
+    }
+
+    /// The longest prefix of `text` within `limit` UTF-8 bytes made of whole characters; if none
+    /// fits and `orScalars`, of whole Unicode scalars instead.
+    private static func prefix(of text: String, bytes limit: Int, orScalars: Bool) -> String {
         var result = ""
         var bytes = 0
-        for character in name {
+        for character in text {
             let size = character.utf8.count
-            if bytes + size > kernelNameLimit { break }
+            if bytes + size > limit { break }
             result.append(character)
             bytes += size
         }
-        return result
+        guard result.isEmpty, orScalars else { return result }
+        var scalars = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            let size = String(scalar).utf8.count
+            if bytes + size > limit { break }
+            scalars.append(scalar)
+            bytes += size
+        }
+        return String(scalars)
     }
 
-    /// The calling thread's name: Foundation's if set, else the kernel's.
+    /// The calling thread's whole name: the one ThreadKit gave it, else Foundation's, else the kernel's.
     static func currentName() -> String {
+        if let name = ThreadName.current { return name }
         if let name = Thread.current.name, !name.isEmpty { return name }
         #if canImport(Glibc) || canImport(Musl)
         var buffer = [CChar](repeating: 0, count: 64)
@@ -87,5 +166,39 @@ enum NamedThread {
         }
         #endif
         return Thread.isMainThread ? "main" : "thread"
+    }
+}
+
+/// Why a thread could not be started: `pthread_create`'s error number (`EAGAIN` when the system
+/// lacks the resources or a limit was reached).
+struct ThreadStartError: Error, Equatable {
+    let errno: Int32
+}
+
+/// The whole name ThreadKit gave the calling thread, kept beside the kernel's cut one.
+private enum ThreadName {
+    private final class Box {
+        let name: String
+        init(_ name: String) { self.name = name }
+    }
+
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        let result = pthread_key_create(&key) { value in
+            Unmanaged<Box>.fromOpaque(value!).release()
+        }
+        precondition(result == 0, "pthread_key_create failed with error \(result)")
+        return key
+    }()
+
+    static var current: String? {
+        get {
+            guard let value = pthread_getspecific(key) else { return nil }
+            return Unmanaged<Box>.fromOpaque(value).takeUnretainedValue().name
+        }
+        set {
+            if let old = pthread_getspecific(key) { Unmanaged<Box>.fromOpaque(old).release() }
+            pthread_setspecific(key, newValue.map { Unmanaged.passRetained(Box($0)).toOpaque() })
+        }
     }
 }

@@ -6,8 +6,9 @@ import Synchronization
 /// Exactly one of two things happens to a task: it runs once, or it is cancelled (by ``cancel()``,
 /// or by ``ThreadPool/disposeNow()`` handing it back). ``cancel()`` returns `true` only in the second case.
 public final class ScheduledTask: @unchecked Sendable {
-    // Sendable: `work` and `onAbandon` are read and cleared only by the one thread that moves `state`
-    // out of `pending` (the worker that claims the task, or the canceller); that transition is the lock.
+    // Sendable: `work`, `onAbandon` and `pool` are read and cleared only by the one thread that
+    // moves `state` out of `pending` (the worker that claims the task, the canceller, or the pool
+    // handing it back); that transition is the lock.
 
     /// The task's life, one atomic word: a phase in the low bits, ``waiterFlag`` above them.
     private enum Phase: Int {
@@ -21,12 +22,11 @@ public final class ScheduledTask: @unchecked Sendable {
     /// For a task nobody outside the pool holds (``ThreadPool/run(_:)``'s): what to do instead of
     /// handing it back at ``ThreadPool/disposeNow()``. Owned like `work`.
     private var onAbandon: (@Sendable () -> Void)?
-    /// The pool whose queue holds the task while it is pending, told when the task is cancelled.
+    /// The pool that holds the task while it is pending, told when the task is cancelled.
     ///
-    /// Not counted: a weak or strong reference would cost two contended atomic operations on the
-    /// pool per task. It is only used by a successful `cancel()`, that is while the task waits in the
-    /// pool's queue, and a pool with queued tasks has busy threads, which keep it alive.
-    private unowned(unsafe) let pool: ThreadPool?
+    /// A counted reference, dropped by whoever ends the pending phase: the canceller still needs
+    /// the pool after its compare-and-swap, when the pool's last thread may already have exited.
+    private var pool: ThreadPool?
 
     init(pool: ThreadPool?, work: @escaping @Sendable () -> Void, onAbandon: (@Sendable () -> Void)? = nil) {
         self.pool = pool
@@ -36,14 +36,18 @@ public final class ScheduledTask: @unchecked Sendable {
 
     /// Stops the task from running, if no thread has taken it yet.
     ///
+    /// Safe to call at any time from any thread, whatever has become of the pool.
+    ///
     /// - Returns: `true` if this call stopped a task that would otherwise have run; `false` if it
     ///   has started, finished, or was already cancelled.
     @discardableResult
     public func cancel() -> Bool {
         guard transition(from: .pending, to: .cancelled) else { return false }
-        work = nil
-        onAbandon = nil
-        pool?.queuedTaskWasCancelled()
+        let pool = self.pool.take()
+        // Released here, with no lock held: a capture's deinit may call back into the pool.
+        let released = (work.take(), onAbandon.take())
+        pool?.queuedTaskWasCancelled(self)
+        _ = released
         return true
     }
 
@@ -69,27 +73,45 @@ public final class ScheduledTask: @unchecked Sendable {
 
     // MARK: - For the pool
 
-    /// Takes the task for running. Only one caller of `claim` or `cancel` ever succeeds.
+    /// Takes the task for running. Only one caller of `claim`, `handBack` or `cancel` ever succeeds.
     func claim() -> Bool {
         transition(from: .pending, to: .running)
     }
 
-    /// Cancels the task on behalf of the pool, which hands it back; the pool does its own counting.
-    func handBack() -> Bool {
-        guard transition(from: .pending, to: .cancelled) else { return false }
-        work = nil
-        return true
+    /// Returns a task that its submitter claimed to the pending phase, because the thread meant
+    /// to run it could not be started. Only the submitter calls this, before anyone else has seen
+    /// the task.
+    func unclaim() {
+        let returned = transition(from: .running, to: .pending)
+        precondition(returned, "a task is returned to pending only by its submitter, before it runs")
     }
 
-    /// After a successful ``handBack()``: the handler to call (outside the pool's lock) instead of
-    /// returning the task to the caller of ``ThreadPool/disposeNow()``, if it has one.
+    /// Cancels the task on behalf of the pool, which hands it back and does its own counting.
+    ///
+    /// May be called under the pool's lock: it releases nothing. The closures stay until
+    /// ``releaseHandedBack()``, which the pool calls after unlocking.
+    ///
+    /// - Returns: `false` if the task was claimed or cancelled already.
+    func handBack() -> Bool {
+        transition(from: .pending, to: .cancelled)
+    }
+
+    /// After a successful ``handBack()``: the handler to call instead of returning the task to the
+    /// caller of ``ThreadPool/disposeNow()``, if it has one. Releases nothing.
     func takeAbandonHandler() -> (@Sendable () -> Void)? {
         onAbandon.take()
+    }
+
+    /// After a successful ``handBack()``, with no lock held: releases the work and the pool.
+    func releaseHandedBack() {
+        let released = (work.take(), onAbandon.take(), pool.take())
+        _ = released
     }
 
     /// Runs a claimed task's work, releases it, and wakes its waiters.
     func runClaimed(countingInto completed: borrowing Atomic<Int>) {
         onAbandon = nil
+        pool = nil
         work!()
         work = nil
         completed.wrappingAdd(1, ordering: .relaxed)

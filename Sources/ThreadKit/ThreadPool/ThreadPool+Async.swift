@@ -5,6 +5,11 @@ extension ThreadPool {
     /// before a thread takes the work, the work is removed from the queue. Either way the work never
     /// runs and this throws `CancellationError`. Once started, the work runs to its end.
     ///
+    /// When the queue is full (`queueLimit`), the policy ``OverflowPolicy/reject`` throws, and both
+    /// ``OverflowPolicy/block`` and ``OverflowPolicy/runOnCaller`` suspend the caller until the queue
+    /// has room: an async caller's thread belongs to Swift's small cooperative pool, which must
+    /// never be blocked, nor kept busy by the work itself.
+    ///
     /// - Returns: What `work` returned.
     /// - Throws: What `work` threw, `CancellationError`, or a ``ThreadPoolError`` if the pool refused
     ///   the work or ``disposeNow()`` dropped it before it started.
@@ -21,7 +26,7 @@ extension ThreadPool {
                     pool: self, work: { continuation.resume(with: Result { try work() }) },
                     onAbandon: { [name] in continuation.resume(throwing: ThreadPoolError.disposed(pool: name)) })
                 do {
-                    try submit(.task(task))
+                    try submit(.task(task), waiting: .suspend)
                 } catch {
                     continuation.resume(throwing: error)
                     return

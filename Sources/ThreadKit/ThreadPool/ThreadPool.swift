@@ -114,16 +114,26 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 
     /// Runs `work` on a pool thread, with no handle: the fastest way in.
     ///
+    /// When the queue is full and the policy is ``OverflowPolicy/block``, a call from one of this
+    /// pool's own threads runs `work` on the calling thread instead of waiting: that thread is one
+    /// of those the queue waits for, so waiting could never end.
+    ///
     /// - Throws: ``ThreadPoolError/disposed(pool:)`` after ``dispose()``;
-    ///   ``ThreadPoolError/queueFull(pool:limit:)`` when the queue is full and the policy is `.reject`.
+    ///   ``ThreadPoolError/queueFull(pool:limit:)`` when the queue is full and the policy is `.reject`;
+    ///   ``ThreadPoolError/threadStartFailed(pool:errno:)`` when the pool has no thread and the
+    ///   system refused to start one.
     public func execute(_ work: @escaping @Sendable () -> Void) throws {
         try submit(.closure(work))
     }
 
     /// Runs `work` on a pool thread and returns a handle to cancel it or wait for it.
     ///
+    /// A full queue is handled as in ``execute(_:)``.
+    ///
     /// - Throws: ``ThreadPoolError/disposed(pool:)`` after ``dispose()``;
-    ///   ``ThreadPoolError/queueFull(pool:limit:)`` when the queue is full and the policy is `.reject`.
+    ///   ``ThreadPoolError/queueFull(pool:limit:)`` when the queue is full and the policy is `.reject`;
+    ///   ``ThreadPoolError/threadStartFailed(pool:errno:)`` when the pool has no thread and the
+    ///   system refused to start one.
     @discardableResult
     public func schedule(_ work: @escaping @Sendable () -> Void) throws -> ScheduledTask {
         let task = ScheduledTask(pool: self, work: work)
@@ -136,15 +146,16 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// Refuses new work, runs what is already queued, then lets every thread exit.
     ///
     /// Returns at once; ``awaitTermination(timeout:)`` waits for the end. Submitters blocked on a
-    /// full queue get ``ThreadPoolError/disposed(pool:)``. Calling it again does nothing.
+    /// full queue get ``ThreadPoolError/disposed(pool:)``, and so do ``run(_:)`` callers still
+    /// waiting for room in it. Calling it again does nothing.
     public func dispose() {
-        let idle: [Worker]? = mutex.withLock {
+        let shutdown: Shutdown? = mutex.withLock {
             guard case .running = state.lifecycle else { return nil }
             state.lifecycle = .draining
-            return wakeForShutdown()
+            return beginShutdown()
         }
-        guard let idle else { return }
-        for worker in idle { worker.wakeUp.signal() }
+        guard let shutdown else { return }
+        shutdown.carryOut()
         Log.log(.threadPool, "\(name): disposed; running the \(statistics.queuedTasks) queued tasks first")
     }
 
@@ -155,16 +166,17 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// tasks submitted with ``execute(_:)`` come back as new handles. Queued Swift task jobs (the
     /// pool as a `TaskExecutor`) are not handed back but moved to the global concurrent executor,
     /// and ``run(_:)`` calls whose work had not started throw ``ThreadPoolError/disposed(pool:)``,
-    /// so no Swift task is left suspended forever.
+    /// so no Swift task is left suspended forever. Every closure handed back is released after the
+    /// pool's lock is let go, so a capture's `deinit` may use the pool.
     ///
     /// - Returns: The tasks that will never run; empty if the pool was already stopped.
     public func disposeNow() -> [ScheduledTask] {
         var jobs: [UnownedJob] = []
-        var abandoned: [@Sendable () -> Void] = []
-        let result: (idle: [Worker], handedBack: [ScheduledTask])? = mutex.withLock {
+        let result: (shutdown: Shutdown, handedBack: [ScheduledTask])? = mutex.withLock {
             if case .stopped = state.lifecycle { return nil }
             state.lifecycle = .stopped
             var handedBack: [ScheduledTask] = []
+            var shutdown = beginShutdown()
             while let work = state.queue.popFirst() {
                 switch work {
                 case .job(let job):
@@ -178,27 +190,29 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                     state.queuedCount -= 1
                 case .task(let task):
                     // A task the user cancelled a moment ago is theirs already; they count it.
-                    if task.handBack() {
-                        state.queuedCount -= 1
-                        if let abandon = task.takeAbandonHandler() {
-                            abandoned.append(abandon)
-                        } else {
-                            handedBack.append(task)
-                        }
+                    guard task.handBack() else { continue }
+                    state.queuedCount -= 1
+                    if let abandon = task.takeAbandonHandler() {
+                        shutdown.abandoned.append((task, abandon))
+                    } else {
+                        handedBack.append(task)
                     }
                 }
             }
-            return (wakeForShutdown(), handedBack)
+            return (shutdown, handedBack)
         }
         guard let result else { return [] }
-        for worker in result.idle { worker.wakeUp.signal() }
+        for task in result.handedBack { task.releaseHandedBack() }
+        result.shutdown.carryOut()
         for job in jobs { globalConcurrentExecutor.enqueue(ExecutorJob(job)) }
-        for abandon in abandoned { abandon() }
         Log.log(.threadPool, "\(name): disposed now; handed back \(result.handedBack.count) tasks, moved \(jobs.count) Swift task jobs to the global executor")
         return result.handedBack
     }
 
     /// Blocks until a disposed pool's threads have all exited, or `timeout` has passed.
+    ///
+    /// A thread counts as exited once it has done its last piece of ThreadKit work (its log line
+    /// included): after this returns `true`, the pool calls nothing of yours again.
     ///
     /// - Parameter timeout: The longest to wait; not negative.
     /// - Returns: `true` if the pool was disposed and has no threads left, `false` on timeout
@@ -237,11 +251,15 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     }
 
     /// One pool thread's mailbox: an idle worker sleeps on `wakeUp` until given an assignment.
-    private final class Worker: @unchecked Sendable {
-        // Sendable: `assignment` is guarded by the pool's mutex.
+    fileprivate final class Worker: @unchecked Sendable {
+        // Sendable: `assignment` and the idle-list links are guarded by the pool's mutex.
         let number: Int
         let wakeUp = MonotonicCondition()
         var assignment: Work?
+        /// Neighbours in the pool's ``IdleWorkers`` list while idle.
+        fileprivate var earlier: Worker?
+        fileprivate var later: Worker?
+        fileprivate var isIdle = false
 
         init(number: Int) {
             self.number = number
@@ -262,8 +280,11 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         var queue = RingBuffer<Work>()
         /// Entries of `queue` not cancelled: the tasks waiting for a thread.
         var queuedCount = 0
-        /// Idle workers, the most recently idle last: reused first, so the others age and retire.
-        var idleWorkers: [Worker] = []
+        /// ``run(_:)`` calls waiting for room in a full queue, oldest first: they suspend instead of
+        /// blocking their thread, and enter the queue as room appears. Not counted in `queuedCount`.
+        var waitingForRoom = RingBuffer<ScheduledTask>()
+        /// Idle workers: the most recently idle is reused first, so the others age and retire.
+        var idleWorkers = IdleWorkers()
         /// Workers briefly spinning for more work before they sleep (at most one at a time).
         var spinningWorkers = 0
         var threads = 0
@@ -277,66 +298,105 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
     }
 
+    /// Whether the queue holds `queueLimit` tasks. Mutex held.
+    private var isQueueFull: Bool {
+        guard let queueLimit else { return false }
+        return state.queuedCount >= queueLimit
+    }
+
     /// What a submission found it must do, decided under the lock and done outside it.
     private enum Placement {
         case handedToIdle(Worker)
-        case newThread(number: Int)
+        /// A new thread starts with the work; or, if older work waits in the queue (a thread
+        /// failed to start earlier), the work is queued and the new thread starts with the queue.
+        case newThread(number: Int, carriesWork: Bool)
         case queued
         case runOnCaller
+        /// A ``run(_:)`` call waits, suspended, for room in the queue.
+        case waitingForRoom
+    }
+
+    /// How a submission that finds the queue full waits for room.
+    enum Waiting {
+        /// The submitting thread blocks (``execute(_:)``, ``schedule(_:)``).
+        case blockThread
+        /// The submission joins `waitingForRoom` and the caller stays suspended (``run(_:)``).
+        case suspend
     }
 
     /// Accepts `work`, or throws why not.
     ///
-    /// - Parameter ignoringLimit: Executor jobs skip `queueLimit`: blocking or refusing them would
-    ///   stall or lose a Swift task.
-    func submit(_ work: Work, ignoringLimit: Bool = false) throws(ThreadPoolError) {
+    /// - Parameters:
+    ///   - ignoringLimit: Executor jobs skip `queueLimit`: blocking or refusing them would stall or
+    ///     lose a Swift task.
+    ///   - waiting: How to wait for room under ``OverflowPolicy/block``; a `.suspend` submission
+    ///     must be a `.task` whose work resumes its caller.
+    func submit(_ work: Work, ignoringLimit: Bool = false, waiting: Waiting = .blockThread) throws(ThreadPoolError) {
         let placement = try mutex.withLock { () throws(ThreadPoolError) -> Placement in
-            while true {
-                guard case .running = state.lifecycle else { throw .disposed(pool: name) }
-                if state.queue.count < state.spinningWorkers {
-                    // A spinning worker takes it within microseconds, with no wakeup to pay for.
-                    state.queue.append(work)
-                    state.queuedCount += 1
-                    spinnerNudge.wrappingAdd(1, ordering: .releasing)
-                    return .queued
-                }
-                if let worker = state.idleWorkers.popLast() {
-                    worker.assignment = claimed(work)
-                    return .handedToIdle(worker)
-                }
-                if state.threads < size {
-                    state.threads += 1
-                    state.threadsStarted += 1
-                    state.peakThreads = max(state.peakThreads, state.threads)
-                    return .newThread(number: state.threadsStarted)
-                }
-                guard let limit = queueLimit, !ignoringLimit, state.queuedCount >= limit else {
-                    state.queue.append(work)
-                    state.queuedCount += 1
-                    return .queued
-                }
-                switch overflowPolicy {
-                case .reject:
-                    throw .queueFull(pool: name, limit: limit)
-                case .runOnCaller:
-                    return .runOnCaller
-                case .block:
-                    state.blockedSubmitters += 1
-                    _blockingWaitForRoomInQueue()
-                    state.blockedSubmitters -= 1
-                }
-            }
+            try place(work, ignoringLimit: ignoringLimit, waiting: waiting)
         }
         switch placement {
         case .handedToIdle(let worker):
             worker.wakeUp.signal()
-        case .newThread(let number):
-            startThread(number: number, firstWork: claimed(work))
-        case .queued:
+        case .newThread(let number, let carriesWork):
+            try startThread(number: number, firstWork: carriesWork ? work : nil)
+        case .queued, .waitingForRoom:
             break
         case .runOnCaller:
             perform(claimed(work))
         }
+    }
+
+    /// Decides where `work` goes. Mutex held; it may wait on `queueHasRoom`, releasing the mutex.
+    private func place(_ work: Work, ignoringLimit: Bool, waiting: Waiting) throws(ThreadPoolError) -> Placement {
+        while true {
+            guard case .running = state.lifecycle else { throw .disposed(pool: name) }
+            if state.queue.count < state.spinningWorkers {
+                // A spinning worker takes it within microseconds, with no wakeup to pay for.
+                enqueue(work)
+                spinnerNudge.wrappingAdd(1, ordering: .releasing)
+                return .queued
+            }
+            if let worker = state.idleWorkers.popMostRecent() {
+                worker.assignment = claimed(work)
+                return .handedToIdle(worker)
+            }
+            if state.threads < size {
+                state.threads += 1
+                state.threadsStarted += 1
+                state.peakThreads = max(state.peakThreads, state.threads)
+                let carriesWork = state.queue.isEmpty
+                if !carriesWork { enqueue(work) }
+                return .newThread(number: state.threadsStarted, carriesWork: carriesWork)
+            }
+            guard !ignoringLimit, isQueueFull, let limit = queueLimit else {
+                enqueue(work)
+                return .queued
+            }
+            switch (overflowPolicy, waiting) {
+            case (.reject, _):
+                throw .queueFull(pool: name, limit: limit)
+            case (.runOnCaller, .blockThread):
+                return .runOnCaller
+            case (.block, .blockThread):
+                // A thread of this pool waiting for its own queue could wait forever: the room it
+                // waits for is made by threads like itself.
+                if isCurrentThreadMember { return .runOnCaller }
+                state.blockedSubmitters += 1
+                _blockingWaitForRoomInQueue()
+                state.blockedSubmitters -= 1
+            case (.block, .suspend), (.runOnCaller, .suspend):
+                guard case .task(let task) = work else { preconditionFailure("only a task can wait suspended") }
+                state.waitingForRoom.append(task)
+                return .waitingForRoom
+            }
+        }
+    }
+
+    /// Appends `work` to the queue. Mutex held.
+    private func enqueue(_ work: Work) {
+        state.queue.append(work)
+        state.queuedCount += 1
     }
 
     /// `work`, with a task moved from pending to running: it is about to run for sure.
@@ -352,24 +412,76 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         queueHasRoom.wait(mutex)
     }
 
-    /// Called by a queued task's ``ScheduledTask/cancel()``: it no longer waits for a thread.
-    func queuedTaskWasCancelled() {
+    /// Called by a pending task's ``ScheduledTask/cancel()``: it no longer waits for a thread.
+    func queuedTaskWasCancelled(_ task: ScheduledTask) {
         mutex.withLock {
+            if !state.waitingForRoom.isEmpty, !state.waitingForRoom.removeAll(where: { $0 === task }).isEmpty {
+                return  // a run(_:) call that was waiting for room, never counted in the queue
+            }
             state.queuedCount -= 1
-            if state.blockedSubmitters > 0 { queueHasRoom.signal() }
+            queueGainedRoom()
         }
     }
 
-    private func startThread(number: Int, firstWork: Work) {
-        let threadName = "\(name) Thread\(number)"
+    /// After a task left the queue: lets in a suspended ``run(_:)`` call, or wakes a blocked
+    /// submitter. Mutex held.
+    private func queueGainedRoom() {
+        while !isQueueFull, let task = state.waitingForRoom.popFirst() {
+            enqueue(.task(task))
+        }
+        if state.blockedSubmitters > 0, !isQueueFull { queueHasRoom.signal() }
+    }
+
+    /// Whether the calling thread is one of this pool's threads.
+    var isCurrentThreadMember: Bool {
+        Self.memberOf.current == Unmanaged.passUnretained(self).toOpaque()
+    }
+
+    /// Each pool thread's pool. The pool outlives its threads: each holds it until it exits.
+    private static let memberOf = ThreadLocalPointer()
+
+    /// Starts pool thread `number`, with its first work or else to take work from the queue.
+    ///
+    /// If the system refuses the thread, its bookkeeping is undone and `work` finds another place:
+    /// an idle thread, the queue (a running thread will take it), or, when the pool has no thread
+    /// at all, a thrown error. Nothing accepted is left without a thread to run it.
+    private func startThread(number: Int, firstWork work: Work?) throws(ThreadPoolError) {
+        let fullName = "\(name) Thread\(number)"
         // The thread's closure lives as long as the thread, so it holds the first work only through
         // a handoff that the thread empties: a closure must not outlive its run.
-        let handoff = FirstWork(firstWork)
-        NamedThread.start(name: threadName) { [self] in
-            // Logged by the new thread: a submission never calls out to a log delegate, so callers
-            // (a ThrottledQueue among them) may submit while holding a lock of their own.
-            Log.log(.threadPool, "\(name): Thread\(number) started")
-            runWorker(Worker(number: number), firstWork: handoff)
+        let handoff = FirstWork(work.map(claimed))
+        do {
+            try NamedThread.start(
+                name: fullName, kernelName: NamedThread.kernelName(for: name, keepingSuffix: " Thread\(number)")
+            ) { [self] in
+                Self.memberOf.current = Unmanaged.passUnretained(self).toOpaque()
+                // Logged by the new thread: a submission never calls out to a log delegate, so callers
+                // (a ThrottledQueue among them) may submit while holding a lock of their own.
+                Log.log(.threadPool, "\(name): Thread\(number) started")
+                runWorker(Worker(number: number), firstWork: handoff)
+            }
+        } catch {
+            _ = handoff.take()
+            if case .task(let task) = work { task.unclaim() }
+            Log.log(.threadPool, "\(name): Thread\(number) could not start (errno \(error.errno))")
+            let idle = try mutex.withLock { () throws(ThreadPoolError) -> Worker? in
+                state.threads -= 1
+                if let worker = state.idleWorkers.popMostRecent() {
+                    if let work { enqueue(work) }
+                    worker.assignment = popQueuedWork()
+                    return worker
+                }
+                if state.threads > 0 {
+                    if let work { enqueue(work) }  // a running thread takes it
+                    return nil
+                }
+                if state.isTerminated { threadsGone.broadcast() }
+                // No thread is left to run it: hand the work back to its submitter. Work that other
+                // submitters queued meanwhile waits for the next thread the pool can start.
+                if work != nil { throw .threadStartFailed(pool: name, errno: error.errno) }
+                return nil
+            }
+            idle?.wakeUp.signal()
         }
     }
 
@@ -378,7 +490,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         // Sendable: written before the thread starts (which orders it), then taken by that thread alone.
         private var work: Work?
 
-        init(_ work: Work) {
+        init(_ work: Work?) {
             self.work = work
         }
 
@@ -393,7 +505,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// an idle thread keeps nothing alive (a `while let work` binding would live on, in debug
     /// builds, through the wait for the next task).
     private func runWorker(_ worker: Worker, firstWork: FirstWork) {
-        var next = firstWork.take()
+        var next = firstWork.take() ?? takeNextWork(for: worker)
         while next != nil {
             perform(next.take()!)
             next = takeNextWork(for: worker)
@@ -450,16 +562,16 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         var exit = Exit.shutDown
         if case .running = state.lifecycle {
             let idleSince = MonotonicInstant.now()
-            state.idleWorkers.append(worker)
+            state.idleWorkers.add(worker)
             if let work = _blockingWaitForWork(worker, until: collection.retirement(idleSince: idleSince)) {
                 mutex.unlock()
                 return work
             }
-            state.idleWorkers.removeAll { $0 === worker }
+            state.idleWorkers.remove(worker)
             if case .running = state.lifecycle { exit = .collected(idle: idleSince.duration(to: .now())) }
         }
-        state.threads -= 1
-        if state.isTerminated { threadsGone.broadcast() }
+        // The thread still counts while it logs its exit, so awaitTermination cannot return before.
+        // Meanwhile it is neither idle nor spinning: work that arrives finds it in the queue.
         mutex.unlock()
         switch exit {
         case .collected(let idle):
@@ -467,6 +579,14 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         case .shutDown:
             Log.log(.threadPool, "\(name): Thread\(worker.number) exits, the pool is disposed")
         }
+        mutex.lock()
+        if let work = popQueuedWork() {
+            mutex.unlock()
+            return work
+        }
+        state.threads -= 1
+        if state.isTerminated { threadsGone.broadcast() }
+        mutex.unlock()
         return nil
     }
 
@@ -475,7 +595,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         while let work = state.queue.popFirst() {
             if case .task(let task) = work, !task.claim() { continue }  // cancelled while queued
             state.queuedCount -= 1
-            if state.blockedSubmitters > 0 { queueHasRoom.signal() }
+            queueGainedRoom()
             return work
         }
         return nil
@@ -505,11 +625,80 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// Wakes blocked submitters (they throw) and returns the idle workers to signal after unlocking.
-    private func wakeForShutdown() -> [Worker] {
+    /// What a shutdown must do once the mutex is released: wake the idle threads, and fail the
+    /// ``run(_:)`` calls still waiting for room in the queue.
+    private struct Shutdown {
+        var idle: [Worker]
+        var abandoned: [(task: ScheduledTask, handler: @Sendable () -> Void)] = []
+
+        func carryOut() {
+            for worker in idle { worker.wakeUp.signal() }
+            for (task, handler) in abandoned {
+                handler()
+                task.releaseHandedBack()
+            }
+        }
+    }
+
+    /// Starts a shutdown under the mutex: wakes blocked submitters (they throw) and spinners, and
+    /// takes the suspended ``run(_:)`` calls out of `waitingForRoom`.
+    private func beginShutdown() -> Shutdown {
         queueHasRoom.broadcast()
         spinnerNudge.wrappingAdd(1, ordering: .releasing)
         if state.isTerminated { threadsGone.broadcast() }
-        return state.idleWorkers
+        var shutdown = Shutdown(idle: state.idleWorkers.all)
+        while let task = state.waitingForRoom.popFirst() {
+            guard task.handBack(), let handler = task.takeAbandonHandler() else { continue }
+            shutdown.abandoned.append((task, handler))
+        }
+        return shutdown
+    }
+}
+
+/// The idle workers of a pool, a doubly linked list in the order they went idle.
+///
+/// Reuse takes the most recent (so the others age and retire); retirement removes any, in O(1),
+/// so a thousand threads retiring at one collector tick cost a thousand steps, not a million.
+/// Guarded by the pool's mutex.
+private struct IdleWorkers {
+    private var oldest: ThreadPool.Worker?
+    private var newest: ThreadPool.Worker?
+    private(set) var count = 0
+
+    mutating func add(_ worker: ThreadPool.Worker) {
+        precondition(!worker.isIdle, "a worker is in the idle list once")
+        worker.isIdle = true
+        worker.earlier = newest
+        newest?.later = worker
+        newest = worker
+        if oldest == nil { oldest = worker }
+        count += 1
+    }
+
+    mutating func remove(_ worker: ThreadPool.Worker) {
+        guard worker.isIdle else { return }
+        worker.isIdle = false
+        if let earlier = worker.earlier { earlier.later = worker.later } else { oldest = worker.later }
+        if let later = worker.later { later.earlier = worker.earlier } else { newest = worker.earlier }
+        worker.earlier = nil
+        worker.later = nil
+        count -= 1
+    }
+
+    mutating func popMostRecent() -> ThreadPool.Worker? {
+        guard let worker = newest else { return nil }
+        remove(worker)
+        return worker
+    }
+
+    /// Every idle worker, oldest first.
+    var all: [ThreadPool.Worker] {
+        var result: [ThreadPool.Worker] = []
+        var next = oldest
+        while let worker = next {
+            result.append(worker)
+            next = worker.later
+        }
+        return result
     }
 }

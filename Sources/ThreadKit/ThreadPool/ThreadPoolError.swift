@@ -4,6 +4,9 @@ public enum ThreadPoolError: Error, Equatable, CustomStringConvertible {
     case disposed(pool: String)
     /// The pool's queue holds `limit` tasks and its overflow policy is ``ThreadPool/OverflowPolicy/reject``.
     case queueFull(pool: String, limit: Int)
+    /// The pool had no thread to run the work and the system refused to start one: `errno` is
+    /// `pthread_create`'s error (`EAGAIN`: out of memory for a stack, or a limit on threads reached).
+    case threadStartFailed(pool: String, errno: Int32)
 
     public var description: String {
         switch self {
@@ -11,6 +14,8 @@ public enum ThreadPoolError: Error, Equatable, CustomStringConvertible {
             "ThreadPool '\(pool)' is disposed and accepts no more work"
         case .queueFull(let pool, let limit):
             "ThreadPool '\(pool)' refused a task: its queue is full (limit \(limit))"
+        case .threadStartFailed(let pool, let errno):
+            "ThreadPool '\(pool)' refused a task: it has no thread and the system would not start one (errno \(errno))"
         }
     }
 }

@@ -183,7 +183,21 @@ public final class TimerThread: @unchecked Sendable {
         }
         if startThread {
             Log.log(.timer, "\(name): starting the timer thread")
-            NamedThread.start(name: name) { [self] in runTimerThread() }
+            do {
+                try NamedThread.start(name: name) { [self] in runTimerThread() }
+            } catch {
+                // No thread: take this call back, and let the next call try to start the thread.
+                let work: (@Sendable () -> Void)? = mutex.withLock {
+                    state.lifecycle = .notStarted
+                    state.heap.remove(handle)
+                    untag(handle)
+                    handle.phase = .cancelled
+                    return handle.work.take()
+                }
+                _ = work
+                Log.log(.timer, "\(name): the timer thread could not start (errno \(error.errno))")
+                throw .threadStartFailed(name: name, errno: error.errno)
+            }
         }
         return handle
     }
@@ -286,11 +300,16 @@ public final class TimerThread: @unchecked Sendable {
 public enum TimerThreadError: Error, Equatable, CustomStringConvertible {
     /// The timer was disposed; it accepts no more calls.
     case disposed(name: String)
+    /// The timer's thread was not running and the system refused to start it: `errno` is
+    /// `pthread_create`'s error. The next call tries again.
+    case threadStartFailed(name: String, errno: Int32)
 
     public var description: String {
         switch self {
         case .disposed(let name):
             "TimerThread '\(name)' is disposed and accepts no more calls"
+        case .threadStartFailed(let name, let errno):
+            "TimerThread '\(name)' refused a call: the system would not start its thread (errno \(errno))"
         }
     }
 }

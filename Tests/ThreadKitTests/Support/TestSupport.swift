@@ -87,9 +87,14 @@ enum KernelThreads {
         return prefix
     }
 
-    /// How many threads of the `ThreadPool` named `pool` the kernel has alive.
+    /// How many threads of the `ThreadPool` named `pool` the kernel has alive: those whose kernel
+    /// name is the one the pool gives its thread N, `"<pool, cut to fit> Thread<N>"`.
     static func count(ofPool pool: String) -> Int {
-        count(withPrefix: prefix(ofPool: pool))
+        names().filter { name in
+            guard let range = name.range(of: "Thread", options: .backwards),
+                  let number = Int(name[range.upperBound...]) else { return false }
+            return name == NamedThread.kernelName(for: pool, keepingSuffix: " Thread\(number)")
+        }.count
     }
 
     /// The context switches thread `id` has made so far, from `/proc/self/task/<id>/status`.
