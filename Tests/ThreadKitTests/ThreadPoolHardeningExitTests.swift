@@ -18,21 +18,14 @@ struct ThreadPoolHardeningExitTests {
     func threadStartFailure() async {
         await #expect(processExitsWith: .success) {
             let pool = ThreadPool(name: "NoRoom", size: 1)
-            // Leave too little address space for a thread's stack (8 MB by default).
-            var limit = rlimit()
-            getrlimit(Int32(RLIMIT_AS.rawValue), &limit)
-            let saved = limit
-            limit.rlim_cur = rlim_t(AddressSpace.current() + 2 << 20)
-            precondition(setrlimit(Int32(RLIMIT_AS.rawValue), &limit) == 0)
-            let refused: ThreadPoolError?
-            do {
-                try pool.execute {}
-                refused = nil
-            } catch {
-                refused = error as? ThreadPoolError
+            let refused: ThreadPoolError? = ThreadStarts.refused {
+                do {
+                    try pool.execute {}
+                    return nil
+                } catch {
+                    return error as? ThreadPoolError
+                }
             }
-            var restored = saved
-            precondition(setrlimit(Int32(RLIMIT_AS.rawValue), &restored) == 0)
 
             guard case .threadStartFailed(pool: "NoRoom", let errno) = refused, errno != 0 else {
                 fatalError("expected threadStartFailed, got \(String(describing: refused))")
@@ -56,14 +49,9 @@ struct ThreadPoolHardeningExitTests {
             let ran = Atomic<Int>(0)
             try! pool.execute { gate.wait() }
             while pool.statistics.busyThreads < 1 { usleep(1000) }
-            var limit = rlimit()
-            getrlimit(Int32(RLIMIT_AS.rawValue), &limit)
-            let saved = limit
-            limit.rlim_cur = rlim_t(AddressSpace.current() + 2 << 20)
-            precondition(setrlimit(Int32(RLIMIT_AS.rawValue), &limit) == 0)
-            try! pool.execute { ran.add(1, ordering: .relaxed) }  // accepted: thread 1 will run it
-            var restored = saved
-            precondition(setrlimit(Int32(RLIMIT_AS.rawValue), &restored) == 0)
+            ThreadStarts.refused {
+                try! pool.execute { ran.add(1, ordering: .relaxed) }  // accepted: thread 1 will run it
+            }
             let statistics = pool.statistics
             precondition(statistics.threads == 1 && statistics.queuedTasks == 1, "\(statistics)")
             gate.countDown()
@@ -105,12 +93,28 @@ struct ThreadPoolHardeningExitTests {
     }
 }
 
-/// The process's virtual memory size, from `/proc/self/status`.
-enum AddressSpace {
-    static func current() -> Int {
-        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
-        let line = status.split(separator: "\n").first { $0.hasPrefix("VmSize:") } ?? ""
-        let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
-        return kilobytes * 1024
+/// Makes the system refuse new threads for a while, as it does when memory or a limit runs out.
+enum ThreadStarts {
+    private typealias SetDefaultAttributes = @convention(c) (UnsafePointer<pthread_attr_t>) -> Int32
+
+    /// Runs `body` while every `pthread_create` that uses default attributes fails with `EAGAIN`:
+    /// their stack size is set to 32 TiB, which no machine can map (Linux's address space
+    /// limit makes this work under the thread sanitizer too, where a resource limit would stop the
+    /// sanitizer's own allocations). Call it only in a process of its own.
+    static func refused<Result>(_ body: () -> Result) -> Result {
+        let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "pthread_setattr_default_np")!
+        let setDefault = unsafeBitCast(symbol, to: SetDefaultAttributes.self)
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        var original = 0
+        pthread_attr_getstacksize(&attributes, &original)
+        pthread_attr_setstacksize(&attributes, 1 << 45)
+        precondition(setDefault(&attributes) == 0)
+        defer {
+            pthread_attr_setstacksize(&attributes, original)
+            precondition(setDefault(&attributes) == 0)
+        }
+        return body()
     }
 }
