@@ -1,0 +1,354 @@
+/// One named thread that runs work in FIFO order, for thread-affine resources and as an actor's executor.
+///
+/// Closures (``execute(_:)``, ``sync(_:)``, ``run(_:)``) and Swift jobs (an actor whose executor it
+/// is, or tasks that prefer it) share one queue and run one at a time, in the order they arrived, on
+/// the one thread, whose identity never changes: a SQLite connection or a C library with
+/// thread-local state can live on it. The thread starts at once and lives until disposed; while it
+/// has nothing to do, or is paused, it sleeps on a condition and uses no CPU.
+///
+/// ```swift
+/// let db = DedicatedThread(name: "SQLite")
+/// try db.execute { connection.vacuum() }
+/// let count = db.sync { connection.count() }
+/// actor Store {
+///     let thread = DedicatedThread(name: "Store")
+///     nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
+/// }
+/// ```
+public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sendable {
+    // Sendable: `state` and every `SyncRequest.isDone` are guarded by `mutex`; the rest is constant.
+
+    /// The thread's name, for `Thread.current.name` (the kernel keeps its first 15 bytes), log
+    /// records and errors.
+    public let name: String
+
+    private let mutex = PThreadMutex()
+    /// Signalled for the thread: work arrived, a pause ended, or a dispose.
+    private let workArrived = MonotonicCondition()
+    /// Broadcast when a `sync` item has run and when the thread has exited.
+    private let progress = MonotonicCondition()
+    private var state = State()
+
+    /// Creates the thread and starts it at once.
+    ///
+    /// If the system refuses to start a thread, the failure is kept: ``execute(_:)`` and ``run(_:)``
+    /// throw ``DedicatedThreadError/threadStartFailed(name:errno:)``, and ``sync(_:)`` or a Swift
+    /// job stops the process with a message naming the thread.
+    ///
+    /// - Parameter name: Names the thread, its log lines and errors.
+    public init(name: String) {
+        self.name = name
+        do {
+            try NamedThread.start(name: name) { [self] in runThread() }
+        } catch {
+            state.lifecycle = .failedToStart(errno: error.errno)
+            state.hasExited = true
+        }
+    }
+
+    // MARK: - Submitting work
+
+    /// Runs `work` on the thread, after everything submitted before it.
+    ///
+    /// - Throws: ``DedicatedThreadError/disposed(name:)`` after ``dispose()`` or ``disposeNow()``.
+    public func execute(_ work: @escaping @Sendable () -> Void) throws {
+        try submit(.closure(work, onDrop: nil))
+    }
+
+    /// Runs `work` on the thread and returns its result, blocking the calling thread until then.
+    ///
+    /// Called on the thread itself, it runs `work` at once, inline: waiting for itself could never
+    /// end. Called from elsewhere, `work` runs after everything submitted before it. The thread
+    /// must be running: a `sync` on a disposed thread, or while the thread is paused and nothing
+    /// will resume it, cannot return. The first stops the process with a message naming the thread.
+    ///
+    /// - Returns: What `work` returned.
+    /// - Throws: What `work` threw.
+    public func sync<T>(_ work: () throws -> T) rethrows -> T {
+        try sync(work, rethrowing: { throw $0 })
+    }
+
+    /// Runs `work` on the thread and suspends (without blocking a thread) until it has run.
+    ///
+    /// - Returns: What `work` returned.
+    /// - Throws: What `work` threw, or ``DedicatedThreadError/disposed(name:)`` if the thread was
+    ///   disposed before it ran (``disposeNow()`` drops it; later calls are refused).
+    public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            let item = Item.closure(
+                { continuation.resume(with: Result { try work() }) },
+                onDrop: { [name] in continuation.resume(throwing: DedicatedThreadError.disposed(name: name)) })
+            do {
+                try submit(item)
+            } catch {
+                continuation.resume(throwing: error)
+            }
+        }
+    }
+
+    /// Runs a Swift concurrency job on the thread, in FIFO order with the closures.
+    ///
+    /// This makes the thread an actor's executor (`thread.asUnownedSerialExecutor()`) and a task
+    /// executor (`withTaskExecutorPreference(thread) { … }`). A job cannot move elsewhere without
+    /// breaking an actor's isolation, so a job that arrives after ``dispose()`` stops the process
+    /// with a message naming the thread.
+    public func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        do {
+            try submit(.job(job))
+        } catch {
+            preconditionFailure("actor used after its DedicatedThread '\(name)' was disposed: \(error)")
+        }
+    }
+
+    /// Stops the process unless called on this thread: an actor's isolation check.
+    public func checkIsolated() {
+        precondition(isCurrent, "expected to run on DedicatedThread '\(name)', but running on thread '\(NamedThread.currentName())'")
+    }
+
+    // MARK: - Controlling
+
+    /// After the item running now, starts nothing until ``resume()``. Work may still be submitted;
+    /// it waits in the queue while the thread sleeps.
+    public func pause() {
+        mutex.withLock { state.isPaused = true }
+    }
+
+    /// Lets a paused thread take the next item again.
+    public func resume() {
+        mutex.withLock {
+            state.isPaused = false
+            workArrived.signal()
+        }
+    }
+
+    /// Whether the thread is paused.
+    public var isPaused: Bool {
+        mutex.withLock { state.isPaused }
+    }
+
+    /// Whether the calling thread is this thread.
+    public var isCurrent: Bool {
+        Self.current.current == Unmanaged.passUnretained(self).toOpaque()
+    }
+
+    /// Stops the process unless called on this thread, with a message naming it and the caller.
+    public func preconditionIsCurrent(file: StaticString = #fileID, line: UInt = #line) {
+        precondition(
+            isCurrent, "expected to run on DedicatedThread '\(name)', but running on thread '\(NamedThread.currentName())'",
+            file: file, line: line)
+    }
+
+    /// Refuses new work, runs everything already queued, then lets the thread exit.
+    ///
+    /// A paused thread resumes to do so. Returns at once; ``awaitTermination(timeout:)`` waits for
+    /// the end. Calling it again does nothing.
+    public func dispose() {
+        mutex.withLock {
+            guard case .running = state.lifecycle else { return }
+            state.lifecycle = .draining
+            state.isPaused = false
+            workArrived.signal()
+        }
+    }
+
+    /// Refuses new work, drops the queued closures, and lets the thread exit after the item running now.
+    ///
+    /// Dropped ``execute(_:)`` closures never run; dropped ``run(_:)`` callers throw
+    /// ``DedicatedThreadError/disposed(name:)``. Queued Swift jobs and ``sync(_:)`` calls still run
+    /// first: a job belongs to a task that would otherwise wait forever, and a `sync` caller is
+    /// blocked waiting for its result. Closures are released after the thread's lock is let go.
+    ///
+    /// - Returns: How many queued closures will never run; 0 if the thread was already stopped.
+    @discardableResult
+    public func disposeNow() -> Int {
+        let dropped: [Item] = mutex.withLock {
+            switch state.lifecycle {
+            case .running, .draining: break
+            case .stopped, .failedToStart: return []
+            }
+            state.lifecycle = .stopped
+            state.isPaused = false
+            let dropped = state.queue.removeAll { if case .closure = $0 { true } else { false } }
+            workArrived.signal()
+            return dropped
+        }
+        for case .closure(_, let onDrop?) in dropped { onDrop() }
+        return dropped.count
+    }
+
+    /// Blocks until the thread has exited after a dispose, or `timeout` has passed.
+    ///
+    /// - Parameter timeout: The longest to wait; not negative.
+    /// - Returns: `true` once the thread is gone (or never started), `false` on timeout, and always
+    ///   `false` while it was not disposed.
+    public func awaitTermination(timeout: Duration) -> Bool {
+        precondition(timeout >= .zero, "DedicatedThread '\(name)': awaitTermination timeout must not be negative, got \(timeout)")
+        let deadline = MonotonicInstant.now().advanced(by: timeout)
+        return mutex.withLock {
+            while !state.hasExited {
+                if MonotonicInstant.now() >= deadline { return false }
+                progress.wait(mutex, until: deadline)
+            }
+            return true
+        }
+    }
+
+    /// How many closures and jobs wait in the queue (not the one running).
+    public var pendingCount: Int {
+        mutex.withLock { state.queue.count }
+    }
+
+    // MARK: - Internals
+
+    private enum Lifecycle {
+        case running
+        /// ``dispose()``: running what is queued, then exiting.
+        case draining
+        /// ``disposeNow()``: queued closures dropped; running jobs and `sync` calls, then exiting.
+        case stopped
+        /// The system refused to start the thread.
+        case failedToStart(errno: Int32)
+    }
+
+    private struct State {
+        var lifecycle = Lifecycle.running
+        var queue = RingBuffer<Item>()
+        var isPaused = false
+        var hasExited = false
+    }
+
+    /// One unit of work in the queue.
+    private enum Item {
+        /// From ``execute(_:)`` or ``run(_:)``; `onDrop` resumes a `run` caller that ``disposeNow()`` dropped.
+        case closure(@Sendable () -> Void, onDrop: (@Sendable () -> Void)?)
+        case job(UnownedJob)
+        /// A blocked ``sync(_:)`` caller's work.
+        case sync(SyncRequest)
+    }
+
+    /// A `sync` caller's work, run on the thread while the caller waits for `isDone`.
+    private final class SyncRequest: @unchecked Sendable {
+        // Sendable: `work` is taken and called once, by the thread, while its caller is blocked
+        // waiting for it; `isDone` is guarded by the thread's mutex.
+        private var work: (() -> Void)?
+        var isDone = false
+
+        init(_ work: @escaping () -> Void) {
+            self.work = work
+        }
+
+        /// Runs the work and releases it at once: the caller's closure must not outlive the call
+        /// (`withoutActuallyEscaping` checks that it did not escape).
+        func run() {
+            work.take()!()
+        }
+    }
+
+    /// The dedicated thread running now, if the calling thread is one.
+    private static let current = ThreadLocalPointer()
+
+    private func submit(_ item: Item) throws(DedicatedThreadError) {
+        try mutex.withLock { () throws(DedicatedThreadError) in
+            switch state.lifecycle {
+            case .running: break
+            case .draining, .stopped: throw .disposed(name: name)
+            case .failedToStart(let errno): throw .threadStartFailed(name: name, errno: errno)
+            }
+            state.queue.append(item)
+            if state.queue.count == 1 { workArrived.signal() }
+        }
+    }
+
+    /// `sync`, with the error path spelled out so that `sync` itself only rethrows `work`'s errors.
+    private func sync<T>(_ work: () throws -> T, rethrowing rethrow: (any Error) throws -> Never) rethrows -> T {
+        if isCurrent { return try work() }
+        var result: Result<T, any Error>?
+        withoutActuallyEscaping(work) { work in
+            let request = SyncRequest { result = Result { try work() } }
+            do {
+                try submit(.sync(request))
+            } catch {
+                preconditionFailure("sync on DedicatedThread '\(name)' cannot run: \(error)")
+            }
+            _blockingWaitForSync(request)
+        }
+        switch result! {
+        case .success(let value): return value
+        case .failure(let error): try rethrow(error)
+        }
+    }
+
+    private func _blockingWaitForSync(_ request: SyncRequest) {
+        mutex.withLock {
+            while !request.isDone { progress.wait(mutex) }
+        }
+    }
+
+    /// The thread's body: take the next item, run it outside the lock, until disposed and drained.
+    private func runThread() {
+        Self.current.current = Unmanaged.passUnretained(self).toOpaque()
+        mutex.lock()
+        // No binding outlives a run: `perform` consumes a temporary taken out of `next`, so the
+        // item's closure is released before the lock is taken again.
+        var next: Item?
+        while true {
+            if !state.isPaused { next = state.queue.popFirst() }
+            if next != nil {
+                mutex.unlock()
+                let finished = perform(next.take()!)
+                mutex.lock()
+                if let finished {
+                    finished.isDone = true
+                    progress.broadcast()
+                }
+                continue
+            }
+            if case .running = state.lifecycle {
+                _blockingWaitForWork()
+                continue
+            }
+            if state.queue.isEmpty { break }
+            _blockingWaitForWork()  // paused only until the dispose resumes it
+        }
+        state.hasExited = true
+        progress.broadcast()
+        mutex.unlock()
+    }
+
+    /// Runs `item`; returns the `sync` request whose caller is to be told.
+    private func perform(_ item: consuming Item) -> SyncRequest? {
+        switch consume item {
+        case .closure(let work, _):
+            work()
+            return nil
+        case .job(let job):
+            job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
+            return nil
+        case .sync(let request):
+            request.run()
+            return request
+        }
+    }
+
+    private func _blockingWaitForWork() {
+        workArrived.wait(mutex)
+    }
+}
+
+/// Why a ``DedicatedThread`` refused work.
+public enum DedicatedThreadError: Error, Equatable, CustomStringConvertible {
+    /// The thread was disposed; it accepts no more work.
+    case disposed(name: String)
+    /// The system refused to start the thread when it was created: `errno` is `pthread_create`'s error.
+    case threadStartFailed(name: String, errno: Int32)
+
+    public var description: String {
+        switch self {
+        case .disposed(let name):
+            "DedicatedThread '\(name)' is disposed and accepts no more work"
+        case .threadStartFailed(let name, let errno):
+            "DedicatedThread '\(name)' has no thread: the system would not start it (errno \(errno))"
+        }
+    }
+}
