@@ -261,17 +261,23 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     }
 
     /// `sync`, with the error path spelled out so that `sync` itself only rethrows `work`'s errors.
+    ///
+    /// Follows the rules of ``ExecutionContexts``: inline when the caller holds this thread (it is
+    /// this thread, or runs work for which this thread is blocked waiting); a stop if waiting would
+    /// close a cycle; else the work runs here holding what the caller held.
     private func sync<T>(_ work: () throws -> T, rethrowing rethrow: (any Error) throws -> Never) rethrows -> T {
-        if isCurrent { return try work() }
+        let context = SerialContext(.thread(self))
+        if isCurrent || ExecutionContexts.holds(context) { return try work() }
         var result: Result<T, any Error>?
+        let held = ExecutionContexts.held
         withoutActuallyEscaping(work) { work in
-            let request = SyncRequest { result = Result { try work() } }
+            let request = SyncRequest { ExecutionContexts.withHeld(held) { result = Result { try work() } } }
             do {
                 try submit(.sync(request))
             } catch {
                 preconditionFailure("sync on DedicatedThread '\(name)' cannot run: \(error)")
             }
-            _blockingWaitForSync(request)
+            ExecutionContexts.blocking(for: context) { _blockingWaitForSync(request) }
         }
         switch result! {
         case .success(let value): return value
@@ -288,6 +294,7 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     /// The thread's body: take the next item, run it outside the lock, until disposed and drained.
     private func runThread() {
         Self.current.current = Unmanaged.passUnretained(self).toOpaque()
+        ExecutionContexts.holdForever(SerialContext(.thread(self)))
         mutex.lock()
         // No binding outlives a run: `perform` consumes a temporary taken out of `next`, so the
         // item's closure is released before the lock is taken again.

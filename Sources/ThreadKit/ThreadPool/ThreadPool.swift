@@ -455,6 +455,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 name: fullName, kernelName: NamedThread.kernelName(for: name, keepingSuffix: " Thread\(number)")
             ) { [self] in
                 Self.memberOf.current = Unmanaged.passUnretained(self).toOpaque()
+                if size == 1 { ExecutionContexts.holdForever(SerialContext(.pool(self))) }
                 // Logged by the new thread: a submission never calls out to a log delegate, so callers
                 // (a ThrottledQueue among them) may submit while holding a lock of their own.
                 Log.log(.threadPool, "\(name): Thread\(number) started")

@@ -1,0 +1,98 @@
+/// A stored "how and where to run": inline, asynchronously or synchronously on a target, or after a delay.
+///
+/// A type can keep one as a property and let its user change it, so that the user decides where
+/// the type's work runs:
+///
+/// ```swift
+/// final class Cache {
+///     var dispatch: DispatchMethod = .async(on: .pool(.shared))
+///     func store(_ value: Value) { dispatch.execute { self.write(value) } }
+/// }
+/// cache.dispatch = .sync(on: .thread(db))
+/// ```
+///
+/// ``execute(_:)`` returns an ``ExecutionChain`` that carries the result on to further steps.
+public enum DispatchMethod: Sendable {
+    /// On the calling thread, at once.
+    case inline
+    /// Queued on the target; `execute` returns at once.
+    case async(on: DispatchTarget)
+    /// On the target, with the caller blocked until it ran; `execute` returns after the work.
+    /// From work the target is running already, it runs inline instead of waiting for itself.
+    case sync(on: DispatchTarget)
+    /// Queued on the target once `delay` has passed, counted from the call, through
+    /// ``TimerThread/shared``; never earlier.
+    case after(Duration, on: DispatchTarget)
+
+    /// Runs `work` as this method says and returns the chain that carries its result.
+    ///
+    /// With `.inline` and `.sync`, `work` has run when this returns. A refused submission (a
+    /// disposed pool, thread or throttled queue) fails the chain with the refusal's error.
+    @discardableResult
+    public func execute<T: Sendable>(_ work: @escaping @Sendable () throws -> T) -> ExecutionChain<T> {
+        let chain = ExecutionChain<T>(group: ChainGroup())
+        dispatch(for: chain.group, complete: chain.complete) { try work() }
+        return chain
+    }
+
+    /// Runs `work` as this method says and suspends (without blocking a thread) until it has run.
+    ///
+    /// `.sync(on:)` runs like `.async(on:)` here: an async caller must not block its thread, so it
+    /// suspends while the target runs the work. `.inline` runs `work` in the calling task.
+    ///
+    /// - Returns: What `work` returned.
+    /// - Throws: What `work` threw, or the target's refusal.
+    public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        switch self {
+        case .inline:
+            return try work()
+        case .sync(let target):
+            return try await DispatchMethod.async(on: target).execute(work).value
+        case .async, .after:
+            return try await execute(work).value
+        }
+    }
+
+    /// Runs `work` as this method says, unless `group` is cancelled first, and hands its result (or
+    /// the refusal, or `CancellationError`) to `complete`, exactly once.
+    func dispatch<T>(
+        for group: ChainGroup, complete: @escaping @Sendable (Result<T, any Error>) -> Void,
+        _ work: @escaping @Sendable () throws -> T
+    ) {
+        let step: @Sendable () -> Void = {
+            guard !group.isCancelled else { return complete(.failure(CancellationError())) }
+            complete(Result { try work() })
+        }
+        switch self {
+        case .inline:
+            step()
+        case .async(let target):
+            submit(step, to: target, failing: complete)
+        case .sync(let target):
+            do {
+                try target.runAndWait(step)
+            } catch {
+                complete(.failure(error))
+            }
+        case .after(let delay, let target):
+            do {
+                try TimerThread.shared.schedule(after: delay) {
+                    submit(step, to: target, failing: complete)
+                }
+            } catch {
+                complete(.failure(error))
+            }
+        }
+    }
+
+    private func submit<T>(
+        _ step: @escaping @Sendable () -> Void, to target: DispatchTarget,
+        failing complete: @Sendable (Result<T, any Error>) -> Void
+    ) {
+        do {
+            try target.submit(step)
+        } catch {
+            complete(.failure(error))
+        }
+    }
+}

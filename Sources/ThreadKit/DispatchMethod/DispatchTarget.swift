@@ -1,0 +1,112 @@
+import Dispatch
+import Foundation
+
+/// Where a ``DispatchMethod`` runs work: a Dispatch queue, or one of ThreadKit's executors.
+///
+/// Serial targets (`.main`, `.serialQueue`, `.thread`, `.throttled`, and a `.pool` of size 1) run
+/// one piece of work at a time; a `sync` onto a serial target from work it is already running runs
+/// inline instead of waiting for itself.
+public enum DispatchTarget: Sendable {
+    /// `DispatchQueue.main`: work runs only if the program drains the main queue (`dispatchMain()`
+    /// or a run loop).
+    case main
+    /// A global concurrent queue of this quality of service.
+    case global(qos: DispatchQoS.QoSClass = .default)
+    /// A serial `DispatchQueue`; the caller promises it is serial.
+    case serialQueue(DispatchQueue)
+    /// A concurrent `DispatchQueue`.
+    case concurrentQueue(DispatchQueue)
+    /// A ``ThreadPool``: work runs on one of its threads.
+    case pool(ThreadPool)
+    /// A ``DedicatedThread``: work runs on that one thread, in FIFO order.
+    case thread(DedicatedThread)
+    /// A ``ThrottledQueue``: work runs in the queue's order, with its gaps and rate limit.
+    case throttled(ThrottledQueue)
+}
+
+extension DispatchTarget: CustomStringConvertible {
+    public var description: String {
+        switch self {
+        case .main: "the main queue"
+        case .global(let qos): "the global queue (\(qos))"
+        case .serialQueue(let queue): "serial DispatchQueue '\(queue.label)'"
+        case .concurrentQueue(let queue): "concurrent DispatchQueue '\(queue.label)'"
+        case .pool(let pool): "ThreadPool '\(pool.name)'"
+        case .thread(let thread): "DedicatedThread '\(thread.name)'"
+        case .throttled(let queue): "ThrottledQueue '\(queue.label)'"
+        }
+    }
+}
+
+extension DispatchTarget {
+    /// The serial context the target is, if it runs one piece of work at a time.
+    var serialContext: SerialContext? {
+        switch self {
+        case .main: SerialContext(.main)
+        case .serialQueue(let queue): SerialContext(.queue(queue))
+        case .thread(let thread): SerialContext(.thread(thread))
+        case .throttled(let queue): SerialContext(.throttled(queue))
+        case .pool(let pool): pool.size == 1 ? SerialContext(.pool(pool)) : nil
+        case .global, .concurrentQueue: nil
+        }
+    }
+
+    /// Queues `work` to run on the target; on a serial target, it runs holding the target's context.
+    ///
+    /// - Throws: The target's refusal (a disposed pool, thread or throttled queue).
+    func submit(_ work: @escaping @Sendable () -> Void) throws {
+        switch self {
+        case .main, .serialQueue:
+            let context = serialContext!
+            let queue = if case .serialQueue(let queue) = self { queue } else { DispatchQueue.main }
+            queue.async { ExecutionContexts.withHeld([context], work) }
+        case .global(let qos): DispatchQueue.global(qos: qos).async(execute: work)
+        case .concurrentQueue(let queue): queue.async(execute: work)
+        case .pool(let pool): try pool.execute(work)
+        case .thread(let thread): try thread.execute(work)
+        case .throttled(let queue): try queue.async(work)
+        }
+    }
+
+    /// Runs `work` on the target and blocks until it has run, following the re-entry rules of
+    /// ``ExecutionContexts``: inline if the calling thread holds the target's context (or is the
+    /// thread the target needs), a stop with a message if waiting would close a cycle of blocked
+    /// threads, else a wait. The work holds what the caller held, so a nested `sync` back onto any
+    /// of those contexts runs inline too.
+    ///
+    /// - Throws: What `work` threw, or the target's refusal.
+    func runAndWait<T>(_ work: () throws -> T) throws -> T {
+        switch self {
+        case .thread(let thread):
+            return try thread.sync(work)
+        case .throttled(let queue):
+            return try queue.sync(work)
+        case .main where Thread.isMainThread:
+            return try work()
+        case .pool(let pool) where pool.isCurrentThreadMember:
+            return try work()
+        default:
+            break
+        }
+        let context = serialContext
+        if let context, ExecutionContexts.holds(context) { return try work() }
+        let held = ExecutionContexts.held + (context.map { [$0] } ?? [])
+        return try withoutActuallyEscaping(work) { work in
+            let holding = { try ExecutionContexts.withHeld(held, work) }
+            guard let context else { return try runAndWaitElsewhere(holding) }
+            return try ExecutionContexts.blocking(for: context) { try runAndWaitElsewhere(holding) }
+        }
+    }
+
+    /// Runs `work` on the target from a thread that is not the target's, and waits for it.
+    private func runAndWaitElsewhere<T>(_ work: () throws -> T) throws -> T {
+        switch self {
+        case .main: try DispatchQueue.main.sync(execute: work)
+        case .global(let qos): try DispatchQueue.global(qos: qos).sync(execute: work)
+        case .serialQueue(let queue), .concurrentQueue(let queue): try queue.sync(execute: work)
+        case .pool(let pool): try pool.runAndWait(work)
+        case .thread(let thread): try thread.sync(work)
+        case .throttled(let queue): try queue.sync(work)
+        }
+    }
+}

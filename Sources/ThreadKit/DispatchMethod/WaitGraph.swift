@@ -1,0 +1,56 @@
+/// Who holds which serial context and who waits for which, among blocked threads: the pure part of
+/// deadlock detection.
+///
+/// A thread *holds* a context while it runs that context's work, and, transitively, every context
+/// whose holder is blocked waiting for the work it runs. A wait *closes a cycle* when the context
+/// waited for is held by a blocked thread that waits (directly or through further blocked threads)
+/// for a context the new waiter holds. No clock, no threads: tests build graphs by hand.
+struct WaitGraph<Thread: Hashable & Sendable, Context: Hashable & Sendable>: Sendable {
+    /// A blocked thread: what it holds and what it waits for.
+    struct Blocked: Sendable {
+        var holds: [Context]
+        var waitsFor: Context
+    }
+
+    /// One hop of a cycle: `thread` holds `holds` and waits for `waitsFor`.
+    struct Hop: Equatable, Sendable {
+        var thread: Thread
+        var holds: Context
+        var waitsFor: Context
+    }
+
+    private(set) var blocked: [Thread: Blocked] = [:]
+
+    /// Records that `thread` blocks, holding `holds`, until `waitsFor` runs its work.
+    mutating func block(_ thread: Thread, holding holds: [Context], waitingFor waitsFor: Context) {
+        blocked[thread] = Blocked(holds: holds, waitsFor: waitsFor)
+    }
+
+    /// Records that `thread` no longer waits.
+    mutating func unblock(_ thread: Thread) {
+        blocked[thread] = nil
+    }
+
+    /// The cycle that `thread`, holding `holds`, would close by waiting for `context`, or `nil`.
+    ///
+    /// The cycle starts with `thread` and ends with the hop whose thread waits for a context that
+    /// `thread` holds. Only blocked threads take part: a holder that still runs will make progress.
+    func cycle(if thread: Thread, holding holds: [Context], waitsFor context: Context) -> [Hop]? {
+        guard !holds.isEmpty else { return nil }
+        let mine = Set(holds)
+        var visited: Set<Thread> = [thread]
+        /// Depth-first: from a waited-for context, through each blocked thread that holds it.
+        func search(waitingFor wanted: Context, path: [Hop]) -> [Hop]? {
+            for (holder, state) in blocked where !visited.contains(holder) && state.holds.contains(wanted) {
+                visited.insert(holder)
+                let hop = Hop(thread: holder, holds: wanted, waitsFor: state.waitsFor)
+                if mine.contains(state.waitsFor) { return path + [hop] }
+                if let found = search(waitingFor: state.waitsFor, path: path + [hop]) { return found }
+            }
+            return nil
+        }
+        guard let rest = search(waitingFor: context, path: []) else { return nil }
+        // The first hop names the context of `thread`'s that the last hop's thread waits for.
+        return [Hop(thread: thread, holds: rest.last!.waitsFor, waitsFor: context)] + rest
+    }
+}

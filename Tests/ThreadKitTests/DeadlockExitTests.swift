@@ -1,0 +1,108 @@
+import Dispatch
+import Foundation
+import Testing
+@testable import ThreadKit
+
+/// Cross-thread wait cycles stop the process the moment they close, with a message naming the cycle.
+///
+/// Each runs in a process of its own; in each, a watchdog ends the child with success after 20 s,
+/// so a hang fails the test (it expects a failure) instead of hanging the run.
+@Suite("Deadlock detection", .serialized)
+struct DeadlockExitTests {
+    @Test("Two dedicated threads that sync onto each other: the second wait is reported")
+    func twoThreads() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            DeadlockScenario.watchdog()
+            let first = DedicatedThread(name: "db")
+            let second = DedicatedThread(name: "cache")
+            let bothInside = Latch(count: 2)
+            try! first.execute {
+                bothInside.countDown()
+                bothInside.wait()
+                second.sync {}
+            }
+            try! second.execute {
+                bothInside.countDown()
+                bothInside.wait()
+                usleep(100_000)  // let "db" block first
+                first.sync {}
+            }
+            DeadlockScenario.sleepForever()
+        }
+        expectMessage(result, contains: [
+            #"deadlock: thread "cache" holds DedicatedThread "cache" and waits for DedicatedThread "db", held by thread "db", which waits for "cache""#,
+        ])
+    }
+
+    @Test("Three contexts of three kinds, A → B → C → A, across three threads")
+    func threeThreads() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            DeadlockScenario.watchdog()
+            let db = DedicatedThread(name: "db")
+            let pool = ThreadPool(name: "single", size: 1)
+            let queue = DispatchQueue(label: "serial")
+            let allInside = Latch(count: 3)
+            try! db.execute {
+                allInside.countDown()
+                allInside.wait()
+                _ = try? DispatchMethod.sync(on: .pool(pool)).execute {}.wait()
+            }
+            try! pool.execute {
+                allInside.countDown()
+                allInside.wait()
+                usleep(50_000)
+                _ = try? DispatchMethod.sync(on: .serialQueue(queue)).execute {}.wait()
+            }
+            DispatchMethod.async(on: .serialQueue(queue)).execute {
+                allInside.countDown()
+                allInside.wait()
+                usleep(150_000)
+                _ = try? DispatchMethod.sync(on: .thread(db)).execute {}.wait()
+            }
+            DeadlockScenario.sleepForever()
+        }
+        expectMessage(result, contains: [
+            "deadlock: thread",
+            #"holds DispatchQueue "serial" and waits for DedicatedThread "db""#,
+            #"held by thread "db", which waits for ThreadPool "single""#,
+            #"held by thread "single Thread1", which waits for "serial""#,
+        ])
+    }
+
+    @Test("A wait that re-enters a held context is no deadlock: A → B → A completes")
+    func reentryIsNoDeadlock() async {
+        await #expect(processExitsWith: .success) {
+            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
+            let first = DedicatedThread(name: "A")
+            let second = DedicatedThread(name: "B")
+            let value = first.sync { second.sync { first.sync { second.sync { 42 } } } }
+            precondition(value == 42)
+        }
+    }
+
+    private func expectMessage(_ result: ExitTest.Result?, contains expected: [String]) {
+        #if DEBUG
+        guard let result else { return }
+        let output = String(decoding: result.standardErrorContent, as: UTF8.self)
+        for part in expected {
+            #expect(output.contains(part), "standard error was: \(output)")
+        }
+        #endif
+    }
+}
+
+enum DeadlockScenario {
+    /// Ends the process with `exitCode` after `seconds`: a hung scenario then exits with the code
+    /// its test does not expect.
+    static func watchdog(seconds: UInt32 = 20, exitCode: Int32 = EXIT_SUCCESS) {
+        Thread {
+            sleep(seconds)
+            FileHandle.standardError.write(Data("watchdog: the scenario hung\n".utf8))
+            exit(exitCode)
+        }.start()
+    }
+
+    static func sleepForever() -> Never {
+        while true { sleep(60) }
+    }
+}

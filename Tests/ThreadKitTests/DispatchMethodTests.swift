@@ -1,0 +1,257 @@
+import Dispatch
+import Foundation
+import Synchronization
+import Testing
+@testable import ThreadKit
+
+/// A counter that is deliberately not thread-safe: only exclusion keeps its count exact.
+final class UnguardedCounter: @unchecked Sendable {
+    // Sendable: on purpose not guarded; the tests prove that a serial target keeps it exact.
+    var value = 0
+}
+
+@Suite("DispatchMethod", .timeLimit(.minutes(1)))
+struct DispatchMethodTests {
+    @Test(".inline runs on the caller at once; .sync has run when execute returns")
+    func inlineAndSync() async throws {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("DMsync"))
+        defer { thread.dispose() }
+        let result = await onNewThread { () -> (Bool, Int, Bool) in
+            let caller = KernelThreads.currentID()
+            let inline = DispatchMethod.inline.execute { KernelThreads.currentID() == caller }
+            let ran = Counter()
+            DispatchMethod.sync(on: .thread(thread)).execute { _ = ran.increment() }
+            let onThread = (try? DispatchMethod.sync(on: .thread(thread)).execute { thread.isCurrent }.wait()) ?? false
+            return ((try? inline.wait()) ?? false, ran.value, onThread)
+        }
+        #expect(result == (true, 1, true))
+    }
+
+    @Test(".sync(on: .serialQueue(q)) from outside q serialises 2 × 10,000 unguarded increments, none lost")
+    func syncOnSerialQueueExcludes() async {
+        let queue = DispatchQueue(label: "DMserial")
+        let counter = UnguardedCounter()
+        let method = DispatchMethod.sync(on: .serialQueue(queue))
+        await onThreads(2) { _ in
+            for _ in 0..<10_000 { method.execute { counter.value += 1 } }
+        }
+        #expect(queue.sync { counter.value } == 20_000)
+    }
+
+    @Test(".sync(on: .serialQueue(q)) from work running on q (through DispatchMethod) runs inline, not into DispatchQueue.sync's trap")
+    func syncOnSerialQueueFromInside() async throws {
+        let queue = DispatchQueue(label: "DMinside")
+        let method = DispatchMethod.sync(on: .serialQueue(queue))
+        let value = try await DispatchMethod.async(on: .serialQueue(queue)).execute {
+            try method.execute { try method.execute { 42 }.wait() }.wait()
+        }.value
+        #expect(value == 42)
+    }
+
+    @Test("Every target kind runs async work where it says", arguments: 0..<6)
+    func asyncOnEveryTarget(kind: Int) async throws {
+        let pool = ThreadPool(name: KernelThreads.uniqueName("DMp"), size: 2)
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("DMt"))
+        let throttled = ThrottledQueue(label: KernelThreads.uniqueName("DMq"), interval: .zero)
+        defer {
+            pool.dispose()
+            thread.dispose()
+        }
+        let target: DispatchTarget = switch kind {
+        case 0: .global()
+        case 1: .serialQueue(DispatchQueue(label: "DMs"))
+        case 2: .concurrentQueue(DispatchQueue(label: "DMc", attributes: .concurrent))
+        case 3: .pool(pool)
+        case 4: .thread(thread)
+        default: .throttled(throttled)
+        }
+        let whereItRan = try await DispatchMethod.async(on: target).execute { () -> Bool in
+            switch kind {
+            case 3: pool.isCurrentThreadMember
+            case 4: thread.isCurrent
+            case 5: KernelThreads.currentName().hasPrefix(throttled.label)
+            default: !Thread.isMainThread
+            }
+        }.value
+        #expect(whereItRan)
+        #expect(try await DispatchMethod.sync(on: target).run { 7 } == 7)
+        #expect(try await DispatchMethod.after(.milliseconds(1), on: target).run { 8 } == 8)
+    }
+
+    @Test(".after never runs early and runs on its target")
+    func afterNeverEarly() async throws {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("DMafter"))
+        defer { thread.dispose() }
+        let delays: [Duration] = [.milliseconds(5), .milliseconds(20), .milliseconds(50)]
+        for delay in delays {
+            let start = ContinuousClock.now
+            let (ranAt, onThread) = try await DispatchMethod.after(delay, on: .thread(thread)).execute {
+                (ContinuousClock.now, thread.isCurrent)
+            }.value
+            #expect(ranAt - start >= delay)
+            #expect(ranAt - start < delay + .milliseconds(250))
+            #expect(onThread)
+        }
+    }
+
+    @Test("A refused submission fails the chain with the refusal; nothing hangs")
+    func refusedSubmission() async throws {
+        let pool = ThreadPool(name: "DMgone", size: 1)
+        pool.dispose()
+        let thread = DedicatedThread(name: "DMgoneT")
+        thread.dispose()
+        await #expect(throws: ThreadPoolError.disposed(pool: "DMgone")) {
+            try await DispatchMethod.async(on: .pool(pool)).execute { 1 }.value
+        }
+        await #expect(throws: DedicatedThreadError.disposed(name: "DMgoneT")) {
+            try await DispatchMethod.after(.milliseconds(1), on: .thread(thread)).execute { 1 }.value
+        }
+        let chain = DispatchMethod.inline.execute { 1 }.then(.async(on: .pool(pool))) { $0 + 1 }
+        #expect(throws: ThreadPoolError.disposed(pool: "DMgone")) { try chain.wait() }
+    }
+
+    @Test("Nested sync chains of depth 1 to 5 over mixed target kinds complete, holding every context on the way",
+          arguments: 1...5)
+    func nestedSyncChains(depth: Int) async throws {
+        let first = DedicatedThread(name: KernelThreads.uniqueName("DMn1"))
+        let second = DedicatedThread(name: KernelThreads.uniqueName("DMn2"))
+        let queue = DispatchQueue(label: "DMnq")
+        let pool = ThreadPool(name: KernelThreads.uniqueName("DMnp"), size: 1)
+        let throttled = ThrottledQueue(label: KernelThreads.uniqueName("DMnt"), interval: .zero)
+        defer {
+            first.dispose()
+            second.dispose()
+            pool.dispose()
+        }
+        let targets: [DispatchTarget] = [.thread(first), .serialQueue(queue), .pool(pool), .thread(second), .throttled(throttled)]
+        /// A → B → … → (depth targets), then back to A, and back to every other one on the way.
+        @Sendable func descend(_ level: Int) throws -> Int {
+            if level == depth {
+                // Back onto every context held so far: each runs inline.
+                var sum = 0
+                for target in targets.prefix(depth) {
+                    sum += try DispatchMethod.sync(on: target).execute { 1 }.wait()
+                }
+                return sum
+            }
+            return try DispatchMethod.sync(on: targets[level]).execute { try descend(level + 1) }.wait()
+        }
+        let result = await onNewThread { () -> Int? in
+            let done = Latch()
+            let value = LockedValue<Int?>(nil)
+            Thread {
+                value.value = try? descend(0)
+                done.countDown()
+            }.start()
+            return done.wait(timeout: .seconds(20)) ? value.value : nil
+        }
+        #expect(result == depth, "the nested chain hung or failed")
+    }
+}
+
+@Suite("ExecutionChain", .timeLimit(.minutes(1)))
+struct ExecutionChainTests {
+    @Test("Steps pass values on, in order, each on its own target")
+    func passesValues() async throws {
+        let pool = ThreadPool(name: KernelThreads.uniqueName("ECpool"), size: 2)
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("ECthr"))
+        defer {
+            pool.dispose()
+            thread.dispose()
+        }
+        let chain = DispatchMethod.async(on: .pool(pool)).execute { (2, pool.isCurrentThreadMember) }
+            .then(.async(on: .thread(thread))) { ($0.0 * 3, $0.1 && thread.isCurrent) }
+            .then(.async(on: .global())) { "\($0.0) \($0.1)" }
+        #expect(try await chain.value == "6 true")
+        #expect(try chain.wait() == "6 true")
+    }
+
+    @Test("A thrown error skips the remaining steps and comes out of wait() and value")
+    func errorsSkipSteps() async throws {
+        struct Failure: Error, Equatable {}
+        let ran = Counter()
+        let chain = DispatchMethod.async(on: .global()).execute { () throws -> Int in throw Failure() }
+            .then(.inline) { value -> Int in
+                _ = ran.increment()
+                return value
+            }
+            .then(.async(on: .global())) { value -> Int in
+                _ = ran.increment()
+                return value
+            }
+        await #expect(throws: Failure.self) { try await chain.value }
+        #expect(throws: Failure.self) { try chain.wait() }
+        #expect(ran.value == 0)
+    }
+
+    @Test("Fan-out: several then on one link all run, once each")
+    func fanOut() async throws {
+        let root = DispatchMethod.async(on: .global()).execute { 10 }
+        let branches = (0..<8).map { index in root.then(.async(on: .global())) { $0 + index } }
+        var values: [Int] = []
+        for branch in branches { values.append(try await branch.value) }
+        #expect(values == Array(10..<18))
+    }
+
+    @Test("10,000 chains with then racing completion from other threads: every step runs exactly once")
+    func thenRacesCompletion() async {
+        let chains = 10_000
+        let counts = AtomicCounters(count: chains)
+        let finals = AtomicCounters(count: chains)
+        await onThreads(4) { producer in
+            for index in stride(from: producer, to: chains, by: 4) {
+                let root = DispatchMethod.async(on: .global()).execute {
+                    counts.increment(index)
+                    return index
+                }
+                // Sometimes attach at once, sometimes after the step may have finished.
+                if index % 3 == 0 { sched_yield() }
+                root.then(.inline) { value in
+                    if value == index { finals.increment(index) }
+                }
+                root.then(.async(on: .global())) { value in
+                    if value == index { finals.increment(index) }
+                }
+            }
+        }
+        #expect(await eventually(timeout: .seconds(30)) { finals.indices(notEqualTo: 2).isEmpty })
+        #expect(counts.indices(notEqualTo: 1).isEmpty)
+    }
+
+    @Test("cancel: steps not started never run; waiters get CancellationError at once")
+    func cancel() async throws {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("ECcan"))
+        defer { thread.dispose() }
+        let gate = Latch()
+        let ran = Counter()
+        try thread.execute { gate.wait() }
+        let chain = DispatchMethod.async(on: .thread(thread)).execute { _ = ran.increment() }
+            .then(.async(on: .thread(thread))) { _ = ran.increment() }
+        let waiter = await onNewThread { () -> Bool in
+            Thread {
+                usleep(50_000)
+                chain.cancel()
+            }.start()
+            do {
+                try chain.wait()
+                return false
+            } catch {
+                return error is CancellationError
+            }
+        }
+        #expect(waiter)
+        gate.countDown()
+        _ = try await thread.run {}
+        #expect(ran.value == 0)
+        await #expect(throws: CancellationError.self) { try await chain.value }
+    }
+
+    @Test("then on a cancelled chain fails at once with CancellationError")
+    func thenAfterCancel() async throws {
+        let chain = DispatchMethod.inline.execute { 1 }
+        chain.cancel()
+        #expect(try chain.wait() == 1)  // it had finished before the cancel
+        let next = chain.then(.inline) { $0 + 1 }
+        #expect(throws: CancellationError.self) { try next.wait() }
+    }
+}

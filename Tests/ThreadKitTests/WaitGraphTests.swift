@@ -1,0 +1,94 @@
+import Testing
+@testable import ThreadKit
+
+/// Cycle finding over made-up graphs of blocked threads: no threads, no clock.
+@Suite struct WaitGraphTests {
+    typealias Graph = WaitGraph<String, String>
+    typealias Hop = Graph.Hop
+
+    @Test("A thread that holds nothing never closes a cycle")
+    func holdingNothing() {
+        var graph = Graph()
+        graph.block("T2", holding: ["B"], waitingFor: "A")
+        #expect(graph.cycle(if: "T1", holding: [], waitsFor: "B") == nil)
+    }
+
+    @Test("Two threads: T1 holds A and waits for B while T2 holds B and waits for A")
+    func twoThreads() {
+        var graph = Graph()
+        graph.block("T2", holding: ["B"], waitingFor: "A")
+        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == [
+            Hop(thread: "T1", holds: "A", waitsFor: "B"),
+            Hop(thread: "T2", holds: "B", waitsFor: "A"),
+        ])
+    }
+
+    @Test("Three threads: A → B → C → A")
+    func threeThreads() {
+        var graph = Graph()
+        graph.block("T2", holding: ["B"], waitingFor: "C")
+        graph.block("T3", holding: ["C"], waitingFor: "A")
+        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == [
+            Hop(thread: "T1", holds: "A", waitsFor: "B"),
+            Hop(thread: "T2", holds: "B", waitsFor: "C"),
+            Hop(thread: "T3", holds: "C", waitsFor: "A"),
+        ])
+    }
+
+    @Test("A holder that is not blocked makes progress: no cycle")
+    func runningHolder() {
+        var graph = Graph()
+        graph.block("T3", holding: ["C"], waitingFor: "A")
+        // Nobody blocked holds B: T1 waits for a thread that still runs.
+        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == nil)
+    }
+
+    @Test("A chain that ends elsewhere is no cycle")
+    func chainWithoutCycle() {
+        var graph = Graph()
+        graph.block("T2", holding: ["B"], waitingFor: "C")
+        graph.block("T3", holding: ["C"], waitingFor: "D")
+        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == nil)
+    }
+
+    @Test("Unblocking removes a thread from every cycle")
+    func unblock() {
+        var graph = Graph()
+        graph.block("T2", holding: ["B"], waitingFor: "A")
+        graph.unblock("T2")
+        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == nil)
+        #expect(graph.blocked.isEmpty)
+    }
+
+    @Test("Held contexts passed on: a thread running work for a blocked waiter holds the waiter's contexts too")
+    func inheritedContexts() {
+        var graph = Graph()
+        // T1 holds A and waits for B; T2 runs B's work for T1, so it holds A and B, and waits for C.
+        graph.block("T1", holding: ["A"], waitingFor: "B")
+        graph.block("T2", holding: ["A", "B"], waitingFor: "C")
+        // T3 holds C and now waits for A: held by T1 (and T2), which wait, in the end, for C.
+        let cycle = graph.cycle(if: "T3", holding: ["C"], waitsFor: "A")
+        #expect(cycle?.first == Hop(thread: "T3", holds: "C", waitsFor: "A"))
+        #expect(cycle?.last?.waitsFor == "C")
+        // T4 holds D and waits for A: the holders wait for C, which nobody blocked holds.
+        #expect(graph.cycle(if: "T4", holding: ["D"], waitsFor: "A") == nil)
+    }
+
+    @Test("The message names each thread, what it holds and what it waits for")
+    func message() {
+        let threads = (Marker(), Marker())
+        let first = ObjectIdentifier(threads.0)
+        let second = ObjectIdentifier(threads.1)
+        let thread = DedicatedThread(name: "db")
+        defer { thread.dispose() }
+        let db = SerialContext(.thread(thread))
+        let api = SerialContext(.throttled(ThrottledQueue(label: "api")))
+        let text = ExecutionContexts.message(
+            for: [.init(thread: first, holds: db, waitsFor: api), .init(thread: second, holds: api, waitsFor: db)],
+            names: [first: "T1", second: "T2"])
+        #expect(text == #"deadlock: thread "T1" holds DedicatedThread "db" and waits for ThrottledQueue "api", held by thread "T2", which waits for "db""#)
+    }
+
+    /// Stands for a thread's record: only its identity matters.
+    final class Marker: Sendable {}
+}
