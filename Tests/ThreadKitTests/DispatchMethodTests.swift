@@ -246,6 +246,37 @@ struct ExecutionChainTests {
         await #expect(throws: CancellationError.self) { try await chain.value }
     }
 
+    @Test("wait() from work a serial target runs, for a step queued on that same target, runs the step inline", arguments: 0..<4)
+    func waitReentersHeldContext(kind: Int) async throws {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("ECre"))
+        let pool = ThreadPool(name: KernelThreads.uniqueName("ECrp"), size: 1)
+        defer {
+            thread.dispose()
+            pool.dispose()
+        }
+        let target: DispatchTarget = switch kind {
+        case 0: .thread(thread)
+        case 1: .pool(pool)
+        case 2: .serialQueue(DispatchQueue(label: "ECreq"))
+        default: .thread(thread)
+        }
+        let method: DispatchMethod = kind == 3 ? .after(.milliseconds(20), on: target) : .async(on: target)
+        let outcome = await onNewThread { () -> Int? in
+            let done = Latch()
+            let value = LockedValue<Int?>(nil)
+            DispatchMethod.async(on: target).execute {
+                let start = ContinuousClock.now
+                let inner = method.execute { 5 }.then(.async(on: target)) { $0 + 1 }
+                let result = try? inner.wait()
+                if kind == 3, ContinuousClock.now - start < .milliseconds(20) { return }  // never early
+                value.value = result
+                done.countDown()
+            }
+            return done.wait(timeout: .seconds(10)) ? value.value : nil
+        }
+        #expect(outcome == 6)
+    }
+
     @Test("then on a cancelled chain fails at once with CancellationError")
     func thenAfterCancel() async throws {
         let chain = DispatchMethod.inline.execute { 1 }

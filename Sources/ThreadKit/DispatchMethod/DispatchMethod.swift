@@ -30,8 +30,8 @@ public enum DispatchMethod: Sendable {
     /// disposed pool, thread or throttled queue) fails the chain with the refusal's error.
     @discardableResult
     public func execute<T: Sendable>(_ work: @escaping @Sendable () throws -> T) -> ExecutionChain<T> {
-        let chain = ExecutionChain<T>(group: ChainGroup())
-        dispatch(for: chain.group, complete: chain.complete) { try work() }
+        let chain = ExecutionChain<T>(group: ChainGroup(), previous: nil)
+        dispatch(for: chain) { try work() }
         return chain
     }
 
@@ -53,46 +53,44 @@ public enum DispatchMethod: Sendable {
         }
     }
 
-    /// Runs `work` as this method says, unless `group` is cancelled first, and hands its result (or
-    /// the refusal, or `CancellationError`) to `complete`, exactly once.
-    func dispatch<T>(
-        for group: ChainGroup, complete: @escaping @Sendable (Result<T, any Error>) -> Void,
-        _ work: @escaping @Sendable () throws -> T
-    ) {
+    /// Runs `work` as this method says for `link`, unless its chain is cancelled first, and
+    /// finishes `link` with the result (or the refusal, or `CancellationError`), exactly once.
+    func dispatch<T>(for link: ExecutionChain<T>, _ work: @escaping @Sendable () throws -> T) {
+        let group = link.group
         let step: @Sendable () -> Void = {
-            guard !group.isCancelled else { return complete(.failure(CancellationError())) }
-            complete(Result { try work() })
+            guard !group.isCancelled else { return link.complete(.failure(CancellationError())) }
+            link.complete(Result { try work() })
         }
         switch self {
         case .inline:
             step()
-        case .async(let target):
-            submit(step, to: target, failing: complete)
         case .sync(let target):
             do {
                 try target.runAndWait(step)
             } catch {
-                complete(.failure(error))
+                link.complete(.failure(error))
             }
+        case .async(let target):
+            let pending = PendingStep(context: target.serialContext, due: nil, work: step)
+            link.dispatched(pending)
+            submit(pending, to: target, for: link)
         case .after(let delay, let target):
+            let pending = PendingStep(
+                context: target.serialContext, due: MonotonicInstant.now().advanced(by: delay), work: step)
+            link.dispatched(pending)
             do {
-                try TimerThread.shared.schedule(after: delay) {
-                    submit(step, to: target, failing: complete)
-                }
+                try TimerThread.shared.schedule(after: delay) { submit(pending, to: target, for: link) }
             } catch {
-                complete(.failure(error))
+                link.complete(.failure(error))
             }
         }
     }
 
-    private func submit<T>(
-        _ step: @escaping @Sendable () -> Void, to target: DispatchTarget,
-        failing complete: @Sendable (Result<T, any Error>) -> Void
-    ) {
+    private func submit<T>(_ pending: PendingStep, to target: DispatchTarget, for link: ExecutionChain<T>) {
         do {
-            try target.submit(step)
+            try target.submit { pending.runIfUnclaimed() }
         } catch {
-            complete(.failure(error))
+            link.complete(.failure(error))
         }
     }
 }

@@ -9,13 +9,15 @@
 ///     .then(.async(on: .thread(db))) { data in try store(data) }
 ///     .then(.async(on: .main)) { id in show(id) }
 /// ```
-public final class ExecutionChain<Value: Sendable>: @unchecked Sendable {
-    // Sendable: `state` is guarded by `mutex`.
+public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendable {
+    // Sendable: `state` and `step` are guarded by `group.mutex`, which every link of a chain shares.
 
     let group: ChainGroup
-    private let mutex = PThreadMutex()
-    private let finished = MonotonicCondition()
+    /// The link whose value this one's step takes; `nil` for the first.
+    let previous: (any ChainLink)?
     private var state = State.pending(followers: [])
+    /// This link's step once dispatched to a target, until it starts.
+    private var step: PendingStep?
 
     private enum State {
         /// Not finished: what to call with the result once it comes.
@@ -23,8 +25,9 @@ public final class ExecutionChain<Value: Sendable>: @unchecked Sendable {
         case finished(Result<Value, any Error>)
     }
 
-    init(group: ChainGroup) {
+    init(group: ChainGroup, previous: (any ChainLink)?) {
         self.group = group
+        self.previous = previous
         group.add { [weak self] in self?.complete(.failure(CancellationError())) }
     }
 
@@ -38,11 +41,11 @@ public final class ExecutionChain<Value: Sendable>: @unchecked Sendable {
     public func then<Next: Sendable>(
         _ method: DispatchMethod, _ work: @escaping @Sendable (Value) throws -> Next
     ) -> ExecutionChain<Next> {
-        let next = ExecutionChain<Next>(group: group)
+        let next = ExecutionChain<Next>(group: group, previous: self)
         whenFinished { result in
             switch result {
             case .success(let value):
-                method.dispatch(for: next.group, complete: next.complete) { try work(value) }
+                method.dispatch(for: next) { try work(value) }
             case .failure(let error):
                 next.complete(.failure(error))
             }
@@ -52,13 +55,30 @@ public final class ExecutionChain<Value: Sendable>: @unchecked Sendable {
 
     /// Blocks the calling thread until this step has finished, and returns its value.
     ///
+    /// Re-entry aware: if a step this link waits for is queued on a serial context that the
+    /// calling thread holds (it runs that context's work, or work that the context's holder is
+    /// blocked waiting for), the step can only run here, so it runs inline (a delayed step once its
+    /// time has come). A wait that would close a cycle of blocked threads stops the process with a
+    /// message naming it.
+    ///
     /// - Throws: The error of this step or of one before it, or `CancellationError` if the chain
     ///   was cancelled before this step ran.
     public func wait() throws -> Value {
-        try mutex.withLock { () throws -> Value in
-            while true {
-                if case .finished(let result) = state { return try result.get() }
-                finished.wait(mutex)
+        group.mutex.lock()
+        defer { group.mutex.unlock() }
+        while true {
+            if case .finished(let result) = state { return try result.get() }
+            if let (step, work) = claimStepToRunInline() {
+                group.mutex.unlock()
+                step.sleepUntilDue()
+                work()
+                group.mutex.lock()
+                continue
+            }
+            if let context = waitedForStep()?.context {
+                ExecutionContexts.blocking(for: context) { _blockingWaitForChange() }
+            } else {
+                _blockingWaitForChange()
             }
         }
     }
@@ -83,18 +103,28 @@ public final class ExecutionChain<Value: Sendable>: @unchecked Sendable {
 
     /// Finishes this step with `result`, once; later results are ignored.
     func complete(_ result: Result<Value, any Error>) {
-        let followers: [@Sendable (Result<Value, any Error>) -> Void]? = mutex.withLock {
+        let followers: [@Sendable (Result<Value, any Error>) -> Void]? = group.mutex.withLock {
             guard case .pending(let followers) = state else { return nil }
             state = .finished(result)
-            finished.broadcast()
+            step = nil
+            group.changed.broadcast()
             return followers
         }
         for follower in followers ?? [] { follower(result) }
     }
 
+    /// Records this link's step, dispatched and not yet started, for waiters that may run it inline.
+    func dispatched(_ pendingStep: PendingStep) {
+        group.mutex.withLock {
+            guard case .pending = state else { return }
+            step = pendingStep
+            group.changed.broadcast()
+        }
+    }
+
     /// Calls `follower` with the result: at once (on this thread) if finished, else when it comes.
     private func whenFinished(_ follower: @escaping @Sendable (Result<Value, any Error>) -> Void) {
-        let result: Result<Value, any Error>? = mutex.withLock {
+        let result: Result<Value, any Error>? = group.mutex.withLock {
             switch state {
             case .pending(var followers):
                 followers.append(follower)
@@ -106,35 +136,112 @@ public final class ExecutionChain<Value: Sendable>: @unchecked Sendable {
         }
         if let result { follower(result) }
     }
-}
 
-/// What the links of one chain share: whether it was cancelled, and how to fail each link then.
-final class ChainGroup: Sendable {
-    private struct State {
-        var isCancelled = false
-        /// Fail each link with `CancellationError` (a link already finished ignores it).
-        var cancellers: [@Sendable () -> Void] = []
+    var isFinished: Bool {
+        if case .finished = state { true } else { false }
     }
 
-    private let state = Locked(State())
+    var pendingStep: PendingStep? { step }
 
-    var isCancelled: Bool { state.withLock { $0.isCancelled } }
+    private func _blockingWaitForChange() {
+        group.changed.wait(group.mutex)
+    }
+}
+
+/// A link of a chain, seen from a waiter walking back to the step it waits for. Every call is made
+/// with the chain's mutex held.
+protocol ChainLink: AnyObject, Sendable {
+    var previous: (any ChainLink)? { get }
+    var isFinished: Bool { get }
+    var pendingStep: PendingStep? { get }
+}
+
+extension ChainLink {
+    /// The dispatched, unstarted step of the earliest unfinished link up to this one: the step
+    /// whose run this link waits for. `nil` while that link's step is not dispatched yet.
+    func waitedForStep() -> PendingStep? {
+        var earliestUnfinished: any ChainLink = self
+        var link = previous
+        while let current = link, !current.isFinished {
+            earliestUnfinished = current
+            link = current.previous
+        }
+        return earliestUnfinished.pendingStep
+    }
+
+    /// The waited-for step, claimed, if it sits on a context the calling thread holds: only this
+    /// thread can run it.
+    func claimStepToRunInline() -> (PendingStep, @Sendable () -> Void)? {
+        guard let step = waitedForStep(), let context = step.context, ExecutionContexts.holds(context),
+              let work = step.claim() else { return nil }
+        return (step, work)
+    }
+}
+
+/// A step handed to its target and not yet started: whoever claims it first runs it, the target,
+/// or a waiter that holds the target's context and so must run it inline.
+final class PendingStep: Sendable {
+    /// The serial context the step was queued on, if any.
+    let context: SerialContext?
+    /// For a delayed step: not before this.
+    let due: MonotonicInstant?
+    private let work: Locked<(@Sendable () -> Void)?>
+
+    init(context: SerialContext?, due: MonotonicInstant?, work: @escaping @Sendable () -> Void) {
+        self.context = context
+        self.due = due
+        self.work = Locked(work)
+    }
+
+    /// The step's work, for the one caller that claims it first.
+    func claim() -> (@Sendable () -> Void)? {
+        work.withLock { $0.take() }
+    }
+
+    /// Runs the step if nobody claimed it yet.
+    func runIfUnclaimed() {
+        claim()?()
+    }
+
+    /// Sleeps until the step is due (never for a step without a delay).
+    func sleepUntilDue() {
+        guard let due else { return }
+        let mutex = PThreadMutex()
+        let condition = MonotonicCondition()
+        mutex.withLock {
+            while MonotonicInstant.now() < due { condition.wait(mutex, until: due) }
+        }
+    }
+}
+
+/// What the links of one chain share: their lock, whether the chain was cancelled, and how to fail
+/// each link then.
+final class ChainGroup: @unchecked Sendable {
+    // Sendable: `isCancelledFlag` and `cancellers` are guarded by `mutex`.
+    let mutex = PThreadMutex()
+    /// Broadcast when a link finishes or a step is dispatched, for waiters.
+    let changed = MonotonicCondition()
+    private var isCancelledFlag = false
+    /// Fail each link with `CancellationError` (a link already finished ignores it).
+    private var cancellers: [@Sendable () -> Void] = []
+
+    var isCancelled: Bool { mutex.withLock { isCancelledFlag } }
 
     /// Registers a link's canceller; called at once if the chain is cancelled already.
     func add(_ canceller: @escaping @Sendable () -> Void) {
-        let cancelNow = state.withLock { state in
-            if !state.isCancelled { state.cancellers.append(canceller) }
-            return state.isCancelled
+        let cancelNow = mutex.withLock {
+            if !isCancelledFlag { cancellers.append(canceller) }
+            return isCancelledFlag
         }
         if cancelNow { canceller() }
     }
 
     func cancel() {
-        let cancellers: [@Sendable () -> Void] = state.withLock { state in
-            guard !state.isCancelled else { return [] }
-            state.isCancelled = true
-            defer { state.cancellers = [] }
-            return state.cancellers
+        let cancellers: [@Sendable () -> Void] = mutex.withLock {
+            guard !isCancelledFlag else { return [] }
+            isCancelledFlag = true
+            defer { self.cancellers = [] }
+            return self.cancellers
         }
         for canceller in cancellers { canceller() }
     }
