@@ -106,3 +106,33 @@ enum DeadlockScenario {
         while true { sleep(60) }
     }
 }
+
+@Suite("Deadlock detection in ThreadKit's own waits", .serialized)
+struct OwnWaitsDeadlockExitTests {
+    @Test("A dedicated thread waiting on a one-thread pool's task while the pool's thread syncs onto it is reported")
+    func scheduledTaskWaitCycle() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            DeadlockScenario.watchdog()
+            let db = DedicatedThread(name: "db")
+            let pool = ThreadPool(name: "single", size: 1)
+            let bothInside = Latch(count: 2)
+            try! pool.execute {
+                bothInside.countDown()
+                bothInside.wait()
+                usleep(100_000)  // let "db" block first
+                db.sync {}
+            }
+            try! db.execute {
+                bothInside.countDown()
+                bothInside.wait()
+                let task = try! pool.schedule {}
+                task.wait()
+            }
+            DeadlockScenario.sleepForever()
+        }
+        #if DEBUG
+        let output = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+        #expect(output.contains(#"deadlock: thread "single Thread1" holds ThreadPool "single" and waits for DedicatedThread "db", held by thread "db", which waits for "single""#), "standard error was: \(output)")
+        #endif
+    }
+}

@@ -27,9 +27,13 @@ public final class ScheduledTask: @unchecked Sendable {
     /// A counted reference, dropped by whoever ends the pending phase: the canceller still needs
     /// the pool after its compare-and-swap, when the pool's last thread may already have exited.
     private var pool: ThreadPool?
+    /// The pool, when it has one thread: a serial context, for the re-entry and deadlock rules of
+    /// ``wait()``. Kept for the handle's life (the pool object, not its threads).
+    private let serialPool: ThreadPool?
 
     init(pool: ThreadPool?, work: @escaping @Sendable () -> Void, onAbandon: (@Sendable () -> Void)? = nil) {
         self.pool = pool
+        self.serialPool = pool?.size == 1 ? pool : nil
         self.work = work
         self.onAbandon = onAbandon
     }
@@ -58,17 +62,31 @@ public final class ScheduledTask: @unchecked Sendable {
     public var isCompleted: Bool { phase == .completed }
 
     /// Blocks the calling thread until the task has run or was cancelled.
+    ///
+    /// On a pool of size 1, a wait from a thread that holds the pool (its own thread, or one running
+    /// work its thread is blocked waiting for) runs a queued task inline: only this thread can. A
+    /// wait that would close a cycle of blocked threads stops the process with a message naming it.
     public func wait() {
-        _ = blockingWait(until: nil)
+        _ = wait(until: nil)
     }
 
     /// Blocks the calling thread until the task has run or was cancelled, or `timeout` has passed.
+    ///
+    /// Re-entry and deadlock rules as for ``wait()``; a task run inline runs to its end.
     ///
     /// - Parameter timeout: The longest to wait; must not be negative.
     /// - Returns: `true` if the task has finished (run or cancelled), `false` on timeout.
     public func wait(timeout: Duration) -> Bool {
         precondition(timeout >= .zero, "ScheduledTask.wait(timeout:) needs a timeout ≥ 0, got \(timeout)")
-        return blockingWait(until: MonotonicInstant.now().advanced(by: timeout))
+        return wait(until: MonotonicInstant.now().advanced(by: timeout))
+    }
+
+    private func wait(until deadline: MonotonicInstant?) -> Bool {
+        guard !isFinished, let context = serialPool.map({ SerialContext(.pool($0)) }) else {
+            return blockingWait(until: deadline)
+        }
+        if ExecutionContexts.holds(context), serialPool!.runInline(self) { return true }
+        return ExecutionContexts.blocking(for: context) { blockingWait(until: deadline) }
     }
 
     // MARK: - For the pool
@@ -109,6 +127,8 @@ public final class ScheduledTask: @unchecked Sendable {
     }
 
     /// Runs a claimed task's work, releases it, and wakes its waiters.
+    ///
+    /// Also used for a task that a waiter runs inline (see ``wait()``).
     func runClaimed(countingInto completed: borrowing Atomic<Int>) {
         onAbandon = nil
         pool = nil

@@ -380,10 +380,16 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 return .runOnCaller
             case (.block, .blockThread):
                 // A thread of this pool waiting for its own queue could wait forever: the room it
-                // waits for is made by threads like itself.
-                if isCurrentThreadMember { return .runOnCaller }
+                // waits for is made by threads like itself. So could one that holds a one-thread
+                // pool (its thread is blocked waiting for the caller).
+                let context = size == 1 ? SerialContext(.pool(self)) : nil
+                if isCurrentThreadMember || context.map(ExecutionContexts.holds) == true { return .runOnCaller }
                 state.blockedSubmitters += 1
-                _blockingWaitForRoomInQueue()
+                if let context {
+                    ExecutionContexts.blocking(for: context) { _blockingWaitForRoomInQueue() }
+                } else {
+                    _blockingWaitForRoomInQueue()
+                }
                 state.blockedSubmitters -= 1
             case (.block, .suspend), (.runOnCaller, .suspend):
                 guard case .task(let task) = work else { preconditionFailure("only a task can wait suspended") }
@@ -430,6 +436,21 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             enqueue(.task(task))
         }
         if state.blockedSubmitters > 0, !isQueueFull { queueHasRoom.signal() }
+    }
+
+    /// Runs a queued `task` on the calling thread, if no thread has taken it: for a waiter that
+    /// holds this one-thread pool, which only it can run the task for.
+    ///
+    /// - Returns: `false` if the task was taken or cancelled already.
+    func runInline(_ task: ScheduledTask) -> Bool {
+        guard task.claim() else { return false }
+        mutex.withLock {
+            // Its queue entry stays, to be skipped; it no longer counts as queued.
+            state.queuedCount -= 1
+            queueGainedRoom()
+        }
+        task.runClaimed(countingInto: completedCount)
+        return true
     }
 
     /// Whether the calling thread is one of this pool's threads.
