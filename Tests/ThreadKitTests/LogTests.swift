@@ -310,3 +310,167 @@ final class LogRecordingDelegate: LogDelegate {
         }
     }
 }
+
+// MARK: - 23, 25: the console line and its writer
+
+/// Waits in a child process, without a Swift concurrency thread: `true` once `condition` holds.
+private func waitInChild(timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        if ContinuousClock.now >= deadline { return false }
+        usleep(1_000)
+    }
+    return true
+}
+
+extension LogSourceTests {
+    @Test("23: a newline in a message cannot forge a console line: control characters are escaped on the console")
+    func consoleEscapesControlCharacters() {
+        let forged = Log.Record(
+            source: Log.Source("Billing"), message: "paid 3 €\nmain Billing: refunded 3000 €",
+            threadName: "Pool Thread2", date: Date(), file: "", line: 0)
+        #expect(ConsoleLog.line(for: forged) == "Pool Thread2 Billing: paid 3 €\\nmain Billing: refunded 3000 €\n")
+
+        let controls = Log.Record(
+            source: Log.Source("Bill\ning"), message: "a\rb\tc\u{0}d\u{1B}[31me\u{7F}f\u{85}g\u{9F}h\u{2028}i\u{2029}j",
+            threadName: "T\r1", date: Date(), file: "", line: 0)
+        #expect(
+            ConsoleLog.line(for: controls)
+                == "T\\r1 Bill\\ning: a\\rb\\tc\\u{0}d\\u{1B}[31me\\u{7F}f\\u{85}g\\u{9F}h\\u{2028}i\\u{2029}j\n")
+
+        // Printable text, backslashes and non-ASCII letters stay as they are.
+        let plain = Log.Record(
+            source: Log.Source("Billing"), message: #"C:\new "quoted" ünïcödé 🧵"#, threadName: "main",
+            date: Date(), file: "", line: 0)
+        #expect(ConsoleLog.line(for: plain) == #"main Billing: C:\new "quoted" ünïcödé 🧵"# + "\n")
+    }
+
+    @Test("23: on standard error, a message with newlines stays one line")
+    func consoleWritesOneLinePerRecord() async throws {
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let source = Log.Source("LogForgeChild")
+            Log.enable(source)
+            NamedThread.nameCurrentThread("LogForgeThread")
+            Log.log(source, "paid\nLogForgeThread LogForgeChild: forged\r\n")
+        }
+        let output = String(decoding: try #require(result).standardErrorContent, as: UTF8.self)
+        let lines = output.split(separator: "\n", omittingEmptySubsequences: false).filter { $0.contains("LogForge") }
+        #expect(lines == [#"LogForgeThread LogForgeChild: paid\nLogForgeThread LogForgeChild: forged\r\n"#])
+    }
+
+    @Test("25: the console writer waits out EAGAIN on a full non-blocking descriptor instead of cutting the line")
+    func consoleWriterWaitsOutEAGAIN() async throws {
+        let (readEnd, writeEnd) = fullPipe()
+        defer {
+            close(readEnd)
+            close(writeEnd)
+        }
+        let record = Log.Record(
+            source: Log.Source("LogEAGAIN"), message: "a line for a full pipe", threadName: "Writer",
+            date: Date(), file: #fileID, line: #line)
+        let result = LockedValue<Bool?>(nil)
+        startThread(named: "LogEAGAIN") { result.value = ConsoleLog.write(record, to: writeEnd) }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(result.value == nil, "the writer gave up on EAGAIN")
+
+        let line = Array(ConsoleLog.line(for: record).utf8)
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        #expect(await eventually(timeout: .seconds(10), pollingEvery: .milliseconds(1)) {
+            while case let count = read(readEnd, &chunk, chunk.count), count > 0 { received += chunk[..<count] }
+            return result.value != nil && received.last == UInt8(ascii: "\n")
+        })
+        #expect(result.value == true)
+        #expect(received.suffix(line.count).elementsEqual(line), "the line was cut")
+    }
+}
+
+extension LogDelegateTests {
+    @Test("23: the delegate gets a message with a newline as it was logged; only the console escapes it")
+    func delegateGetsTheUnescapedMessage() async throws {
+        try await Self.withRecordingDelegate("newline") { source, delegate in
+            Log.log(source, "one\ntwo\r\u{1B}[2K")
+            #expect(await eventually { delegate.records.count == 1 })
+            let record = try #require(delegate.records.first)
+            #expect(record.message == "one\ntwo\r\u{1B}[2K")
+            #expect(ConsoleLog.line(for: record).hasSuffix(": one\\ntwo\\r\\u{1B}[2K\n"))
+        }
+    }
+
+    @Test("25: the console writer retries a write interrupted by a signal (EINTR) instead of dropping the line")
+    func consoleWriterRetriesEINTR() async {
+        // In a child process: it installs a signal handler.
+        await #expect(processExitsWith: .success) {
+            // A handler without SA_RESTART, so a blocked write(2) returns EINTR.
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { _ in }
+            action.sa_flags = 0
+            sigemptyset(&action.sa_mask)
+            precondition(sigaction(SIGUSR2, &action, nil) == 0)
+
+            let (readEnd, writeEnd) = fullPipe()
+            setNonBlocking(writeEnd, false)  // now a write blocks until the reader drains
+            let record = Log.Record(
+                source: Log.Source("LogEINTR"), message: "a line that waits for the reader",
+                threadName: "Writer", date: Date(), file: #fileID, line: #line)
+            let writer = LockedValue<pthread_t?>(nil)
+            let result = LockedValue<Bool?>(nil)
+            Thread {
+                // The child's threads start with SIGUSR2 blocked: let it in, or nothing interrupts.
+                var signals = sigset_t()
+                sigemptyset(&signals)
+                sigaddset(&signals, SIGUSR2)
+                pthread_sigmask(SIG_UNBLOCK, &signals, nil)
+                writer.value = pthread_self()
+                result.value = ConsoleLog.write(record, to: writeEnd)
+            }.start()
+            precondition(waitInChild { writer.value != nil })
+            usleep(100_000)
+            for _ in 0..<5 {  // each one lands in the blocked write
+                pthread_kill(writer.value!, SIGUSR2)
+                usleep(50_000)
+            }
+            precondition(result.value == nil, "the writer gave up on EINTR")
+            let line = Array(ConsoleLog.line(for: record).utf8)
+            let received = drain(readEnd, until: { result.value != nil })
+            precondition(result.value == true, "the writer reported a failure")
+            precondition(received.suffix(line.count).elementsEqual(line), "the line was cut")
+        }
+    }
+}
+
+/// A pipe whose write end is full; both ends non-blocking.
+private func fullPipe() -> (readEnd: Int32, writeEnd: Int32) {
+    var ends: [Int32] = [0, 0]
+    precondition(pipe(&ends) == 0, "pipe failed")
+    setNonBlocking(ends[0], true)
+    setNonBlocking(ends[1], true)
+    let page = [UInt8](repeating: UInt8(ascii: "."), count: 4096)
+    while write(ends[1], page, page.count) > 0 {}
+    while write(ends[1], page, 1) > 0 {}
+    precondition(errno == EAGAIN, "filling the pipe failed with errno \(errno)")
+    return (ends[0], ends[1])
+}
+
+private func setNonBlocking(_ descriptor: Int32, _ on: Bool) {
+    let flags = fcntl(descriptor, F_GETFL)
+    _ = fcntl(descriptor, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK)
+}
+
+/// Reads the non-blocking `descriptor` until `done` holds and nothing more comes (10 s at most).
+private func drain(_ descriptor: Int32, until done: () -> Bool) -> [UInt8] {
+    var received: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 65_536)
+    let deadline = ContinuousClock.now + .seconds(10)
+    while ContinuousClock.now < deadline {
+        let count = read(descriptor, &chunk, chunk.count)
+        if count > 0 {
+            received += chunk[..<count]
+        } else if done() {
+            break
+        } else {
+            usleep(1_000)
+        }
+    }
+    return received
+}
