@@ -474,3 +474,97 @@ private func drain(_ descriptor: Int32, until done: () -> Bool) -> [UInt8] {
     }
     return received
 }
+
+// MARK: - 24: finding sources
+
+/// The package's root directory, to read the documents the tests check.
+private let packageRoot = URL(fileURLWithPath: #filePath)
+    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+extension LogSourceTests {
+    @Test("24: Log.Source(name) and Log.log(.init(name), …) find a name already in use without the registry's lock")
+    func knownSourceNamesNeedNoLock() async throws {
+        let known = "LogTests.known.\(UUID().uuidString)"
+        let source = Log.Source(known)
+        let off = Log.Source(known + ".off")
+        Log.enable(source)
+        defer { Log.disable(source) }
+
+        // Every wait happens on threads of its own, and the lock is held for as short a time as the
+        // checks allow: while it is held, other tests naming new sources block their threads, which
+        // can be all of Swift concurrency's threads on a small machine.
+        let (found, newNameWaited, newNameCreated, evaluations) = await onNewThread(named: "LogRegistryTest") {
+            let evaluated = Counter()
+            let holding = Latch()
+            let letGo = Latch()
+            startThread(named: "LogRegistryLock") {
+                SourceRegistry.shared.withLockHeld {
+                    holding.countDown()
+                    letGo.wait(timeout: .seconds(5))
+                }
+            }
+            holding.wait(timeout: .seconds(10))
+            let lookedUp = Latch()
+            let found = LockedValue<[Bool]>([])
+            startThread(named: "LogKnownName") {
+                for _ in 0..<1_000 {
+                    Log.log(.init(known + ".off"), "\(evaluated.increment())")  // a disabled source made per call
+                }
+                let again = Log.Source(known)
+                found.value = [again == source, Log.isEnabled(.init(known)), !Log.isEnabled(.init(off.name))]
+                lookedUp.countDown()
+            }
+            lookedUp.wait(timeout: .seconds(2))
+            // A new name does take the lock (so the lock above was really held).
+            let created = Latch()
+            startThread(named: "LogNewName") {
+                _ = Log.Source("LogTests.new.\(UUID().uuidString)")
+                created.countDown()
+            }
+            let newNameWaited = !created.wait(timeout: .milliseconds(100))
+            letGo.countDown()
+            return (found.value, newNameWaited, created.wait(timeout: .seconds(10)), evaluated.value)
+        }
+        #expect(found == [true, true, true], "a known name waited for the registry's lock")
+        #expect(evaluations == 0)
+        #expect(newNameWaited)
+        #expect(newNameCreated)
+    }
+
+    @Test("24: threads naming thousands of sources at once agree on one switch per name")
+    func registryGivesOneSwitchPerName() async {
+        let prefix = "LogTests.many.\(UUID().uuidString)."
+        let names = (0..<3_000).map { "\(prefix)\($0)" }
+        let seen = LockedValue<[[ObjectIdentifier]]>(Array(repeating: [], count: 8))
+        await onThreads(8) { thread in
+            // Each thread names them in its own order, so that lookups race with insertions and growth.
+            var generator = SplitMix64(seed: UInt64(thread))
+            var order = Array(names.indices)
+            order.shuffle(using: &generator)
+            var flags = [ObjectIdentifier?](repeating: nil, count: names.count)
+            for index in order { flags[index] = ObjectIdentifier(Log.Source(names[index]).flag) }
+            for index in names.indices where ObjectIdentifier(Log.Source(names[index]).flag) != flags[index] {
+                flags[index] = nil
+            }
+            seen.withLock { $0[thread] = flags.map { $0! } }
+        }
+        let all = seen.value
+        #expect(all.allSatisfy { $0 == all[0] })
+        #expect(Set(all[0]).count == names.count)
+        let source = Log.Source(names[1_234])
+        Log.enable(source)
+        #expect(Log.isEnabled(Log.Source(names[1_234])))
+        #expect(!Log.isEnabled(Log.Source(names[1_235])))
+        Log.disable(source)
+    }
+
+    @Test("24: Log.log(.init(name), …) is cheap to write, but the docs log to a stored source")
+    func docsLogToAStoredSource() throws {
+        for path in ["README.md", "Docs/Log.md", "Sources/ThreadKit/Log/Log.swift"] {
+            let text = try String(contentsOf: packageRoot.appendingPathComponent(path), encoding: .utf8)
+            #expect(!text.contains("Log.log(.init("), "\(path) makes a source per call")
+            #expect(!text.contains("Log.log(Log.Source("), "\(path) makes a source per call")
+            #expect(text.contains("= Log.Source(\""), "\(path) shows no stored source")
+        }
+    }
+}

@@ -8,8 +8,10 @@ import Synchronization
 /// the order they were logged, or to standard error when no delegate is set.
 ///
 /// ```swift
-/// Log.enable(.threadPool)          // see the pool's threads come and go
-/// Log.log(.init("Billing"), "charged \(amount)")
+/// let billing = Log.Source("Billing")   // store a source once…
+/// Log.enable(billing)
+/// Log.log(billing, "charged \(amount)")  // …and log to it; a disabled call is one atomic load
+/// Log.enable(.threadPool)               // see the pool's threads come and go
 /// ```
 public enum Log {
     /// Turns logging on for `source`.
@@ -77,15 +79,22 @@ extension Log {
     /// A named origin of log records, switched on and off as a whole.
     ///
     /// Two sources with the same name are the same source. ThreadKit's own parts log to
-    /// ``threadPool``, ``timer``, ``throttle`` and ``urlDispatcher``; make your own with `Log.Source("Name")`.
+    /// ``threadPool``, ``timer``, ``throttle`` and ``urlDispatcher``; make your own with
+    /// `Log.Source("Name")`, best once, in a `static let` or a stored property: then a call on a
+    /// disabled source is a single atomic load. Making one per call works too, and takes no lock
+    /// for a name already in use, but it looks the name up each time.
     public struct Source: Hashable, Sendable, CustomStringConvertible {
         /// The name printed before each message.
         public let name: String
 
+        /// The switch of every source of this name. Not reference counted: the registry keeps every
+        /// switch for the life of the process.
         @usableFromInline
-        let flag: SourceFlag
+        unowned(unsafe) let flag: SourceFlag
 
         /// The source called `name`, created on first use.
+        ///
+        /// A name already in use is found without taking a lock.
         public init(_ name: String) {
             self.name = name
             self.flag = SourceRegistry.shared.flag(for: name)
@@ -100,10 +109,13 @@ extension Log {
         /// The URL dispatcher: requests queued, started and timed out.
         public static let urlDispatcher = Source("URLDispatcher")
 
+        /// The source's name.
         public var description: String { name }
 
-        public static func == (lhs: Source, rhs: Source) -> Bool { lhs.name == rhs.name }
+        /// Whether both are the source of one name (and so share one switch).
+        public static func == (lhs: Source, rhs: Source) -> Bool { lhs.flag === rhs.flag }
 
+        /// Hashes the name.
         public func hash(into hasher: inout Hasher) { hasher.combine(name) }
     }
 
@@ -131,45 +143,6 @@ extension Log {
 public protocol LogDelegate: AnyObject, Sendable {
     /// Handles one record.
     func log(_ record: Log.Record)
-}
-
-/// The on/off switch shared by every `Log.Source` of one name.
-@usableFromInline
-final class SourceFlag: Sendable {
-    @usableFromInline
-    let isOn: Atomic<Bool>
-
-    init(isOn: Bool) {
-        self.isOn = Atomic(isOn)
-    }
-}
-
-/// The switches of every source ever named, and whether sources named later start enabled.
-private final class SourceRegistry: Sendable {
-    static let shared = SourceRegistry()
-
-    private struct State {
-        var flags: [String: SourceFlag] = [:]
-        var newSourcesEnabled = false
-    }
-
-    private let state = Locked(State())
-
-    func flag(for name: String) -> SourceFlag {
-        state.withLock { state in
-            if let flag = state.flags[name] { return flag }
-            let flag = SourceFlag(isOn: state.newSourcesEnabled)
-            state.flags[name] = flag
-            return flag
-        }
-    }
-
-    func setAll(_ isOn: Bool) {
-        state.withLock { state in
-            state.newSourcesEnabled = isOn
-            for flag in state.flags.values { flag.isOn.store(isOn, ordering: .relaxed) }
-        }
-    }
 }
 
 /// Hands records to the delegate one at a time without holding a lock while it runs.
