@@ -13,6 +13,12 @@ import Synchronization
 /// Log.log(billing, "charged \(amount)")  // …and log to it; a disabled call is one atomic load
 /// Log.enable(.threadPool)               // see the pool's threads come and go
 /// ```
+///
+/// Delivery is bounded. A thread that logs while nobody is delivering delivers its own record and
+/// at most 100 more that others queued meanwhile; what is left goes on in a delivery thread,
+/// "ThreadKit Log", started when needed. At most 10,000 records wait for delivery: beyond that,
+/// records are dropped and counted, and a record of the same source, `dropped <count> records: …`,
+/// takes their place in the queue once there is room again.
 public enum Log {
     /// Turns logging on for `source`.
     public static func enable(_ source: Source) {
@@ -41,13 +47,28 @@ public enum Log {
     }
 
     /// Where records go; `nil`, the default, writes them to standard error as
-    /// `<thread name> <source name>: <message>`.
+    /// `<thread name> <source name>: <message>`, one line each (control characters escaped).
     ///
     /// The delegate is called on the thread that logged, or on another thread that is delivering at
-    /// the same moment; it is never called by two threads at once.
+    /// the same moment (another logging thread, or ThreadKit's delivery thread); it is never called
+    /// by two threads at once, and never while ThreadKit holds a lock.
+    ///
+    /// A record goes to the delegate that was in force when it was logged. Setting a new delegate
+    /// therefore waits until every record logged before has been delivered to the delegate it was
+    /// logged under, and until that delegate's current call has returned: once the setter returns,
+    /// the delegate it replaced is never called again, and records logged after it go to the new
+    /// one. Don't set the delegate while holding a lock that the old delegate's `log(_:)` takes.
+    ///
+    /// Set from inside a delegate's `log(_:)` (or from a `deinit` that runs while a record is being
+    /// delivered), the setter cannot wait for the delivery it is part of: it returns at once, the
+    /// current call finishes, and records already queued for the old delegate are still delivered to
+    /// it, in order, before records logged afterwards reach the new one.
+    ///
+    /// The replaced delegate is released after the setter has let go of every lock, so its `deinit`
+    /// may log (to the new delegate).
     public static var delegate: (any LogDelegate)? {
-        get { Delivery.shared.delegate }
-        set { Delivery.shared.delegate = newValue }
+        get { LogDelivery.shared.delegate }
+        set { LogDelivery.shared.setDelegate(newValue) }
     }
 
     /// Logs `message` for `source` if the source is enabled.
@@ -71,7 +92,7 @@ public enum Log {
         let record = Record(
             source: source, message: message, threadName: NamedThread.currentName(),
             date: Date(), file: file, line: line)
-        Delivery.shared.deliver(record)
+        LogDelivery.shared.deliver(record)
     }
 }
 
@@ -138,55 +159,11 @@ extension Log {
 
 /// Receives ThreadKit's log records; set one as ``Log/delegate`` to route records to your own logger.
 ///
-/// Records arrive one at a time, never from two threads at once, in the order they were logged. A
-/// delegate may itself log: that record is delivered after the current call returns.
+/// Records arrive one at a time, never from two threads at once, in the order they were logged,
+/// and never while ThreadKit holds a lock. A delegate may itself log: that record is delivered
+/// after the current call returns. It may also set ``Log/delegate``; see there what happens to the
+/// records still queued for it.
 public protocol LogDelegate: AnyObject, Sendable {
     /// Handles one record.
     func log(_ record: Log.Record)
-}
-
-/// Hands records to the delegate one at a time without holding a lock while it runs.
-///
-/// A logging thread appends its record; if no thread is delivering, it becomes the deliverer and
-/// drains the queue, calling the delegate outside the lock. Records of other threads that arrive
-/// meanwhile are delivered by it, in order. So the delegate is never called concurrently, may log
-/// itself without deadlock, and is never called with an internal lock held.
-private final class Delivery: Sendable {
-    static let shared = Delivery()
-
-    private struct State {
-        var pending = RingBuffer<Log.Record>()
-        var isDelivering = false
-        var delegate: (any LogDelegate)?
-    }
-
-    private let state = Locked(State())
-
-    var delegate: (any LogDelegate)? {
-        get { state.withLock { $0.delegate } }
-        set { state.withLock { $0.delegate = newValue } }
-    }
-
-    func deliver(_ record: Log.Record) {
-        var next: (record: Log.Record, delegate: (any LogDelegate)?)? = state.withLock { state in
-            state.pending.append(record)
-            guard !state.isDelivering else { return nil }
-            state.isDelivering = true
-            return (state.pending.popFirst()!, state.delegate)
-        }
-        while let (record, delegate) = next {
-            if let delegate {
-                delegate.log(record)
-            } else {
-                ConsoleLog.write(record)
-            }
-            next = state.withLock { state in
-                guard let record = state.pending.popFirst() else {
-                    state.isDelivering = false
-                    return nil
-                }
-                return (record, state.delegate)
-            }
-        }
-    }
 }
