@@ -936,3 +936,23 @@ extension LogDelegateTests {
         }
     }
 }
+
+// MARK: - 26: the swift-log adapter
+
+extension LogSourceTests {
+    @Test("26: the swift-log adapter in Docs/Log.md logs at a level a default swift-log Logger prints")
+    func swiftLogAdapterPrintsByDefault() throws {
+        let guide = try String(contentsOf: packageRoot.appendingPathComponent("Docs/Log.md"), encoding: .utf8)
+        let blocks = guide.components(separatedBy: "```").enumerated().filter { $0.offset % 2 == 1 }.map(\.element)
+        let adapter = try #require(blocks.first { $0.contains("import Logging") })
+        let levels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
+        // swift-log's Logger starts at .info unless its logLevel is set.
+        let threshold = levels.first { adapter.contains("logLevel = .\($0)") } ?? "info"
+        let used = levels.filter { adapter.contains("logger.\($0)(") || adapter.contains("level: .\($0)") }
+        #expect(!used.isEmpty, "the adapter logs nothing")
+        for level in used {
+            #expect(levels.firstIndex(of: level)! >= levels.firstIndex(of: threshold)!,
+                    "logs at .\(level), below the logger's level .\(threshold): swift-log drops it")
+        }
+    }
+}
