@@ -8,9 +8,17 @@ import Synchronization
 /// the order they were logged, or to standard error when no delegate is set.
 ///
 /// ```swift
-/// Log.enable(.threadPool)          // see the pool's threads come and go
-/// Log.log(.init("Billing"), "charged \(amount)")
+/// let billing = Log.Source("Billing")   // store a source once…
+/// Log.enable(billing)
+/// Log.log(billing, "charged \(amount)")  // …and log to it; a disabled call is one atomic load
+/// Log.enable(.threadPool)               // see the pool's threads come and go
 /// ```
+///
+/// Delivery is bounded. A thread that logs while nobody is delivering delivers its own record and
+/// at most 100 more that others queued meanwhile; what is left goes on in a delivery thread,
+/// "ThreadKit Log", started when needed. At most 10,000 records wait for delivery: beyond that,
+/// records are dropped and counted, and a record of the same source, `dropped <count> records: …`,
+/// takes their place in the queue once there is room again.
 public enum Log {
     /// Turns logging on for `source`.
     public static func enable(_ source: Source) {
@@ -39,13 +47,28 @@ public enum Log {
     }
 
     /// Where records go; `nil`, the default, writes them to standard error as
-    /// `<thread name> <source name>: <message>`.
+    /// `<thread name> <source name>: <message>`, one line each (control characters escaped).
     ///
     /// The delegate is called on the thread that logged, or on another thread that is delivering at
-    /// the same moment; it is never called by two threads at once.
+    /// the same moment (another logging thread, or ThreadKit's delivery thread); it is never called
+    /// by two threads at once, and never while ThreadKit holds a lock.
+    ///
+    /// A record goes to the delegate that was in force when it was logged. Setting a new delegate
+    /// therefore waits until every record logged before has been delivered to the delegate it was
+    /// logged under, and until that delegate's current call has returned: once the setter returns,
+    /// the delegate it replaced is never called again, and records logged after it go to the new
+    /// one. Don't set the delegate while holding a lock that the old delegate's `log(_:)` takes.
+    ///
+    /// Set from inside a delegate's `log(_:)` (or from a `deinit` that runs while a record is being
+    /// delivered), the setter cannot wait for the delivery it is part of: it returns at once, the
+    /// current call finishes, and records already queued for the old delegate are still delivered to
+    /// it, in order, before records logged afterwards reach the new one.
+    ///
+    /// The replaced delegate is released after the setter has let go of every lock, so its `deinit`
+    /// may log (to the new delegate).
     public static var delegate: (any LogDelegate)? {
-        get { Delivery.shared.delegate }
-        set { Delivery.shared.delegate = newValue }
+        get { LogDelivery.shared.delegate }
+        set { LogDelivery.shared.setDelegate(newValue) }
     }
 
     /// Logs `message` for `source` if the source is enabled.
@@ -69,7 +92,7 @@ public enum Log {
         let record = Record(
             source: source, message: message, threadName: NamedThread.currentName(),
             date: Date(), file: file, line: line)
-        Delivery.shared.deliver(record)
+        LogDelivery.shared.deliver(record)
     }
 }
 
@@ -77,15 +100,22 @@ extension Log {
     /// A named origin of log records, switched on and off as a whole.
     ///
     /// Two sources with the same name are the same source. ThreadKit's own parts log to
-    /// ``threadPool``, ``timer``, ``throttle`` and ``urlDispatcher``; make your own with `Log.Source("Name")`.
+    /// ``threadPool``, ``timer``, ``throttle`` and ``urlDispatcher``; make your own with
+    /// `Log.Source("Name")`, best once, in a `static let` or a stored property: then a call on a
+    /// disabled source is a single atomic load. Making one per call works too, and takes no lock
+    /// for a name already in use, but it looks the name up each time.
     public struct Source: Hashable, Sendable, CustomStringConvertible {
         /// The name printed before each message.
         public let name: String
 
+        /// The switch of every source of this name. Not reference counted: the registry keeps every
+        /// switch for the life of the process.
         @usableFromInline
-        let flag: SourceFlag
+        unowned(unsafe) let flag: SourceFlag
 
         /// The source called `name`, created on first use.
+        ///
+        /// A name already in use is found without taking a lock.
         public init(_ name: String) {
             self.name = name
             self.flag = SourceRegistry.shared.flag(for: name)
@@ -100,10 +130,13 @@ extension Log {
         /// The URL dispatcher: requests queued, started and timed out.
         public static let urlDispatcher = Source("URLDispatcher")
 
+        /// The source's name.
         public var description: String { name }
 
-        public static func == (lhs: Source, rhs: Source) -> Bool { lhs.name == rhs.name }
+        /// Whether both are the source of one name (and so share one switch).
+        public static func == (lhs: Source, rhs: Source) -> Bool { lhs.flag === rhs.flag }
 
+        /// Hashes the name.
         public func hash(into hasher: inout Hasher) { hasher.combine(name) }
     }
 
@@ -126,94 +159,11 @@ extension Log {
 
 /// Receives ThreadKit's log records; set one as ``Log/delegate`` to route records to your own logger.
 ///
-/// Records arrive one at a time, never from two threads at once, in the order they were logged. A
-/// delegate may itself log: that record is delivered after the current call returns.
+/// Records arrive one at a time, never from two threads at once, in the order they were logged,
+/// and never while ThreadKit holds a lock. A delegate may itself log: that record is delivered
+/// after the current call returns. It may also set ``Log/delegate``; see there what happens to the
+/// records still queued for it.
 public protocol LogDelegate: AnyObject, Sendable {
     /// Handles one record.
     func log(_ record: Log.Record)
-}
-
-/// The on/off switch shared by every `Log.Source` of one name.
-@usableFromInline
-final class SourceFlag: Sendable {
-    @usableFromInline
-    let isOn: Atomic<Bool>
-
-    init(isOn: Bool) {
-        self.isOn = Atomic(isOn)
-    }
-}
-
-/// The switches of every source ever named, and whether sources named later start enabled.
-private final class SourceRegistry: Sendable {
-    static let shared = SourceRegistry()
-
-    private struct State {
-        var flags: [String: SourceFlag] = [:]
-        var newSourcesEnabled = false
-    }
-
-    private let state = Locked(State())
-
-    func flag(for name: String) -> SourceFlag {
-        state.withLock { state in
-            if let flag = state.flags[name] { return flag }
-            let flag = SourceFlag(isOn: state.newSourcesEnabled)
-            state.flags[name] = flag
-            return flag
-        }
-    }
-
-    func setAll(_ isOn: Bool) {
-        state.withLock { state in
-            state.newSourcesEnabled = isOn
-            for flag in state.flags.values { flag.isOn.store(isOn, ordering: .relaxed) }
-        }
-    }
-}
-
-/// Hands records to the delegate one at a time without holding a lock while it runs.
-///
-/// A logging thread appends its record; if no thread is delivering, it becomes the deliverer and
-/// drains the queue, calling the delegate outside the lock. Records of other threads that arrive
-/// meanwhile are delivered by it, in order. So the delegate is never called concurrently, may log
-/// itself without deadlock, and is never called with an internal lock held.
-private final class Delivery: Sendable {
-    static let shared = Delivery()
-
-    private struct State {
-        var pending = RingBuffer<Log.Record>()
-        var isDelivering = false
-        var delegate: (any LogDelegate)?
-    }
-
-    private let state = Locked(State())
-
-    var delegate: (any LogDelegate)? {
-        get { state.withLock { $0.delegate } }
-        set { state.withLock { $0.delegate = newValue } }
-    }
-
-    func deliver(_ record: Log.Record) {
-        var next: (record: Log.Record, delegate: (any LogDelegate)?)? = state.withLock { state in
-            state.pending.append(record)
-            guard !state.isDelivering else { return nil }
-            state.isDelivering = true
-            return (state.pending.popFirst()!, state.delegate)
-        }
-        while let (record, delegate) = next {
-            if let delegate {
-                delegate.log(record)
-            } else {
-                ConsoleLog.write(record)
-            }
-            next = state.withLock { state in
-                guard let record = state.pending.popFirst() else {
-                    state.isDelivering = false
-                    return nil
-                }
-                return (record, state.delegate)
-            }
-        }
-    }
 }
