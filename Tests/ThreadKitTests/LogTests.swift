@@ -253,8 +253,8 @@ final class LogRecordingDelegate: LogDelegate {
     func recordsFromManyThreadsNeverInterleave() async throws {
         try await Self.withRecordingDelegate("threads") { source, delegate in
             let threads = 8
-            // 8,000 in all: below the 10,000 records that may wait, so that none is dropped.
-            let perThread = 1_000
+            // 16,000 in all: below the 32,768 records that may wait, so that none is dropped.
+            let perThread = 2_000
             let gate = Latch()
             let done = Counter()
             let prefix = "Log\(UUID().uuidString.prefix(4))-"
@@ -733,7 +733,7 @@ extension LogDelegateTests {
         #expect(delegate.overlaps == 0)
     }
 
-    @Test("21: over 10,000 waiting records, records are dropped, counted exactly, and the count is logged once")
+    @Test("21: over 32,768 waiting records, records are dropped, counted exactly, and the count is logged once")
     func theBacklogIsBoundedAndDropsAreCounted() async throws {
         let source = uniqueSource("backlog")
         let delegate = GateDelegate(source: source, holdOn: "first")
@@ -745,7 +745,7 @@ extension LogDelegateTests {
 
         startThread(named: "LogBacklog") { Log.log(source, "first") }
         #expect(await eventually { delegate.entered.isOpen })
-        let logged = 12_000
+        let logged = 40_000
         for index in 0..<logged { Log.log(source, "\(index)") }
         delegate.release.countDown()
 
@@ -755,16 +755,16 @@ extension LogDelegateTests {
         let messages = delegate.messages
         let notices = messages.filter { $0.hasPrefix("dropped ") }
         try #require(notices.count == 1, "\(notices)")
-        #expect(notices[0].hasSuffix(" records: 10000 were already waiting for delivery"))
+        #expect(notices[0].hasSuffix(" records: 32768 were already waiting for delivery"))
         let dropped = try #require(Int(notices[0].dropFirst("dropped ".count).prefix { $0.isNumber }))
         let delivered = messages.dropFirst().dropLast()  // without "first" and the notice
         #expect(messages.first == "first")
         // The oldest records are kept, in order; the count covers exactly the rest.
         #expect(Array(delivered) == (0..<delivered.count).map(String.init))
         #expect(delivered.count + dropped == logged)
-        #expect(delivered.count <= 10_000)
+        #expect(delivered.count <= 32_768)
         // Only another test's stray record could take a slot from this one.
-        #expect(delivered.count >= 10_000 - 5)
+        #expect(delivered.count >= 32_768 - 5)
     }
 
     @Test("22: a record goes to the delegate in force when it was logged; the setter waits for its delivery, and the old delegate is never called once the setter returned")

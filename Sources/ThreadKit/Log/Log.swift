@@ -16,7 +16,7 @@ import Synchronization
 ///
 /// Delivery is bounded. A thread that logs while nobody is delivering delivers its own record and
 /// at most 100 more that others queued meanwhile; what is left goes on in a delivery thread,
-/// "ThreadKit Log", started when needed. At most 10,000 records wait for delivery: beyond that,
+/// "ThreadKit Log", started when needed. At most 32,768 records wait for delivery: beyond that,
 /// records are dropped and counted, and a record of the same source, `dropped <count> records: …`,
 /// takes their place in the queue once there is room again.
 public enum Log {

@@ -45,10 +45,10 @@ final class LogDelivery: @unchecked Sendable {
         /// The delivery thread's name (at most 15 bytes, the kernel's limit).
         var workerName: String
 
-        /// The bounds of ``LogDelivery/shared``: 10,000 waiting records, 100 records per caller,
-        /// a delivery thread "ThreadKit Log" that lingers one second.
+        /// The bounds of ``LogDelivery/shared``: 32,768 waiting records (a few megabytes), 100
+        /// records per caller, a delivery thread "ThreadKit Log" that lingers one second.
         static let standard = Limits(
-            maxBacklog: 10_000, callerBudget: 100, workerKeepAlive: .seconds(1), workerName: "ThreadKit Log")
+            maxBacklog: 32_768, callerBudget: 100, workerKeepAlive: .seconds(1), workerName: "ThreadKit Log")
     }
 
     /// The engine behind ``Log``.
@@ -256,9 +256,11 @@ final class LogDelivery: @unchecked Sendable {
     ///
     /// - Returns: `false` if the system would not start a thread.
     private func startWorker() -> Bool {
-        startDetachedThread { [self] in
-            NamedThread.nameCurrentThread(limits.workerName)
-            runWorker()
+        do {
+            try NamedThread.start(name: limits.workerName) { [self] in runWorker() }
+            return true
+        } catch {
+            return false
         }
     }
 
@@ -296,35 +298,4 @@ final class LogDelivery: @unchecked Sendable {
         }
         mutex.unlock()
     }
-}
-
-/// Starts a detached thread that runs `body`, with `pthread_create` so that a failure is reported.
-///
-/// - Returns: `false` if the thread could not be started; `body` is then released unrun.
-private func startDetachedThread(_ body: @escaping @Sendable () -> Void) -> Bool {
-    final class Box {
-        let body: @Sendable () -> Void
-        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-    }
-    let context = Unmanaged.passRetained(Box(body)).toOpaque()
-    #if canImport(Darwin)
-    var thread: pthread_t?
-    #else
-    var thread = pthread_t()
-    #endif
-    let result = pthread_create(&thread, nil, { context in
-        let box = Unmanaged<Box>.fromOpaque(context!).takeRetainedValue()
-        box.body()
-        return nil
-    }, context)
-    guard result == 0 else {
-        Unmanaged<Box>.fromOpaque(context).release()
-        return false
-    }
-    #if canImport(Darwin)
-    pthread_detach(thread!)
-    #else
-    pthread_detach(thread)
-    #endif
-    return true
 }
