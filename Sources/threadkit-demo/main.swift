@@ -153,6 +153,92 @@ print(line)
 let gaps = zip(times.dropFirst(), times).map { $0 - $1 }
 print(String(format: "  smallest gap: %.3f ms; rule violations: %d", gaps.min()!.seconds * 1e3, api.violations))
 
+// MARK: - DedicatedThread and DispatchMethod
+
+heading("DedicatedThread and DispatchMethod: one thread for a resource, a stored \"where\"")
+
+/// A stand-in for a database connection that must only ever be used from one thread.
+actor Database {
+    let thread = DedicatedThread(name: "SQLite")
+    nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
+    private var rows: [String] = []
+
+    func insert(_ row: String) -> String {
+        rows.append(row)
+        return "insert \(row.debugDescription) ran on \(Thread.current.name ?? "?")"
+    }
+
+    func count() -> String { "count = \(rows.count), on \(Thread.current.name ?? "?")" }
+}
+
+/// A type that lets its user choose where its work runs.
+final class Thumbnailer: @unchecked Sendable {
+    // Sendable for the demo: `dispatch` is only changed between calls, from one thread.
+    var dispatch: DispatchMethod = .inline
+
+    func render(_ name: String) -> String {
+        (try? dispatch.execute { "\(name) rendered on \(Thread.current.name ?? "?")" }.wait()) ?? "refused"
+    }
+}
+
+/// The steps of a chain, with the thread each ran on.
+final class StepLog: Sendable {
+    private let steps = Mutex<[String]>([])
+
+    func note(_ step: String) {
+        steps.withLock { $0.append("\(step) on \(Thread.current.name ?? "?")") }
+    }
+
+    var all: [String] { steps.withLock { $0 } }
+}
+
+func dedicatedThreadTour() {
+    let done = DispatchSemaphore(value: 0)
+    let database = Database()
+    Task.detached {
+        for row in ["alice", "bob", "carol"] { print("  \(await database.insert(row))") }
+        await withTaskGroup(of: Void.self) { group in
+            for caller in 1...8 { group.addTask { _ = await database.insert("caller \(caller)") } }
+        }
+        print("  8 concurrent callers later: \(await database.count())")
+        done.signal()
+    }
+    done.wait()
+
+    let workers = ThreadPool(name: "Workers", size: 2)
+    let renderer = DedicatedThread(name: "Renderer")
+    let thumbnails = Thumbnailer()
+    print("  a stored DispatchMethod, changed at runtime:")
+    print("    .inline:                 \(thumbnails.render("a.png"))")
+    thumbnails.dispatch = .sync(on: .pool(workers))
+    print("    .sync(on: .pool):        \(thumbnails.render("b.png"))")
+    thumbnails.dispatch = .sync(on: .thread(renderer))
+    print("    .sync(on: .thread):      \(thumbnails.render("c.png"))")
+
+    let uploads = ThrottledQueue(label: "Uploads", interval: .milliseconds(50))
+    let steps = StepLog()
+    let chain = DispatchMethod.async(on: .pool(workers)).execute { steps.note("1. resize"); return 3 }
+        .then(.async(on: .thread(renderer))) { pages in steps.note("2. render \(pages) pages"); return pages * 10 }
+        .then(.async(on: .throttled(uploads))) { size in steps.note("3. upload \(size) kB") }
+    _ = try? chain.wait()
+    print("  a chain hopping pool → thread → throttled queue:")
+    for step in steps.all { print("    \(step)") }
+
+    let ledger = DispatchQueue(label: "Ledger")
+    let nested = try? DispatchMethod.sync(on: .serialQueue(ledger)).execute {
+        try DispatchMethod.sync(on: .thread(renderer)).execute {
+            try DispatchMethod.sync(on: .serialQueue(ledger)).execute { "inner sync on Ledger ran inline" }.wait()
+        }.wait()
+    }.wait()
+    print("  nested sync Ledger → Renderer → Ledger: \(nested ?? "failed")")
+    print("    (DispatchQueue.sync onto Ledger from inside Ledger would have trapped)")
+
+    workers.dispose()
+    renderer.dispose()
+    database.thread.dispose()
+}
+dedicatedThreadTour()
+
 heading("Done")
 print("  the tour took \(milliseconds(ContinuousClock.now - tour))")
 
