@@ -28,8 +28,8 @@ public final class ScheduledTask: @unchecked Sendable {
     /// the pool after its compare-and-swap, when the pool's last thread may already have exited.
     private var pool: ThreadPool?
     /// The pool, when it has one thread: a serial context, for the re-entry and deadlock rules of
-    /// ``wait()``. Kept for the handle's life (the pool object, not its threads).
-    private let serialPool: ThreadPool?
+    /// ``wait()``. Weak, so that a handle never keeps a finished pool alive.
+    private weak let serialPool: ThreadPool?
 
     init(pool: ThreadPool?, work: @escaping @Sendable () -> Void, onAbandon: (@Sendable () -> Void)? = nil) {
         self.pool = pool
@@ -82,10 +82,9 @@ public final class ScheduledTask: @unchecked Sendable {
     }
 
     private func wait(until deadline: MonotonicInstant?) -> Bool {
-        guard !isFinished, let context = serialPool.map({ SerialContext(.pool($0)) }) else {
-            return blockingWait(until: deadline)
-        }
-        if ExecutionContexts.holds(context), serialPool!.runInline(self) { return true }
+        guard !isFinished, let serialPool else { return blockingWait(until: deadline) }
+        let context = SerialContext(.pool(serialPool))
+        if ExecutionContexts.holds(context), serialPool.runInline(self) { return true }
         return ExecutionContexts.blocking(for: context) { blockingWait(until: deadline) }
     }
 
