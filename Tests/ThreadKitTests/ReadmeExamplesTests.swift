@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import Testing
 import ThreadKit
@@ -49,5 +50,45 @@ import ThreadKit
 
         #expect(status == 200)
         #expect(api.pendingCount == 0)
+    }
+
+    @Test func dedicatedThreadQuickStart() async throws {
+        let db = DedicatedThread(name: "SQLite")             // one named thread, started at once
+        try db.execute { print("always on \(Thread.current.name!)") }   // FIFO on "SQLite"
+        let rows = db.sync { 3 }                             // blocks until it ran there; from "SQLite": inline
+        let user = try await db.run { "alice" }              // suspends; no thread blocked
+        actor Store {                                        // every method of Store runs on "Store"
+            let thread = DedicatedThread(name: "Store")
+            nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
+        }
+        db.dispose()                                         // run what is queued, then exit
+
+        #expect(rows == 3)
+        #expect(user == "alice")
+        #expect(db.awaitTermination(timeout: .seconds(5)))
+        _ = Store.self
+    }
+
+    @Test func dispatchMethodQuickStart() throws {
+        let db = DedicatedThread(name: "SQLite")
+        let pool = ThreadPool(name: "Images", size: 4)
+        defer {
+            db.dispose()
+            pool.dispose()
+        }
+        var save: DispatchMethod = .async(on: .thread(db))   // a value a type can store and a user can change
+        save = .sync(on: .pool(pool))                        // .inline, .async, .sync, .after(delay, on:)
+        let total = try DispatchMethod.async(on: .pool(pool)).execute { 20 }
+            .then(.async(on: .thread(db))) { $0 + 1 }         // each step once, in order, with the value
+            .then(.inline) { $0 * 2 }
+            .wait()                                          // 42; errors and cancellation come out here
+        let queue = DispatchQueue(label: "Ledger")           // a sync back onto a context the thread holds runs inline:
+        let nested = try DispatchMethod.sync(on: .serialQueue(queue)).execute {
+            try DispatchMethod.sync(on: .serialQueue(queue)).execute { "no deadlock" }.wait()
+        }.wait()
+
+        #expect(total == 42)
+        #expect(nested == "no deadlock")
+        #expect(try save.execute { 1 }.wait() == 1)
     }
 }
