@@ -42,6 +42,9 @@ struct Goal {
         Goal(workload: "throttle.precision", metric: "error p99", kind: .ratio(peer: "GCD chain", factor: 1.0)),
         Goal(workload: "throttle.precision", metric: "early starts", kind: .zero),
         Goal(workload: "log.disabled", metric: "per call", kind: .atMost(2, unit: "ns")),
+        Goal(workload: "dedicated.throughput", metric: "wall per item", kind: .ratio(peer: "GCD serial", factor: 0.5)),
+        Goal(workload: "dedicated.sync", metric: "per call", kind: .ratio(peer: "GCD serial", factor: 1.0)),
+        Goal(workload: "dispatch.sync.held", metric: "per call", kind: .ratio(peer: "GCD serial", factor: 1.5)),
     ]
 
     static func forRow(workload: String, metric: String) -> Goal? {

@@ -27,7 +27,8 @@ struct Options {
                            unless this is given
 
         Workloads: pool.throughput.p1, pool.throughput.p2, pool.schedule.p1, pool.wake, timer.fire,
-        timer.pending, throttle.precision, log.disabled.
+        timer.pending, throttle.precision, log.disabled, dedicated.throughput, dedicated.sync,
+        dispatch.sync.held.
         """
 
     struct UsageError: Error, CustomStringConvertible {

@@ -15,6 +15,9 @@ let workloads: [(id: String, make: (Scale) -> Workload)] = [
     ("timer.pending", TimerWorkloads.pending),
     ("throttle.precision", ThrottleWorkloads.precision),
     ("log.disabled", LogWorkloads.disabled),
+    ("dedicated.throughput", DispatchWorkloads.dedicatedThroughput),
+    ("dedicated.sync", DispatchWorkloads.dedicatedSync),
+    ("dispatch.sync.held", DispatchWorkloads.syncWhileHolding),
 ]
 
 /// `timer.pending` runs last: GCD keeps its cancelled calls until their deadline, an hour away,
