@@ -58,6 +58,11 @@ import Testing
         graph.unblock("T2")
         #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == nil)
         #expect(graph.blocked.isEmpty)
+        // Blocking again replaces the earlier wait.
+        graph.block("T2", holding: ["B"], waitingFor: "C")
+        graph.block("T2", holding: ["B"], waitingFor: "A")
+        #expect(graph.blocked.count == 1)
+        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B")?.count == 2)
     }
 
     @Test("Held contexts passed on: a thread running work for a blocked waiter holds the waiter's contexts too")
@@ -77,15 +82,14 @@ import Testing
     @Test("The message names each thread, what it holds and what it waits for")
     func message() {
         let threads = (Marker(), Marker())
-        let first = ObjectIdentifier(threads.0)
-        let second = ObjectIdentifier(threads.1)
+        let first = ExecutionContexts.ThreadKey(id: ObjectIdentifier(threads.0), name: "T1")
+        let second = ExecutionContexts.ThreadKey(id: ObjectIdentifier(threads.1), name: "T2")
         let thread = DedicatedThread(name: "db")
         defer { thread.dispose() }
         let db = SerialContext(.thread(thread))
         let api = SerialContext(.throttled(ThrottledQueue(label: "api")))
         let text = ExecutionContexts.message(
-            for: [.init(thread: first, holds: db, waitsFor: api), .init(thread: second, holds: api, waitsFor: db)],
-            names: [first: "T1", second: "T2"])
+            for: [.init(thread: first, holds: db, waitsFor: api), .init(thread: second, holds: api, waitsFor: db)])
         #expect(text == #"deadlock: thread "T1" holds DedicatedThread "db" and waits for ThrottledQueue "api", held by thread "T2", which waits for "db""#)
     }
 

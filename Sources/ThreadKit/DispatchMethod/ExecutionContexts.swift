@@ -108,41 +108,50 @@ enum ExecutionContexts {
     /// Call it only after the re-entry check (the thread does not hold `context`).
     static func blocking<T>(for context: SerialContext, _ wait: () throws -> T) rethrows -> T {
         guard let record = Record.current, !record.stack.isEmpty else { return try wait() }
-        let thread = ObjectIdentifier(record)
-        Registry.shared.withLock { registry in
-            if let cycle = registry.graph.cycle(if: thread, holding: record.stack, waitsFor: context) {
-                let names = registry.names.merging([thread: record.threadName]) { $1 }
-                preconditionFailure(message(for: cycle, names: names))
+        let thread = ThreadKey(record)
+        Registry.shared.withLock { graph in
+            if let cycle = graph.cycle(if: thread, holding: record.stack, waitsFor: context) {
+                preconditionFailure(message(for: cycle))
             }
-            registry.graph.block(thread, holding: record.stack, waitingFor: context)
-            registry.names[thread] = record.threadName
+            graph.block(thread, holding: record.stack, waitingFor: context)
         }
-        defer {
-            Registry.shared.withLock { registry in
-                registry.graph.unblock(thread)
-                registry.names[thread] = nil
-            }
-        }
+        defer { Registry.shared.withLock { $0.unblock(thread) } }
         return try wait()
+    }
+
+    /// A thread in the registry: its record's identity, and its name for messages.
+    struct ThreadKey: Equatable, Sendable {
+        let id: ObjectIdentifier
+        let name: String
+
+        init(_ record: Record) {
+            id = ObjectIdentifier(record)
+            name = record.threadName
+        }
+
+        init(id: ObjectIdentifier, name: String) {
+            self.id = id
+            self.name = name
+        }
+
+        static func == (lhs: ThreadKey, rhs: ThreadKey) -> Bool { lhs.id == rhs.id }
     }
 
     /// `deadlock: thread "T1" holds DedicatedThread "db" and waits for ThrottledQueue "api", held by
     /// thread "T2", which waits for "db"`.
-    static func message(for cycle: [WaitGraph<ObjectIdentifier, SerialContext>.Hop], names: [ObjectIdentifier: String]) -> String {
+    static func message(for cycle: [WaitGraph<ThreadKey, SerialContext>.Hop]) -> String {
         let first = cycle[0]
-        var text = "deadlock: thread \"\(names[first.thread] ?? "?")\" holds \(first.holds) and waits for \(first.waitsFor)"
+        var text = "deadlock: thread \"\(first.thread.name)\" holds \(first.holds) and waits for \(first.waitsFor)"
         for hop in cycle.dropFirst() {
             let waitsFor = hop.waitsFor == first.holds ? hop.waitsFor.shortDescription : hop.waitsFor.description
-            text += ", held by thread \"\(names[hop.thread] ?? "?")\", which waits for \(waitsFor)"
+            text += ", held by thread \"\(hop.thread.name)\", which waits for \(waitsFor)"
         }
         return text
     }
 
-    /// The registry of blocked threads, shared by all threads that hold something.
-    private struct Registry: Sendable {
-        static let shared = Locked(Registry())
-        var graph = WaitGraph<ObjectIdentifier, SerialContext>()
-        var names: [ObjectIdentifier: String] = [:]
+    /// The blocked threads that hold something, shared by all of them.
+    private enum Registry {
+        static let shared = Locked(WaitGraph<ThreadKey, SerialContext>())
     }
 
     /// One thread's held contexts, kept in a thread-specific slot from the first hold to the thread's end.

@@ -5,9 +5,13 @@
 /// whose holder is blocked waiting for the work it runs. A wait *closes a cycle* when the context
 /// waited for is held by a blocked thread that waits (directly or through further blocked threads)
 /// for a context the new waiter holds. No clock, no threads: tests build graphs by hand.
-struct WaitGraph<Thread: Hashable & Sendable, Context: Hashable & Sendable>: Sendable {
+///
+/// Few threads are ever blocked at once, so they are kept in an array and searched linearly: no
+/// hashing and, once the array has grown, no allocation on the hot path.
+struct WaitGraph<Thread: Equatable & Sendable, Context: Equatable & Sendable>: Sendable {
     /// A blocked thread: what it holds and what it waits for.
     struct Blocked: Sendable {
+        var thread: Thread
         var holds: [Context]
         var waitsFor: Context
     }
@@ -19,16 +23,19 @@ struct WaitGraph<Thread: Hashable & Sendable, Context: Hashable & Sendable>: Sen
         var waitsFor: Context
     }
 
-    private(set) var blocked: [Thread: Blocked] = [:]
+    private(set) var blocked: [Blocked] = []
 
     /// Records that `thread` blocks, holding `holds`, until `waitsFor` runs its work.
     mutating func block(_ thread: Thread, holding holds: [Context], waitingFor waitsFor: Context) {
-        blocked[thread] = Blocked(holds: holds, waitsFor: waitsFor)
+        unblock(thread)
+        blocked.append(Blocked(thread: thread, holds: holds, waitsFor: waitsFor))
     }
 
     /// Records that `thread` no longer waits.
     mutating func unblock(_ thread: Thread) {
-        blocked[thread] = nil
+        guard let index = blocked.firstIndex(where: { $0.thread == thread }) else { return }
+        blocked.swapAt(index, blocked.count - 1)
+        blocked.removeLast()
     }
 
     /// The cycle that `thread`, holding `holds`, would close by waiting for `context`, or `nil`.
@@ -36,15 +43,14 @@ struct WaitGraph<Thread: Hashable & Sendable, Context: Hashable & Sendable>: Sen
     /// The cycle starts with `thread` and ends with the hop whose thread waits for a context that
     /// `thread` holds. Only blocked threads take part: a holder that still runs will make progress.
     func cycle(if thread: Thread, holding holds: [Context], waitsFor context: Context) -> [Hop]? {
-        guard !holds.isEmpty else { return nil }
-        let mine = Set(holds)
-        var visited: Set<Thread> = [thread]
+        guard !holds.isEmpty, blocked.contains(where: { $0.holds.contains(context) }) else { return nil }
+        var visited = [thread]
         /// Depth-first: from a waited-for context, through each blocked thread that holds it.
         func search(waitingFor wanted: Context, path: [Hop]) -> [Hop]? {
-            for (holder, state) in blocked where !visited.contains(holder) && state.holds.contains(wanted) {
-                visited.insert(holder)
-                let hop = Hop(thread: holder, holds: wanted, waitsFor: state.waitsFor)
-                if mine.contains(state.waitsFor) { return path + [hop] }
+            for state in blocked where !visited.contains(state.thread) && state.holds.contains(wanted) {
+                visited.append(state.thread)
+                let hop = Hop(thread: state.thread, holds: wanted, waitsFor: state.waitsFor)
+                if holds.contains(state.waitsFor) { return path + [hop] }
                 if let found = search(waitingFor: state.waitsFor, path: path + [hop]) { return found }
             }
             return nil
