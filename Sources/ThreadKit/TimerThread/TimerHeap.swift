@@ -31,6 +31,11 @@ struct TimerHeap<Element: TimerHeapElement> {
         entries.first.map { ($0.deadline, $0.element) }
     }
 
+    /// The earliest deadline, without handing out a reference to its element.
+    var firstDeadline: MonotonicInstant? {
+        entries.first?.deadline
+    }
+
     /// Adds `element` to run at `deadline`, after every element already due at the same instant.
     mutating func insert(_ element: Element, deadline: MonotonicInstant) {
         precondition(element.heapIndex == nil, "an element is in at most one heap, once")
