@@ -3,7 +3,7 @@
 /// For a one-shot call, exactly one of two things happens: it runs, or one ``cancel()`` returns
 /// `true`. A repeating call runs until cancelled; the first ``cancel()`` returns `true`.
 public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement {
-    // Sendable: every `var` here is guarded by `timer.mutex`.
+    // Sendable: every `var` here is guarded by `core.mutex`.
     //
     // A million pending calls must be cheap to hold, so a handle is kept within 56 bytes (one
     // 64-byte allocation): the rare tag lives in the timer's side table, the interval and the
@@ -20,7 +20,9 @@ public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement 
         case cancelled
     }
 
-    let timer: TimerThread
+    /// The timer's core, not its public front: a handle keeps the timer's bookkeeping alive, so it
+    /// stays safe to use after the ``TimerThread`` is gone, but never keeps the timer's thread.
+    let core: TimerCore
     /// The repeat interval in nanoseconds, or 0 for a one-shot call.
     private let intervalNanoseconds: Int64
     var work: (@Sendable () -> Void)?
@@ -31,8 +33,8 @@ public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement 
     /// Whether the timer's tag table holds a tag for this call.
     let isTagged: Bool
 
-    init(timer: TimerThread, interval: Duration?, isTagged: Bool, work: @escaping @Sendable () -> Void) {
-        self.timer = timer
+    init(core: TimerCore, interval: Duration?, isTagged: Bool, work: @escaping @Sendable () -> Void) {
+        self.core = core
         self.intervalNanoseconds = interval.map { max(1, $0.nanosecondsSaturated) } ?? 0
         self.isTagged = isTagged
         self.work = work
@@ -55,18 +57,18 @@ public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement 
     ///   (one-shot), or was already cancelled.
     @discardableResult
     public func cancel() -> Bool {
-        timer.cancel(self)
+        core.cancel(self)
     }
 
     /// Whether the call was cancelled (or dropped by ``TimerThread/dispose()``) before running, or,
     /// for a repeating call, before its next run.
     public var isCancelled: Bool {
-        timer.mutex.withLock { phase == .cancelled }
+        core.isCancelled(self)
     }
 
     /// Whether the call has started running at least once.
     public var hasFired: Bool {
-        timer.mutex.withLock { hasRun }
+        core.hasFired(self)
     }
 
     public static func == (lhs: TimerHandle, rhs: TimerHandle) -> Bool { lhs === rhs }

@@ -70,6 +70,32 @@ struct TimerHeap<Element: TimerHeapElement> {
         return elements
     }
 
+    /// Removes the elements for which `shouldRemove` returns `true`, in O(n).
+    ///
+    /// The rest keep their deadlines and their order, ties included.
+    ///
+    /// - Returns: The removed elements, in no particular order.
+    mutating func removeAll(where shouldRemove: (_ element: Element, _ deadline: MonotonicInstant) -> Bool) -> [Element] {
+        var removed: [Element] = []
+        var kept = ContiguousArray<Entry>()
+        kept.reserveCapacity(entries.count)
+        for entry in entries {
+            if shouldRemove(entry.element, entry.deadline) {
+                entry.element.heapIndex = nil
+                removed.append(entry.element)
+            } else {
+                entry.element.heapIndex = kept.count
+                kept.append(entry)
+            }
+        }
+        entries = kept
+        // Floyd's heap construction: sift every parent down, the last one first.
+        for index in stride(from: entries.count / 2 - 1, through: 0, by: -1) {
+            siftDown(index)
+        }
+        return removed
+    }
+
     private mutating func remove(at index: Int) -> Element {
         let removed = entries[index].element
         removed.heapIndex = nil
