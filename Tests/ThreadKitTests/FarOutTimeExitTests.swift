@@ -52,19 +52,58 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: TimerThread.schedule(every:) with a far-out interval is pending and never runs")
+    @Test("issue 12: TimerThread.schedule(every:) with a far-out interval is pending and never runs, at either spacing")
     func timerScheduleEvery() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
             let timer = TimerThread(name: "FarEvery")
             let ran = Counter()
-            let handle = try! timer.schedule(every: FarOut.huge) { ran.increment() }
+            let handles = try! [TimerThread.Spacing.fixedRate, .fixedDelay].map { spacing in
+                try timer.schedule(every: FarOut.huge, spacing: spacing) { ran.increment() }
+            }
             FarOut.settle(timer)
             precondition(ran.value == 0)
-            precondition(!handle.hasFired)
-            precondition(timer.pendingCount == 1)
-            precondition(handle.cancel())
+            precondition(!handles.contains { $0.hasFired })
+            precondition(timer.pendingCount == 2)
+            precondition(handles.allSatisfy { $0.cancel() })
             precondition(timer.dispose() == 0)
+        }
+    }
+
+    @Test("issue 12: TimerThread.schedule(every:startingAfter:) with a far-out first delay is pending and never runs")
+    func timerScheduleEveryStartingAfter() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let timer = TimerThread(name: "FarFirst")
+            let ran = Counter()
+            let rate = try! timer.schedule(every: .milliseconds(1), startingAfter: FarOut.huge) { ran.increment() }
+            let delay = try! timer.schedule(every: .milliseconds(1), startingAfter: FarOut.huge + FarOut.huge, spacing: .fixedDelay) {
+                ran.increment()
+            }
+            FarOut.settle(timer)
+            precondition(ran.value == 0)
+            precondition(timer.pendingCount == 2)
+            precondition(rate.cancel() && delay.cancel())
+            precondition(timer.dispose() == 0)
+        }
+    }
+
+    @Test("issue 12: a far-out interval starting at once runs once, then is pending for ever, at either spacing")
+    func timerScheduleEveryFarOutAfterAFirstRun() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let timer = TimerThread(name: "FarOnce")
+            let ran = Counter()
+            let handles = try! [TimerThread.Spacing.fixedRate, .fixedDelay].map { spacing in
+                try timer.schedule(every: FarOut.huge, startingAfter: .zero, spacing: spacing) { ran.increment() }
+            }
+            FarOut.settle(timer)
+            FarOut.settle(timer)
+            precondition(ran.value == 2)
+            precondition(handles.allSatisfy { $0.hasFired && !$0.isCancelled })
+            precondition(timer.pendingCount == 2)
+            precondition(timer.dispose() == 2)
+            precondition(handles.allSatisfy { $0.isCancelled })
         }
     }
 

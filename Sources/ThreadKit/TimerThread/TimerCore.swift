@@ -65,10 +65,10 @@ final class TimerCore: @unchecked Sendable {
     /// - Returns: The call's handle, or `nil` if the timer is disposed. Then the handle, its closure
     ///   and the tag are released as this returns, with the mutex not held.
     func add(
-        _ work: @escaping @Sendable () -> Void, interval: Duration?, tag: (any Hashable & Sendable)?,
+        _ work: @escaping @Sendable () -> Void, repetition: TimerHandle.Repetition?, tag: (any Hashable & Sendable)?,
         deadline: MonotonicInstant
     ) -> TimerHandle? {
-        let handle = TimerHandle(core: self, interval: interval, isTagged: tag != nil, work: work)
+        let handle = TimerHandle(core: self, repetition: repetition, isTagged: tag != nil, work: work)
         let tag = tag.map { AnyHashable($0) }
         let startThread: Bool? = mutex.withLock {
             let startThread: Bool
@@ -133,7 +133,8 @@ final class TimerCore: @unchecked Sendable {
 
     /// Stops the timer; see ``TimerThread/dispose()``.
     ///
-    /// - Returns: How many calls will never run, or `nil` if it was disposed already.
+    /// - Returns: How many calls will never run (a repeating call running now among them), or `nil`
+    ///   if it was disposed already.
     func dispose() -> Int? {
         let (dropped, leftovers) = mutex.withLock { () -> (Int?, Leftovers) in
             var leftovers = Leftovers()
@@ -144,14 +145,16 @@ final class TimerCore: @unchecked Sendable {
                 handle.phase = .cancelled
                 if let work = handle.work.take() { leftovers.closures.append(work) }
             }
-            if let running = state.running, running.interval != nil, running.phase == .running {
+            var count = pending.count
+            if let running = state.running, running.isRepeating, running.phase == .running {
                 running.phase = .cancelled  // a repeating call running now: it stops after this run
+                count += 1
             }
             leftovers.handles = pending
             swap(&leftovers.tagged, &state.tagged)
             swap(&leftovers.tagsByCall, &state.tags)
             wakeUp.signal()
-            return (pending.count, leftovers)
+            return (count, leftovers)
         }
         withExtendedLifetime(leftovers) {}  // released here, with the mutex not held
         if let dropped { Log.log(.timer, "\(name): disposed; \(dropped) pending calls will not run") }
@@ -179,14 +182,14 @@ final class TimerCore: @unchecked Sendable {
             state.lifecycle = .released
             var leftovers = Leftovers()
             let stopped = state.heap.removeAll { handle, deadline in
-                handle.interval != nil || deadline >= .distantFuture
+                handle.isRepeating || deadline >= .distantFuture
             }
             for handle in stopped {
                 handle.phase = .cancelled
                 if let work = handle.work.take() { leftovers.closures.append(work) }
             }
             var count = stopped.count
-            if let running = state.running, running.interval != nil, running.phase == .running {
+            if let running = state.running, running.isRepeating, running.phase == .running {
                 running.phase = .cancelled  // a repeating call running now: it stops after this run
                 count += 1
             }
@@ -202,9 +205,13 @@ final class TimerCore: @unchecked Sendable {
         Log.log(.timer, "\(name): released without dispose(); \(outcome.stopped) repeating or never-due calls stopped, \(outcome.remaining) pending calls still run, then the thread exits")
     }
 
-    /// How many calls wait for their deadline (repeating calls count once).
+    /// How many calls will run (again): those waiting for their deadline, and a repeating call
+    /// running now unless it was cancelled. A repeating call counts once.
     var pendingCount: Int {
-        mutex.withLock { state.heap.count }
+        mutex.withLock {
+            let runningRepeats = state.running.map { $0.isRepeating && $0.phase == .running } ?? false
+            return state.heap.count + (runningRepeats ? 1 : 0)
+        }
     }
 
     /// Whether `handle`'s call was cancelled (or dropped by dispose or release).
@@ -225,7 +232,7 @@ final class TimerCore: @unchecked Sendable {
             state.heap.remove(handle)
             handle.phase = .cancelled
             return (true, handle.work.take())
-        case .running where handle.interval != nil:
+        case .running where handle.isRepeating:
             handle.phase = .cancelled  // the timer thread drops the call after this run
             return (true, nil)
         case .running, .fired, .cancelled:
@@ -260,7 +267,8 @@ final class TimerCore: @unchecked Sendable {
     /// The timer thread: sleep until the earliest deadline, run what is due, repeat until disposed,
     /// or until released with no call left.
     ///
-    /// The mutex is held only inside ``_blockingWaitForDueCall()`` and ``finishRun(of:dueAt:)``;
+    /// The mutex is held only inside ``_blockingWaitForDueCall()`` and
+    /// ``finishRun(of:dueAt:returnedAt:)``;
     /// calls run, and closures, tags and handles are released, with it unlocked.
     private func runTimerThread() {
         while var call = _blockingWaitForDueCall() {
@@ -270,7 +278,8 @@ final class TimerCore: @unchecked Sendable {
                 Log.log(.timer, "\(name): a call fired \(lateness) late")
             }
             call.work()
-            let cancelledWork = mutex.withLock { finishRun(of: call.handle, dueAt: call.deadline) }
+            let returned = MonotonicInstant.now()
+            let cancelledWork = mutex.withLock { finishRun(of: call.handle, dueAt: call.deadline, returnedAt: returned) }
             // Released here, unlocked: the closure of a repeating call cancelled during this run,
             // and then this loop's own references to the call and its closure.
             withExtendedLifetime((cancelledWork, call)) {}
@@ -301,7 +310,7 @@ final class TimerCore: @unchecked Sendable {
             handle.phase = .running
             handle.hasRun = true
             state.running = handle
-            if handle.interval != nil {
+            if handle.isRepeating {
                 return DueCall(handle: handle, work: handle.work!, deadline: deadline, now: now, tags: (nil, nil))
             }
             // A one-shot call gives up its closure and its tag now; they leave with the DueCall.
@@ -309,21 +318,28 @@ final class TimerCore: @unchecked Sendable {
         }
     }
 
-    /// Sends a finished call on: the next beat of a repeating call, or done. Mutex held.
+    /// Sends a finished call on: the next run of a repeating call, or done. Mutex held.
     ///
+    /// - Parameters:
+    ///   - deadline: When the run was due.
+    ///   - returned: When the call returned, read before taking the mutex, so that waiting for the
+    ///     mutex cannot stretch a fixed delay.
     /// - Returns: The closure of a repeating call cancelled during this run, for the caller to
     ///   release once it has unlocked.
-    private func finishRun(of handle: TimerHandle, dueAt deadline: MonotonicInstant) -> (@Sendable () -> Void)? {
+    private func finishRun(
+        of handle: TimerHandle, dueAt deadline: MonotonicInstant, returnedAt returned: MonotonicInstant
+    ) -> (@Sendable () -> Void)? {
         state.running = nil
         guard handle.phase == .running else {
             return handle.work.take()  // cancelled while running (its tag went with the cancel)
         }
-        guard let interval = handle.interval else {
+        guard let repetition = handle.repetition else {
             handle.phase = .fired
             return nil
         }
         handle.phase = .scheduled
-        let next = RepeatSchedule.nextDeadline(after: deadline, interval: interval, now: .now())
+        let next = RepeatSchedule.nextDeadline(
+            after: deadline, interval: repetition.interval, spacing: repetition.spacing, now: returned)
         state.heap.insert(handle, deadline: next)
         return nil
     }

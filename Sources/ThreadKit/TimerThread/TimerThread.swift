@@ -3,7 +3,8 @@
 /// Calls run on the timer thread one at a time, in deadline order (equal deadlines in the order
 /// they were scheduled), never before their deadline. Keep them short: a long call delays the
 /// ones after it. The thread sleeps on a condition until the earliest deadline (it never polls)
-/// and starts with the first scheduled call.
+/// and starts with the first scheduled call. Repeating calls run at a fixed rate or with a fixed
+/// delay between runs; see ``schedule(every:startingAfter:spacing:tag:_:)``.
 ///
 /// ```swift
 /// let handle = try TimerThread.shared.schedule(after: .seconds(5)) { print("timed out") }
@@ -46,6 +47,9 @@ public final class TimerThread: Sendable {
 
     /// Runs `work` once, `delay` after this call.
     ///
+    /// Any delay is accepted, however long: one beyond the monotonic clock's range (about 292
+    /// years, `.seconds(Int64.max)` and more) means "never"; the call stays pending until cancelled.
+    ///
     /// - Parameters:
     ///   - delay: Counted from this call; not negative.
     ///   - tag: Groups calls for ``cancelAll(tag:)``.
@@ -58,10 +62,13 @@ public final class TimerThread: Sendable {
         _ work: @escaping @Sendable () -> Void
     ) throws -> TimerHandle {
         precondition(delay >= .zero, "TimerThread '\(name)': delay must not be negative, got \(delay)")
-        return try add(work, interval: nil, tag: tag, deadline: MonotonicInstant.now().advanced(by: delay))
+        return try add(work, repetition: nil, tag: tag, deadline: MonotonicInstant.now().advanced(by: delay))
     }
 
     /// Runs `work` once at `deadline`, or at once if it has passed.
+    ///
+    /// Any instant is accepted, however far out: one beyond the monotonic clock's range means
+    /// "never", and one however far in the past is simply due.
     ///
     /// - Parameters:
     ///   - deadline: When to run.
@@ -74,32 +81,56 @@ public final class TimerThread: Sendable {
         at deadline: ContinuousClock.Instant, tag: (any Hashable & Sendable)? = nil,
         _ work: @escaping @Sendable () -> Void
     ) throws -> TimerHandle {
-        try add(work, interval: nil, tag: tag, deadline: MonotonicInstant(deadline))
+        try add(work, repetition: nil, tag: tag, deadline: MonotonicInstant(deadline))
     }
 
-    /// Runs `work` every `interval`, the first time one `interval` after this call, until cancelled.
+    /// Runs `work` again and again until cancelled: first `firstDelay` after this call, then every
+    /// `interval` as `spacing` counts it.
     ///
-    /// The rate is fixed: runs are due at whole multiples of `interval` from this call. A run that is
-    /// late does not shift the ones after it, and beats missed entirely are skipped, not bunched.
+    /// - `.fixedRate` (the default; GCD's repeating timer, Java's `scheduleAtFixedRate`): runs are
+    ///   due on the grid first + k × `interval`. A late run does not shift the ones after it, and
+    ///   beats missed entirely (the call, or another call on this timer, ran long) are skipped, not
+    ///   run back to back.
+    /// - `.fixedDelay` (NIO's `scheduleRepeatedTask`, Java's `scheduleWithFixedDelay`): each run
+    ///   is due `interval` after the previous one returned, so runs never come closer than
+    ///   `interval`, however long they take.
+    ///
+    /// The handle's ``TimerHandle/cancel()`` returns `true` the first time; a call cancelled during
+    /// its run finishes that run and never runs again. ``TimerHandle/hasFired`` turns `true` when
+    /// the first run begins. ``pendingCount`` counts the call once, during its runs too.
+    ///
+    /// ```swift
+    /// let poll = try TimerThread.shared.schedule(every: .seconds(5), startingAfter: .zero, spacing: .fixedDelay) {
+    ///     fetchUpdates()   // however long it takes, the next fetch starts 5 s after it returned
+    /// }
+    /// ```
     ///
     /// - Parameters:
-    ///   - interval: The period; more than zero.
+    ///   - interval: The period (`.fixedRate`) or the pause between runs (`.fixedDelay`); more than zero.
+    ///   - firstDelay: From this call to the first run; not negative. `nil` (the default) waits one
+    ///     `interval`; `.zero` runs it at once.
+    ///   - spacing: How the runs after the first are spaced.
     ///   - tag: Groups calls for ``cancelAll(tag:)``.
     ///   - work: Runs on the timer thread.
     /// - Returns: The handle that stops the repetition.
     /// - Throws: ``TimerThreadError/disposed(name:)`` after ``dispose()``.
     @discardableResult
     public func schedule(
-        every interval: Duration, tag: (any Hashable & Sendable)? = nil,
-        _ work: @escaping @Sendable () -> Void
+        every interval: Duration, startingAfter firstDelay: Duration? = nil, spacing: Spacing = .fixedRate,
+        tag: (any Hashable & Sendable)? = nil, _ work: @escaping @Sendable () -> Void
     ) throws -> TimerHandle {
         precondition(interval > .zero, "TimerThread '\(name)': interval must be more than zero, got \(interval)")
-        return try add(work, interval: interval, tag: tag, deadline: MonotonicInstant.now().advanced(by: interval))
+        let firstDelay = firstDelay ?? interval
+        precondition(firstDelay >= .zero, "TimerThread '\(name)': firstDelay must not be negative, got \(firstDelay)")
+        return try add(
+            work, repetition: TimerHandle.Repetition(interval: interval, spacing: spacing), tag: tag,
+            deadline: MonotonicInstant.now().advanced(by: firstDelay))
     }
 
     /// Cancels every pending or repeating call scheduled with `tag`.
     ///
-    /// - Returns: How many calls this stopped.
+    /// - Returns: How many calls this stopped: one-shot calls that had not started, and repeating
+    ///   calls not cancelled before, running ones included (they finish their run).
     @discardableResult
     public func cancelAll(tag: some Hashable & Sendable) -> Int {
         core.cancelAll(tag: AnyHashable(tag))
@@ -108,29 +139,50 @@ public final class TimerThread: Sendable {
     /// Stops the timer: pending calls are dropped and its thread exits after any call now running.
     ///
     /// Every dropped call's handle reports ``TimerHandle/isCancelled``. A repeating call running at
-    /// this moment finishes its run and does not run again; its handle reports `isCancelled` too, but
-    /// it is not counted as pending. Later `schedule` calls throw. ``shared`` cannot be disposed.
+    /// this moment finishes its run and does not run again; its handle reports `isCancelled` too, and
+    /// it is counted among the calls that will never run. Later `schedule` calls throw. ``shared``
+    /// cannot be disposed.
     ///
-    /// - Returns: How many pending calls will never run.
+    /// - Returns: How many calls will never run (again).
     @discardableResult
     public func dispose() -> Int {
         precondition(!isShared, "TimerThread.shared is never disposed; make a TimerThread(name:) of your own to dispose")
         return core.dispose() ?? 0
     }
 
-    /// How many calls wait for their deadline (repeating calls count once).
+    /// How many calls will still run: one-shot calls waiting for their deadline, and repeating calls
+    /// not cancelled, each counted once, whether it waits or runs now.
     public var pendingCount: Int {
         core.pendingCount
     }
 
     private func add(
-        _ work: @escaping @Sendable () -> Void, interval: Duration?, tag: (any Hashable & Sendable)?,
-        deadline: MonotonicInstant
+        _ work: @escaping @Sendable () -> Void, repetition: TimerHandle.Repetition?,
+        tag: (any Hashable & Sendable)?, deadline: MonotonicInstant
     ) throws(TimerThreadError) -> TimerHandle {
-        guard let handle = core.add(work, interval: interval, tag: tag, deadline: deadline) else {
+        guard let handle = core.add(work, repetition: repetition, tag: tag, deadline: deadline) else {
             throw .disposed(name: name)
         }
         return handle
+    }
+}
+
+extension TimerThread {
+    /// How the runs of a repeating call are spaced; see ``TimerThread/schedule(every:startingAfter:spacing:tag:_:)``.
+    public enum Spacing: Sendable, Hashable, CustomStringConvertible {
+        /// Runs on a fixed grid, first + k × interval; missed beats are skipped. GCD's repeating
+        /// timer, Java's `scheduleAtFixedRate`.
+        case fixedRate
+        /// Each run due one interval after the previous run returned. NIO's `scheduleRepeatedTask`,
+        /// Java's `scheduleWithFixedDelay`.
+        case fixedDelay
+
+        public var description: String {
+            switch self {
+            case .fixedRate: "fixed rate"
+            case .fixedDelay: "fixed delay"
+            }
+        }
     }
 }
 
