@@ -130,11 +130,30 @@ import Testing
         defer { timer.dispose() }
         let interval = Duration.milliseconds(300)
         let runs = Counter()
-        let handle = try timer.schedule(every: interval, startingAfter: .zero, spacing: spacing) { runs.increment() }
-        #expect(await eventually(timeout: .seconds(5)) { runs.value == 1 })
-        // The next run is 300 ms away: this cancel falls between runs.
-        let results = await onNewThread { [handle.cancel(), handle.cancel()] }
-        #expect(results == [true, false])
+        let firstRan = Latch()
+        let results = Recorder<Bool>()
+        let cancelled = Latch()
+        let handleBox = LockedValue<TimerHandle?>(nil)
+        // A thread of its own cancels as soon as the first run has ended, 300 ms before the next.
+        startThread(named: "TmCanXer") {
+            guard firstRan.wait(timeout: .seconds(10)) else { return }
+            var handle = handleBox.value
+            while handle == nil {  // the run may begin before schedule(every:) has returned the handle
+                usleep(100)
+                handle = handleBox.value
+            }
+            guard let handle else { return }
+            results.append(handle.cancel())
+            results.append(handle.cancel())
+            cancelled.countDown()
+        }
+        let handle = try timer.schedule(every: interval, startingAfter: .zero, spacing: spacing) {
+            runs.increment()
+            firstRan.countDown()
+        }
+        handleBox.value = handle
+        #expect(await onNewThread { cancelled.wait(timeout: .seconds(5)) })
+        #expect(results.values == [true, false])
         try await Self.settle(timer, after: interval * 2)
         #expect(runs.value == 1)
         #expect(handle.isCancelled)

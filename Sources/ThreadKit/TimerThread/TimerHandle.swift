@@ -83,18 +83,22 @@ public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement 
         core.cancel(self)
     }
 
-    /// Whether the call was cancelled (or dropped by ``TimerThread/dispose()``) before running, or,
-    /// for a repeating call, before its next run.
+    /// Whether the call was cancelled before running, or, for a repeating call, before its next run:
+    /// by this handle, by ``TimerThread/cancelAll(tag:)``, by ``TimerThread/dispose()``, or by the
+    /// release of a private timer (which stops its repeating calls).
     public var isCancelled: Bool {
         core.isCancelled(self)
     }
 
-    /// Whether the call has started running at least once.
+    /// Whether the call has started running at least once; for a repeating call, `true` from the
+    /// moment its first run begins.
     public var hasFired: Bool {
         core.hasFired(self)
     }
 
+    /// Whether both are the same handle: every call has its own.
     public static func == (lhs: TimerHandle, rhs: TimerHandle) -> Bool { lhs === rhs }
 
+    /// Hashes the handle's identity, so handles can be kept in sets and as dictionary keys.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }

@@ -177,6 +177,7 @@ extension TimerThread {
         /// Java's `scheduleWithFixedDelay`.
         case fixedDelay
 
+        /// "fixed rate" or "fixed delay".
         public var description: String {
             switch self {
             case .fixedRate: "fixed rate"
@@ -191,6 +192,7 @@ public enum TimerThreadError: Error, Equatable, CustomStringConvertible {
     /// The timer was disposed; it accepts no more calls.
     case disposed(name: String)
 
+    /// What went wrong, naming the timer.
     public var description: String {
         switch self {
         case .disposed(let name):
