@@ -80,7 +80,7 @@ import Testing
             running = try timer.schedule(every: .milliseconds(20)) {
                 runningRuns.increment()
                 started.countDown()
-                gate.wait(timeout: .seconds(10))
+                gate.wait(timeout: .seconds(60))
             }
             #expect(await onNewThread { started.wait(timeout: .seconds(5)) })
         }

@@ -159,7 +159,7 @@ import Testing
         let handle = try timer.schedule(every: .milliseconds(10)) {
             withExtendedLifetime(probe) {
                 started.countDown()
-                gate.wait(timeout: .seconds(10))
+                gate.wait(timeout: .seconds(60))
             }
         }
         _ = consume probe
