@@ -97,8 +97,8 @@ print("  disposing the timer; pending calls dropped: \(timer.dispose())")
 
 heading("TimerThread: a 60 ms call every 100 ms, fixed rate vs fixed delay")
 // Each on a timer of its own, so that neither call waits behind the other.
-let rateTimer = TimerThread(name: "DemoRate")
-let delayTimer = TimerThread(name: "DemoDelay")
+let rateTimer = TimerThread(name: "RateTimer")
+let delayTimer = TimerThread(name: "DelayTimer")
 let beatsFrom = ContinuousClock.now
 let rateStarts = Mutex<[Duration]>([])
 let delayStarts = Mutex<[Duration]>([])
