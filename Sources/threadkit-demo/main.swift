@@ -95,6 +95,33 @@ repeating.cancel()
 print("  a call every 100 ms ran \(ticks.withLock { $0 }) times in 550 ms, then was cancelled")
 print("  disposing the timer; pending calls dropped: \(timer.dispose())")
 
+heading("TimerThread: a 60 ms call every 100 ms, fixed rate vs fixed delay")
+// Each on a timer of its own, so that neither call waits behind the other.
+let rateTimer = TimerThread(name: "RateTimer")
+let delayTimer = TimerThread(name: "DelayTimer")
+let beatsFrom = ContinuousClock.now
+let rateStarts = Mutex<[Duration]>([])
+let delayStarts = Mutex<[Duration]>([])
+try rateTimer.schedule(every: .milliseconds(100), spacing: .fixedRate) {
+    rateStarts.withLock { $0.append(ContinuousClock.now - beatsFrom) }
+    Thread.sleep(forTimeInterval: 0.06)
+}
+try delayTimer.schedule(every: .milliseconds(100), spacing: .fixedDelay) {
+    delayStarts.withLock { $0.append(ContinuousClock.now - beatsFrom) }
+    Thread.sleep(forTimeInterval: 0.06)
+}
+Thread.sleep(forTimeInterval: 0.75)
+_ = rateTimer.dispose()
+_ = delayTimer.dispose()
+func offsets(_ starts: [Duration]) -> String {
+    starts.map { String(format: "%4.0f", $0.seconds * 1e3) }.joined()
+}
+print("  runs started at (ms after scheduling):")
+print("  .fixedRate  \(offsets(rateStarts.withLock { $0 }))")
+print("              on the grid (GCD's repeating timer, Java's scheduleAtFixedRate)")
+print("  .fixedDelay \(offsets(delayStarts.withLock { $0 }))")
+print("              100 ms after each run returned (NIO's scheduleRepeatedTask, Java's scheduleWithFixedDelay)")
+
 // MARK: - Collection
 
 heading("ThreadPool: idle threads are collected")

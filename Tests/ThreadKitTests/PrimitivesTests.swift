@@ -112,6 +112,52 @@ struct MonotonicInstantTests {
     }
 }
 
+/// Far-out durations and instants through the one conversion every part of ThreadKit uses. Before
+/// the fix, `Duration.components` trapped on them (SIGILL), so each runs in a child process.
+@Suite("MonotonicInstant and Duration, far out", .serialized)
+struct FarOutConversionTests {
+    @Test("issue 12: Duration.nanosecondsSaturated saturates past Int64.max seconds instead of trapping")
+    func nanosecondsSaturatedPastInt64Seconds() async {
+        await #expect(processExitsWith: .success) {
+            let huge = Duration.seconds(Int64.max)
+            precondition((huge + .seconds(1)).nanosecondsSaturated == .max)
+            precondition((huge + huge + huge).nanosecondsSaturated == .max)
+            precondition((.zero - huge - .seconds(1)).nanosecondsSaturated == .min)
+            precondition((.zero - huge - huge - huge).nanosecondsSaturated == .min)
+            let instant = MonotonicInstant(nanoseconds: 5)
+            precondition(instant.advanced(by: huge + .seconds(1)).nanoseconds == 5 + UInt64(Int64.max))
+            precondition(instant.advanced(by: huge + .seconds(1)) >= .distantFuture)
+            precondition(MonotonicInstant(nanoseconds: .max - 1).advanced(by: huge + huge).nanoseconds == .max)
+            precondition(instant.advanced(by: .zero - huge - .seconds(1)).nanoseconds == 0)
+        }
+    }
+
+    @Test("issue 12: a ContinuousClock instant past either end of the time line saturates, in an aged process")
+    func continuousInstantsSaturate() async {
+        await #expect(processExitsWith: .success) {
+            // The conversion's reference is taken at the first conversion; let it grow old, so that
+            // `.now + .seconds(Int64.max)` lies more than Int64.max seconds past it (see FarOut).
+            FarOut.ageTheConversion()
+            let huge = Duration.seconds(Int64.max)
+            let now = ContinuousClock.now
+            // Past the end: "never", which no monotonic reading reaches.
+            precondition(MonotonicInstant(now + huge).nanoseconds == .max)
+            precondition(MonotonicInstant(now + huge + .seconds(1)).nanoseconds == .max)
+            precondition(MonotonicInstant(now + huge + huge + huge + huge).nanoseconds == .max)
+            precondition(MonotonicInstant(now + .seconds(1 << 40)) >= .distantFuture)
+            precondition(MonotonicInstant(now + .seconds(Int64.max / 2)) >= .distantFuture)
+            precondition(MonotonicInstant.now() < .distantFuture)
+            precondition(MonotonicInstant(now - huge).nanoseconds == 0)
+            precondition(MonotonicInstant(now - huge - huge - huge - huge).nanoseconds == 0)
+            // Nearby instants still convert exactly as before.
+            let before = MonotonicInstant.now()
+            let soon = MonotonicInstant(ContinuousClock.now + .seconds(10))
+            precondition(soon >= before.advanced(by: .seconds(10)))
+            precondition(soon < MonotonicInstant.now().advanced(by: .seconds(10) + .milliseconds(250)))
+        }
+    }
+}
+
 @Suite("PThreadMutex and MonotonicCondition")
 struct MutexConditionTests {
     /// A plain, unsynchronised integer; only the mutex under test makes sharing it safe.

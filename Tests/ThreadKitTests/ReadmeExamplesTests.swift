@@ -21,13 +21,17 @@ import ThreadKit
 
     @Test func timerThreadQuickStart() throws {
         let timeout = try TimerThread.shared.schedule(after: .seconds(30), tag: "login") { print("timed out") }
-        let heartbeat = try TimerThread.shared.schedule(every: .seconds(1)) { print("beat") }
+        let heartbeat = try TimerThread.shared.schedule(every: .seconds(1)) { print("beat") }   // on the beat: 1 s, 2 s, 3 s…
+        let poll = try TimerThread.shared.schedule(every: .seconds(5), startingAfter: .zero,
+                                                   spacing: .fixedDelay) { print("poll") }    // now, then 5 s after each poll returned
         if timeout.cancel() { print("answered in time") }    // true exactly when it stopped the call
         heartbeat.cancel()
+        poll.cancel()
         TimerThread.shared.cancelAll(tag: "login")
 
         #expect(timeout.isCancelled)
         #expect(heartbeat.isCancelled)
+        #expect(poll.isCancelled)
     }
 
     @Test func logQuickStart() {

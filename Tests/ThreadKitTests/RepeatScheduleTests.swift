@@ -1,7 +1,7 @@
 import Testing
 @testable import ThreadKit
 
-/// The fixed-rate beat of repeating calls, with made-up instants: no threads, no clock.
+/// When a repeating call runs next, for both spacings, with made-up instants: no threads, no clock.
 @Suite struct RepeatScheduleTests {
     static let ms: UInt64 = 1_000_000
     static let interval = Duration.milliseconds(100)
@@ -13,6 +13,13 @@ import Testing
     static func next(now: UInt64, due: UInt64 = due, interval: Duration = interval) -> UInt64 {
         RepeatSchedule.nextDeadline(after: at(due), interval: interval, now: at(now)).nanoseconds
     }
+
+    /// The next deadline of a fixed-delay call whose run was due at `due` and returned at `returned`.
+    static func nextAfterDelay(returned: UInt64, due: UInt64 = due, interval: Duration = interval) -> UInt64 {
+        RepeatSchedule.nextDeadline(after: at(due), interval: interval, spacing: .fixedDelay, now: at(returned)).nanoseconds
+    }
+
+    // MARK: Fixed rate
 
     @Test("a run that finished on time is followed by the next beat")
     func onTime() {
@@ -78,6 +85,70 @@ import Testing
             if !(onGrid && notPast && noBeatSkippedThatIsStillDue) {
                 failures.append("due \(due), step \(step), now \(now): next \(next)")
             }
+        }
+        #expect(failures.isEmpty, "\(failures.count) failures, first: \(failures.prefix(3))")
+    }
+
+    @Test("fixedRate is the default spacing: the same answers, given explicitly or not", arguments: 0..<2)
+    func fixedRateIsTheDefault(seed: UInt64) {
+        var random = SplitMix64(seed: 0xDEFA &+ seed)
+        for _ in 0..<5_000 {
+            let due = UInt64.random(in: 0...(1 << 50), using: &random)
+            let now = due + UInt64.random(in: 0...1_000_000_000, using: &random)
+            let interval = Duration.nanoseconds(Int64.random(in: 1...300_000_000, using: &random))
+            let implicit = RepeatSchedule.nextDeadline(after: Self.at(due), interval: interval, now: Self.at(now))
+            let explicit = RepeatSchedule.nextDeadline(after: Self.at(due), interval: interval, spacing: .fixedRate, now: Self.at(now))
+            #expect(implicit == explicit)
+        }
+    }
+
+    // MARK: Fixed delay
+
+    @Test("fixedDelay: the next run is due one interval after the run returned, however late it ran")
+    func fixedDelayCountsFromTheReturn() {
+        // A 60 ms run due at `due` that started on time returns at +60: next at +160, not +100.
+        #expect(Self.nextAfterDelay(returned: Self.due + 60 * Self.ms) == Self.due + 160 * Self.ms)
+        // Returned at once: the next is one interval after, as for a fixed rate.
+        #expect(Self.nextAfterDelay(returned: Self.due) == Self.due + 100 * Self.ms)
+        // Ran long, past several beats: no beat is skipped or caught up, it simply waits an interval.
+        #expect(Self.nextAfterDelay(returned: Self.due + 450 * Self.ms) == Self.due + 550 * Self.ms)
+        #expect(Self.nextAfterDelay(returned: Self.due + 100 * Self.ms) == Self.due + 200 * Self.ms)
+        // Where the last run was due does not matter, only when it returned.
+        #expect(Self.nextAfterDelay(returned: 7_000, due: 0) == 7_000 + 100 * Self.ms)
+        #expect(Self.nextAfterDelay(returned: 7_000, due: 6_999) == 7_000 + 100 * Self.ms)
+    }
+
+    @Test("fixedDelay: odd, one-nanosecond and sub-nanosecond intervals still move the call on")
+    func fixedDelayOddIntervals() {
+        #expect(Self.nextAfterDelay(returned: 100, due: 90, interval: .nanoseconds(7)) == 107)
+        #expect(Self.nextAfterDelay(returned: 100, due: 90, interval: .nanoseconds(1)) == 101)
+        #expect(Self.nextAfterDelay(returned: 100, due: 90, interval: .nanoseconds(0.25)) == 101)
+        #expect(Self.nextAfterDelay(returned: 10, due: 10, interval: Duration(secondsComponent: 0, attosecondsComponent: 1_000_000_005)) == 11)
+    }
+
+    @Test("fixedDelay: past the end of the time line the next run saturates instead of wrapping")
+    func fixedDelaySaturates() {
+        #expect(Self.nextAfterDelay(returned: .max - 10) == .max)
+        #expect(Self.nextAfterDelay(returned: .max) == .max)
+        #expect(Self.nextAfterDelay(returned: 5, interval: .seconds(Int64.max)) == 5 + UInt64(Int64.max))
+        #expect(Self.nextAfterDelay(returned: 5, interval: .seconds(Int64.max) + .seconds(1)) == 5 + UInt64(Int64.max))
+        #expect(Self.nextAfterDelay(returned: .max / 2 + 10, interval: .seconds(Int64.max)) == .max)
+    }
+
+    @Test("random instants: a fixed delay is exactly one interval after the return, a fixed rate on the grid; the delay is never sooner",
+          arguments: 0..<4)
+    func randomInstantsForBothSpacings(seed: UInt64) {
+        var random = SplitMix64(seed: 0xDE1A &+ seed)
+        var failures: [String] = []
+        for _ in 0..<20_000 {
+            let step = UInt64.random(in: 1...(seed.isMultiple(of: 2) ? 1_000 : 1_000_000_000), using: &random)
+            let due = UInt64.random(in: 0...(1 << 50), using: &random)
+            let returned = due + UInt64.random(in: 0...(step * UInt64.random(in: 0...50, using: &random) + step), using: &random)
+            let delay = Self.nextAfterDelay(returned: returned, due: due, interval: .nanoseconds(step))
+            let rate = Self.next(now: returned, due: due, interval: .nanoseconds(step))
+            if delay != returned + step { failures.append("delay: due \(due), step \(step), returned \(returned): \(delay)") }
+            // The grid's next beat is within one step of the return; a fixed delay waits the whole step.
+            if rate > delay { failures.append("rate after delay: due \(due), step \(step), returned \(returned)") }
         }
         #expect(failures.isEmpty, "\(failures.count) failures, first: \(failures.prefix(3))")
     }

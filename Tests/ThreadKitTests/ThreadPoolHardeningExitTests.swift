@@ -118,3 +118,32 @@ enum ThreadStarts {
         return body()
     }
 }
+
+/// The timer's thread, when the system will not start it.
+@Suite("TimerThread when its thread cannot start", .serialized)
+struct TimerThreadStartFailureExitTests {
+    #if os(Linux)
+    @Test("A timer whose thread cannot start refuses the call with an error, and starts it on the next call")
+    func timerThreadStartFailure() async {
+        await #expect(processExitsWith: .success) {
+            let timer = TimerThread(name: "NoTimer")
+            let refused: TimerThreadError? = ThreadStarts.refused {
+                do {
+                    _ = try timer.schedule(after: .zero) { fatalError("a refused call ran") }
+                    return nil
+                } catch {
+                    return error as? TimerThreadError
+                }
+            }
+            guard case .threadStartFailed(name: "NoTimer", let errno) = refused, errno != 0 else {
+                fatalError("expected threadStartFailed, got \(String(describing: refused))")
+            }
+            precondition(timer.pendingCount == 0, "the refused call is still pending")
+            let ran = Latch()
+            _ = try! timer.schedule(after: .milliseconds(1)) { ran.countDown() }
+            precondition(ran.wait(timeout: .seconds(10)), "the timer did not start its thread on the next call")
+            _ = timer.dispose()
+        }
+    }
+    #endif
+}

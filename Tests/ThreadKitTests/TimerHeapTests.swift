@@ -248,4 +248,40 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
         while let item = heap.popFirst(dueAt: at(7)) { popped.append(item.id) }
         #expect(popped == again.map(\.id))
     }
+
+    @Test("removeAll(where:) removes exactly the matching elements and keeps the rest in order, ties included",
+          arguments: 0..<4)
+    func removeAllWhereKeepsTheRestInOrder(seed: UInt64) {
+        var random = SplitMix64(seed: 0x5EED &+ seed)
+        var heap = TimerHeap<Item>()
+        var model = Model()
+        let items = (0..<500).map(Item.init)
+        // Few distinct deadlines, so that many ties must keep their insertion order.
+        for item in items {
+            let deadline = at(UInt64.random(in: 0..<40, using: &random))
+            heap.insert(item, deadline: deadline)
+            model.insert(item, deadline: deadline)
+        }
+        let divisor = Int.random(in: 2...5, using: &random)
+        let removed = heap.removeAll { item, deadline in item.id % divisor == 0 || deadline == at(13) }
+        let expected = model.entries.filter { $0.item.id % divisor == 0 || $0.deadline == at(13) }
+        for entry in expected { model.remove(entry.item) }
+        #expect(Set(removed.map(ObjectIdentifier.init)) == Set(expected.map { ObjectIdentifier($0.item) }))
+        #expect(removed.allSatisfy { $0.heapIndex == nil })
+        #expect(Self.differences(heap, model, allItems: items, bookkeeping: true).isEmpty)
+        // The heap still works: inserts and removals after it, then everything out in model order.
+        for item in removed.prefix(30) {
+            let deadline = at(UInt64.random(in: 0..<40, using: &random))
+            heap.insert(item, deadline: deadline)
+            model.insert(item, deadline: deadline)
+        }
+        for entry in model.entries.filter({ $0.item.id % 7 == 3 }) {
+            heap.remove(entry.item)
+            model.remove(entry.item)
+        }
+        var popped: [Int] = []
+        while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item.id) }
+        #expect(popped == model.entries.map(\.item.id))
+        #expect(heap.removeAll { _, _ in true }.isEmpty)
+    }
 }

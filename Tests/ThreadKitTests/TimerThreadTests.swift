@@ -581,7 +581,7 @@ import Musl
         #expect(!KernelThreads.names().contains(name))
     }
 
-    @Test("dispose() while a call runs: the call finishes, a running repeating call stops, the thread exits")
+    @Test("dispose() while a call runs: the call finishes, a running repeating call stops and counts, the thread exits")
     func disposeWhileRunning() async throws {
         for repeating in [false, true] {
             let name = KernelThreads.uniqueName(repeating ? "TmDrR" : "TmDrO")
@@ -601,7 +601,9 @@ import Musl
             let pending = try (0..<3).map { _ in try timer.schedule(after: .seconds(3600)) { ran.increment() } }
             #expect(await eventually(timeout: .seconds(5)) { started.value == 1 })
 
-            #expect(timer.dispose() == 3)
+            // A repeating call mid-run will never run again: it counts with the three dropped calls.
+            #expect(timer.pendingCount == (repeating ? 4 : 3))
+            #expect(timer.dispose() == (repeating ? 4 : 3))
             #expect(pending.allSatisfy { $0.isCancelled })
             #expect(running.hasFired)
             // A one-shot call that started has run; a repeating one will not run again.
@@ -636,7 +638,7 @@ import Musl
 
     // MARK: Memory
 
-    @Test("a pending call's handle fits one 64-byte allocation, tagged, untagged or repeating")
+    @Test("a pending call's handle fits one 64-byte allocation, tagged, untagged or repeating at either spacing")
     func handleIsSmall() throws {
         let timer = TimerThread(name: "TTsize")
         defer { timer.dispose() }
@@ -654,10 +656,12 @@ import Musl
         let plain = try smallestSize { try timer.schedule(after: .seconds(3600)) {} }
         let tagged = try smallestSize { try timer.schedule(after: .seconds(3600), tag: "side table") {} }
         let repeating = try smallestSize { try timer.schedule(every: .seconds(3600)) {} }
-        for size in [plain, tagged, repeating] {
+        let delayed = try smallestSize { try timer.schedule(every: .seconds(3600), spacing: .fixedDelay, tag: "t") {} }
+        for size in [plain, tagged, repeating, delayed] {
             #expect(size <= 56, "a TimerHandle takes \(size) bytes")
         }
         #expect(timer.cancelAll(tag: "side table") == 64)
+        #expect(timer.cancelAll(tag: "t") == 64)
         #expect(timer.pendingCount == 128)
         // The narrow interval still reads back whole.
         #expect(try timer.schedule(every: .milliseconds(1_500)) {}.interval == .milliseconds(1_500))

@@ -14,6 +14,10 @@ import Synchronization
 /// Every reading errs late (the continuous clock is read first), so a deadline is never early. A
 /// fresh reading replaces the remembered one only when it is earlier by more than ``tolerance``,
 /// which happens once the clocks drift apart because the system slept.
+///
+/// Any instant is accepted, however far from now: one past the end of the monotonic time line
+/// (`.now + .seconds(Int64.max)`, in a process that has run for hours) converts to its last instant,
+/// "never"; one before its origin converts to 0, "already due". Nothing on the way traps.
 enum ContinuousClockConversion {
     /// How much earlier a fresh reading must be to replace the remembered one.
     static let tolerance: UInt64 = 1_000_000
@@ -35,8 +39,16 @@ enum ContinuousClockConversion {
                 expected: remembered, desired: fresh, ordering: .relaxed)
             remembered = exchanged ? fresh : original
         }
+        // Instants this far out lie past either end of the time line whatever the reference; telling
+        // them apart first keeps `duration(to:)` clear of Duration's own 128-bit overflow.
+        if instant > reference + farOut { return MonotonicInstant(nanoseconds: .max) }
+        if instant < reference - farOut { return MonotonicInstant(nanoseconds: 0) }
         return MonotonicInstant(nanoseconds: remembered).advanced(by: reference.duration(to: instant))
     }
+
+    /// Farther than the whole monotonic time line (2⁶⁴ ns is under 600 years), yet well inside the
+    /// range of `Duration` (about 5 × 10¹² years each way) when added to or taken from a real instant.
+    private static let farOut = Duration.seconds(Int64.max)
 
     /// One reading of both clocks: the monotonic time at `reference`, never earlier than the true one,
     /// and how long the reading took (the smaller, the more exact).

@@ -19,6 +19,11 @@ struct MonotonicInstant: Hashable, Comparable, Sendable, CustomStringConvertible
         self.nanoseconds = nanoseconds
     }
 
+    /// An instant that no reading of the clock reaches: 2⁶³ ns, 292 years after its origin (the
+    /// system's boot). A deadline at or past it means "never": a far-out duration added to now, or a
+    /// far-out `ContinuousClock` instant, saturates there or beyond.
+    static let distantFuture = MonotonicInstant(nanoseconds: UInt64(Int64.max))
+
     /// The current time of `CLOCK_MONOTONIC`.
     static func now() -> MonotonicInstant {
         var time = timespec()
@@ -34,6 +39,9 @@ struct MonotonicInstant: Hashable, Comparable, Sendable, CustomStringConvertible
     }
 
     /// This instant moved by `duration`, saturating at the ends of the time line.
+    ///
+    /// Any duration is accepted: one that reaches past either end (say `.seconds(Int64.max) +
+    /// .seconds(1)`) gives that end, which for a deadline means "never" or "already due".
     func advanced(by duration: Duration) -> MonotonicInstant {
         let delta = duration.nanosecondsSaturated
         if delta >= 0 {
@@ -67,13 +75,18 @@ struct MonotonicInstant: Hashable, Comparable, Sendable, CustomStringConvertible
 }
 
 extension Duration {
-    /// The duration in whole nanoseconds, clamped to the range of `Int64`.
+    /// The duration in whole nanoseconds (sub-nanosecond parts cut toward zero), clamped to the range
+    /// of `Int64`.
+    ///
+    /// Any duration is accepted, however long: `.seconds(Int64.max) + .seconds(1)` gives `Int64.max`.
+    /// `components` traps when the whole seconds do not fit an `Int64` ("Not enough bits to represent
+    /// the passed value"), so it is read only once the duration is known to lie within ±`Int64.max`
+    /// nanoseconds; comparing durations never traps.
     var nanosecondsSaturated: Int64 {
+        if self >= .nanoseconds(Int64.max) { return .max }
+        if self <= .nanoseconds(Int64.min) { return .min }
+        // Within range: |seconds| < 9.3e9, so neither the product nor the sum can overflow.
         let (seconds, attoseconds) = components
-        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        if overflow { return seconds < 0 ? .min : .max }
-        let (sum, overflow2) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
-        if overflow2 { return seconds < 0 ? .min : .max }
-        return sum
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
     }
 }

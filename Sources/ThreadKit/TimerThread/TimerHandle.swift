@@ -1,13 +1,14 @@
 /// A call scheduled on a ``TimerThread``, which can be cancelled until it runs.
 ///
 /// For a one-shot call, exactly one of two things happens: it runs, or one ``cancel()`` returns
-/// `true`. A repeating call runs until cancelled; the first ``cancel()`` returns `true`.
+/// `true`. A repeating call runs until cancelled; the first ``cancel()`` returns `true`, and a call
+/// cancelled during its run finishes that run and never runs again.
 public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement {
-    // Sendable: every `var` here is guarded by `timer.mutex`.
+    // Sendable: every `var` here is guarded by `core.mutex`.
     //
     // A million pending calls must be cheap to hold, so a handle is kept within 56 bytes (one
     // 64-byte allocation): the rare tag lives in the timer's side table, the interval and the
-    // heap slot are stored narrow.
+    // heap slot are stored narrow, and the spacing of a repeating call is the interval's sign.
 
     enum Phase: UInt8 {
         /// Waiting in the timer's heap.
@@ -16,13 +17,15 @@ public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement 
         case running
         /// A one-shot call that has run.
         case fired
-        /// Cancelled, or dropped by `dispose()`: it will not run (again).
+        /// Cancelled, or dropped by `dispose()` or by the release of its timer: it will not run (again).
         case cancelled
     }
 
-    let timer: TimerThread
-    /// The repeat interval in nanoseconds, or 0 for a one-shot call.
-    private let intervalNanoseconds: Int64
+    /// The timer's core, not its public front: a handle keeps the timer's bookkeeping alive, so it
+    /// stays safe to use after the ``TimerThread`` is gone, but never keeps the timer's thread.
+    let core: TimerCore
+    /// The repeat interval in nanoseconds, at least 1, negated for `.fixedDelay`; 0 for a one-shot call.
+    private let signedIntervalNanoseconds: Int64
     var work: (@Sendable () -> Void)?
     /// The slot in the timer's heap, or -1.
     private var slot: Int32 = -1
@@ -31,17 +34,39 @@ public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement 
     /// Whether the timer's tag table holds a tag for this call.
     let isTagged: Bool
 
-    init(timer: TimerThread, interval: Duration?, isTagged: Bool, work: @escaping @Sendable () -> Void) {
-        self.timer = timer
-        self.intervalNanoseconds = interval.map { max(1, $0.nanosecondsSaturated) } ?? 0
+    init(core: TimerCore, repetition: Repetition?, isTagged: Bool, work: @escaping @Sendable () -> Void) {
+        self.core = core
+        if let repetition {
+            let nanoseconds = max(1, repetition.interval.nanosecondsSaturated)
+            signedIntervalNanoseconds = repetition.spacing == .fixedRate ? nanoseconds : -nanoseconds
+        } else {
+            signedIntervalNanoseconds = 0
+        }
         self.isTagged = isTagged
         self.work = work
     }
 
-    /// The repeat interval, or `nil` for a one-shot call.
-    var interval: Duration? {
-        intervalNanoseconds == 0 ? nil : .nanoseconds(intervalNanoseconds)
+    /// How a repeating call repeats.
+    struct Repetition: Equatable {
+        /// The time between runs, as `spacing` counts it; more than zero.
+        var interval: Duration
+        var spacing: TimerThread.Spacing
     }
+
+    /// How the call repeats, or `nil` for a one-shot call. The interval reads back in whole
+    /// nanoseconds (at least one), saturated at `Int64.max`.
+    var repetition: Repetition? {
+        guard signedIntervalNanoseconds != 0 else { return nil }
+        return Repetition(
+            interval: .nanoseconds(signedIntervalNanoseconds.magnitude),
+            spacing: signedIntervalNanoseconds > 0 ? .fixedRate : .fixedDelay)
+    }
+
+    /// Whether the call repeats.
+    var isRepeating: Bool { signedIntervalNanoseconds != 0 }
+
+    /// The repeat interval, or `nil` for a one-shot call.
+    var interval: Duration? { repetition?.interval }
 
     var heapIndex: Int? {
         get { slot < 0 ? nil : Int(slot) }
@@ -55,21 +80,25 @@ public final class TimerHandle: @unchecked Sendable, Hashable, TimerHeapElement 
     ///   (one-shot), or was already cancelled.
     @discardableResult
     public func cancel() -> Bool {
-        timer.cancel(self)
+        core.cancel(self)
     }
 
-    /// Whether the call was cancelled (or dropped by ``TimerThread/dispose()``) before running, or,
-    /// for a repeating call, before its next run.
+    /// Whether the call was cancelled before running, or, for a repeating call, before its next run:
+    /// by this handle, by ``TimerThread/cancelAll(tag:)``, by ``TimerThread/dispose()``, or by the
+    /// release of a private timer (which stops its repeating calls).
     public var isCancelled: Bool {
-        timer.mutex.withLock { phase == .cancelled }
+        core.isCancelled(self)
     }
 
-    /// Whether the call has started running at least once.
+    /// Whether the call has started running at least once; for a repeating call, `true` from the
+    /// moment its first run begins.
     public var hasFired: Bool {
-        timer.mutex.withLock { hasRun }
+        core.hasFired(self)
     }
 
+    /// Whether both are the same handle: every call has its own.
     public static func == (lhs: TimerHandle, rhs: TimerHandle) -> Bool { lhs === rhs }
 
+    /// Hashes the handle's identity, so handles can be kept in sets and as dictionary keys.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }

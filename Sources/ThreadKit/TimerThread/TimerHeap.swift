@@ -31,6 +31,11 @@ struct TimerHeap<Element: TimerHeapElement> {
         entries.first.map { ($0.deadline, $0.element) }
     }
 
+    /// The earliest deadline, without handing out a reference to its element.
+    var firstDeadline: MonotonicInstant? {
+        entries.first?.deadline
+    }
+
     /// Adds `element` to run at `deadline`, after every element already due at the same instant.
     mutating func insert(_ element: Element, deadline: MonotonicInstant) {
         precondition(element.heapIndex == nil, "an element is in at most one heap, once")
@@ -63,6 +68,32 @@ struct TimerHeap<Element: TimerHeapElement> {
         for element in elements { element.heapIndex = nil }
         entries.removeAll()
         return elements
+    }
+
+    /// Removes the elements for which `shouldRemove` returns `true`, in O(n).
+    ///
+    /// The rest keep their deadlines and their order, ties included.
+    ///
+    /// - Returns: The removed elements, in no particular order.
+    mutating func removeAll(where shouldRemove: (_ element: Element, _ deadline: MonotonicInstant) -> Bool) -> [Element] {
+        var removed: [Element] = []
+        var kept = ContiguousArray<Entry>()
+        kept.reserveCapacity(entries.count)
+        for entry in entries {
+            if shouldRemove(entry.element, entry.deadline) {
+                entry.element.heapIndex = nil
+                removed.append(entry.element)
+            } else {
+                entry.element.heapIndex = kept.count
+                kept.append(entry)
+            }
+        }
+        entries = kept
+        // Floyd's heap construction: sift every parent down, the last one first.
+        for index in stride(from: entries.count / 2 - 1, through: 0, by: -1) {
+            siftDown(index)
+        }
+        return removed
     }
 
     private mutating func remove(at index: Int) -> Element {

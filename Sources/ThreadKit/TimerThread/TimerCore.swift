@@ -1,0 +1,368 @@
+/// The state and the thread of one ``TimerThread``: what its thread and its handles hold on to.
+///
+/// A ``TimerThread`` is a front that owns its core. The timer thread and every ``TimerHandle``
+/// reference the core, never the front, so a private timer its user lets go of is deinitialised
+/// like any object, and tells its core with ``release()``. The core then runs the one-shot calls
+/// still pending (each handle can still cancel its own), stops the repeating ones, and its thread
+/// exits once no call is left. A handle keeps the core's memory, not its thread.
+///
+/// One mutex guards everything here, and the `var`s of the core's handles. It is never held while a
+/// call runs, nor while a closure, a tag or a handle is released: their `deinit` may call back into
+/// the timer. Locked sections move such things out into ``Leftovers`` and their callers release
+/// them after unlocking.
+final class TimerCore: @unchecked Sendable {
+    // Sendable: `state`, and every `TimerHandle`'s vars, are guarded by `mutex`.
+
+    let name: String
+    let mutex = PThreadMutex()
+    private let wakeUp = MonotonicCondition()
+    private var state = State()
+
+    private enum Lifecycle {
+        /// No call yet, so no thread.
+        case notStarted
+        /// The thread runs calls as they fall due.
+        case running
+        /// The ``TimerThread`` was released without `dispose()`: nothing new arrives; the thread
+        /// runs the one-shot calls still pending and exits once none is left.
+        case released
+        /// Disposed: the thread exits after the call it is running, if any.
+        case disposed
+    }
+
+    private struct State {
+        var lifecycle = Lifecycle.notStarted
+        var heap = TimerHeap<TimerHandle>()
+        /// The pending and running calls of each tag, for `cancelAll(tag:)`.
+        var tagged: [AnyHashable: Set<TimerHandle>] = [:]
+        /// The tag of each tagged call in `tagged`.
+        var tags: [ObjectIdentifier: AnyHashable] = [:]
+        /// The call running on the timer thread now, if any.
+        var running: TimerHandle?
+    }
+
+    /// What a locked section took out of the timer for its caller to release once it has unlocked.
+    ///
+    /// Closures, and the tags and handles that may hold the last reference to something a user
+    /// made, can run a `deinit` that calls back into this timer (cancels a call, reads
+    /// `pendingCount`). Released under the mutex, that would deadlock.
+    private struct Leftovers {
+        var closures: [@Sendable () -> Void] = []
+        var tags: [AnyHashable] = []
+        var handles: [TimerHandle] = []
+        var tagged: [AnyHashable: Set<TimerHandle>] = [:]
+        var tagsByCall: [ObjectIdentifier: AnyHashable] = [:]
+    }
+
+    init(name: String) {
+        self.name = name
+    }
+
+    // MARK: - Calls
+
+    /// Adds a call due at `deadline`, starting the thread with the first one.
+    ///
+    /// - Returns: The call's handle.
+    /// - Throws: ``TimerThreadError/disposed(name:)`` if the timer is disposed or released;
+    ///   ``TimerThreadError/threadStartFailed(name:errno:)`` if its thread was to start and the
+    ///   system refused: the call is taken back, and the next call tries to start the thread again.
+    ///   Either way the handle, its closure and the tag are released with the mutex not held.
+    func add(
+        _ work: @escaping @Sendable () -> Void, repetition: TimerHandle.Repetition?, tag: (any Hashable & Sendable)?,
+        deadline: MonotonicInstant
+    ) throws(TimerThreadError) -> TimerHandle {
+        let handle = TimerHandle(core: self, repetition: repetition, isTagged: tag != nil, work: work)
+        let tag = tag.map { AnyHashable($0) }
+        let startThread: Bool? = mutex.withLock {
+            let startThread: Bool
+            switch state.lifecycle {
+            case .disposed, .released: return nil
+            case .notStarted:
+                state.lifecycle = .running
+                startThread = true
+            case .running:
+                startThread = false
+            }
+            state.heap.insert(handle, deadline: deadline)
+            if let tag {
+                state.tagged[tag, default: []].insert(handle)
+                state.tags[ObjectIdentifier(handle)] = tag
+            }
+            if handle.heapIndex == 0 { wakeUp.signal() }  // the new earliest deadline
+            return startThread
+        }
+        guard let startThread else { throw .disposed(name: name) }
+        if startThread {
+            Log.log(.timer, "\(name): starting the timer thread")
+            do {
+                try NamedThread.start(name: name) { [self] in runTimerThread() }
+            } catch {
+                let leftovers = mutex.withLock { () -> ((@Sendable () -> Void)?, (AnyHashable?, AnyHashable?)) in
+                    state.lifecycle = .notStarted  // calls added meanwhile wait for the next start
+                    let (_, work) = stop(handle)
+                    return (work, untag(handle))
+                }
+                withExtendedLifetime(leftovers) {}  // released here, with the mutex not held
+                Log.log(.timer, "\(name): the timer thread could not start (errno \(error.errno))")
+                throw .threadStartFailed(name: name, errno: error.errno)
+            }
+        }
+        return handle
+    }
+
+    /// Stops `handle` if it would run again; see ``TimerHandle/cancel()``.
+    func cancel(_ handle: TimerHandle) -> Bool {
+        let (stopped, work, tags) = mutex.withLock {
+            () -> (Bool, (@Sendable () -> Void)?, (AnyHashable?, AnyHashable?)) in
+            let (stopped, work) = stop(handle)
+            guard stopped else { return (false, nil, (nil, nil)) }
+            // A released timer's thread waits for its last call; this may have been it.
+            if case .released = state.lifecycle, state.heap.isEmpty { wakeUp.signal() }
+            return (true, work, untag(handle))
+        }
+        withExtendedLifetime((work, tags)) {}  // released here, with the mutex not held
+        return stopped
+    }
+
+    /// Stops every call scheduled with `tag`; see ``TimerThread/cancelAll(tag:)``.
+    func cancelAll(tag: AnyHashable) -> Int {
+        let (count, leftovers) = mutex.withLock { () -> (Int, Leftovers) in
+            var leftovers = Leftovers()
+            guard let index = state.tagged.index(forKey: tag) else { return (0, leftovers) }
+            let (key, handles) = state.tagged.remove(at: index)
+            leftovers.tags.append(key)
+            var count = 0
+            for handle in handles {
+                if let tag = state.tags.removeValue(forKey: ObjectIdentifier(handle)) { leftovers.tags.append(tag) }
+                let (stopped, work) = stop(handle)
+                if stopped { count += 1 }
+                if let work { leftovers.closures.append(work) }
+            }
+            leftovers.handles.append(contentsOf: handles)
+            return (count, leftovers)
+        }
+        withExtendedLifetime(leftovers) {}  // released here, with the mutex not held
+        return count
+    }
+
+    /// Stops the timer; see ``TimerThread/dispose()``.
+    ///
+    /// - Returns: How many calls will never run (a repeating call running now among them), or `nil`
+    ///   if it was disposed already.
+    func dispose() -> Int? {
+        let (dropped, leftovers) = mutex.withLock { () -> (Int?, Leftovers) in
+            var leftovers = Leftovers()
+            if case .disposed = state.lifecycle { return (nil, leftovers) }
+            state.lifecycle = .disposed
+            let pending = state.heap.removeAll()
+            for handle in pending {
+                handle.phase = .cancelled
+                if let work = handle.work.take() { leftovers.closures.append(work) }
+            }
+            var count = pending.count
+            if let running = state.running, running.isRepeating, running.phase == .running {
+                running.phase = .cancelled  // a repeating call running now: it stops after this run
+                count += 1
+            }
+            leftovers.handles = pending
+            swap(&leftovers.tagged, &state.tagged)
+            swap(&leftovers.tagsByCall, &state.tags)
+            wakeUp.signal()
+            return (count, leftovers)
+        }
+        withExtendedLifetime(leftovers) {}  // released here, with the mutex not held
+        if let dropped { Log.log(.timer, "\(name): disposed; \(dropped) pending calls will not run") }
+        return dropped
+    }
+
+    /// The ``TimerThread`` is gone without `dispose()`: nothing can schedule on this timer or
+    /// dispose of it any more.
+    ///
+    /// One-shot calls still run when due, and each can still be cancelled through its handle.
+    /// Repeating calls stop (one running now finishes its run), as do calls due so far out that
+    /// they would never run: either would keep the thread forever, and nothing but their handles
+    /// could stop them. The thread exits once no call is left.
+    func release() {
+        let outcome: (stopped: Int, remaining: Int, leftovers: Leftovers)? = mutex.withLock {
+            switch state.lifecycle {
+            case .notStarted:
+                state.lifecycle = .released  // no call, no thread: nothing to wind down
+                return nil
+            case .released, .disposed:
+                return nil
+            case .running:
+                break
+            }
+            state.lifecycle = .released
+            var leftovers = Leftovers()
+            let stopped = state.heap.removeAll { handle, deadline in
+                handle.isRepeating || deadline >= .distantFuture
+            }
+            for handle in stopped {
+                handle.phase = .cancelled
+                if let work = handle.work.take() { leftovers.closures.append(work) }
+            }
+            var count = stopped.count
+            if let running = state.running, running.isRepeating, running.phase == .running {
+                running.phase = .cancelled  // a repeating call running now: it stops after this run
+                count += 1
+            }
+            leftovers.handles = stopped
+            // Only cancelAll(tag:) reads the tag tables, and nothing can call it now.
+            swap(&leftovers.tagged, &state.tagged)
+            swap(&leftovers.tagsByCall, &state.tags)
+            wakeUp.signal()
+            return (count, state.heap.count, leftovers)
+        }
+        guard let outcome else { return }
+        withExtendedLifetime(outcome.leftovers) {}  // released here, with the mutex not held
+        Log.log(.timer, "\(name): released without dispose(); \(outcome.stopped) repeating or never-due calls stopped, \(outcome.remaining) pending calls still run, then the thread exits")
+    }
+
+    /// How many calls will run (again): those waiting for their deadline, and a repeating call
+    /// running now unless it was cancelled. A repeating call counts once.
+    var pendingCount: Int {
+        mutex.withLock {
+            let runningRepeats = state.running.map { $0.isRepeating && $0.phase == .running } ?? false
+            return state.heap.count + (runningRepeats ? 1 : 0)
+        }
+    }
+
+    /// Whether `handle`'s call was cancelled (or dropped by dispose or release).
+    func isCancelled(_ handle: TimerHandle) -> Bool {
+        mutex.withLock { handle.phase == .cancelled }
+    }
+
+    /// Whether `handle`'s call has started running at least once.
+    func hasFired(_ handle: TimerHandle) -> Bool {
+        mutex.withLock { handle.hasRun }
+    }
+
+    /// Stops `handle` if it would run again. The caller holds the mutex, tidies the tag table and
+    /// releases the returned closure once it has unlocked.
+    private func stop(_ handle: TimerHandle) -> (stopped: Bool, work: (@Sendable () -> Void)?) {
+        switch handle.phase {
+        case .scheduled:
+            state.heap.remove(handle)
+            handle.phase = .cancelled
+            return (true, handle.work.take())
+        case .running where handle.isRepeating:
+            handle.phase = .cancelled  // the timer thread drops the call after this run
+            return (true, nil)
+        case .running, .fired, .cancelled:
+            return (false, nil)
+        }
+    }
+
+    /// Removes `handle` from the tag tables, if it is there. Mutex held.
+    ///
+    /// - Returns: The tag instances the tables held for it, for the caller to release unlocked.
+    private func untag(_ handle: TimerHandle) -> (AnyHashable?, AnyHashable?) {
+        guard handle.isTagged, let tag = state.tags.removeValue(forKey: ObjectIdentifier(handle)),
+              let index = state.tagged.index(forKey: tag) else { return (nil, nil) }
+        state.tagged.values[index].remove(handle)
+        guard state.tagged.values[index].isEmpty else { return (tag, nil) }
+        // The table's key may be another instance of an equal tag, given by an earlier call.
+        return (tag, state.tagged.remove(at: index).key)
+    }
+
+    // MARK: - The timer thread
+
+    /// A call taken off the heap to run now.
+    private struct DueCall {
+        let handle: TimerHandle
+        let work: @Sendable () -> Void
+        let deadline: MonotonicInstant
+        let now: MonotonicInstant
+        /// A one-shot call's tag, out of the tag tables, to release unlocked.
+        var tags: (AnyHashable?, AnyHashable?)
+    }
+
+    /// The timer thread: sleep until the earliest deadline, run what is due, repeat until disposed,
+    /// or until released with no call left.
+    ///
+    /// The mutex is held only inside ``_blockingWaitForDueCall()`` and
+    /// ``finishRun(of:dueAt:returnedAt:)``;
+    /// calls run, and closures, tags and handles are released, with it unlocked.
+    private func runTimerThread() {
+        while var call = _blockingWaitForDueCall() {
+            call.tags = (nil, nil)  // a one-shot call's tag: released unlocked, before it runs
+            let lateness = call.deadline.duration(to: call.now)
+            if lateness > .milliseconds(10) {
+                Log.log(.timer, "\(name): a call fired \(lateness) late")
+            }
+            call.work()
+            let returned = MonotonicInstant.now()
+            let cancelledWork = mutex.withLock { finishRun(of: call.handle, dueAt: call.deadline, returnedAt: returned) }
+            // Released here, unlocked: the closure of a repeating call cancelled during this run,
+            // and then this loop's own references to the call and its closure.
+            withExtendedLifetime((cancelledWork, call)) {}
+        }
+        Log.log(.timer, "\(name): the timer thread exits")
+    }
+
+    /// Waits until a call is due and takes it off the heap, or returns `nil` once the thread should exit.
+    private func _blockingWaitForDueCall() -> DueCall? {
+        mutex.lock()
+        defer { mutex.unlock() }
+        while true {
+            switch state.lifecycle {
+            case .disposed: return nil
+            case .released where state.heap.isEmpty: return nil
+            case .notStarted, .running, .released: break
+            }
+            guard let deadline = state.heap.firstDeadline else {
+                _blockingWaitForCalls()
+                continue
+            }
+            let now = MonotonicInstant.now()
+            guard deadline <= now else {
+                _blockingWaitForDeadline(deadline)
+                continue
+            }
+            let handle = state.heap.popFirst(dueAt: now)!
+            handle.phase = .running
+            handle.hasRun = true
+            state.running = handle
+            if handle.isRepeating {
+                return DueCall(handle: handle, work: handle.work!, deadline: deadline, now: now, tags: (nil, nil))
+            }
+            // A one-shot call gives up its closure and its tag now; they leave with the DueCall.
+            return DueCall(handle: handle, work: handle.work.take()!, deadline: deadline, now: now, tags: untag(handle))
+        }
+    }
+
+    /// Sends a finished call on: the next run of a repeating call, or done. Mutex held.
+    ///
+    /// - Parameters:
+    ///   - deadline: When the run was due.
+    ///   - returned: When the call returned, read before taking the mutex, so that waiting for the
+    ///     mutex cannot stretch a fixed delay.
+    /// - Returns: The closure of a repeating call cancelled during this run, for the caller to
+    ///   release once it has unlocked.
+    private func finishRun(
+        of handle: TimerHandle, dueAt deadline: MonotonicInstant, returnedAt returned: MonotonicInstant
+    ) -> (@Sendable () -> Void)? {
+        state.running = nil
+        guard handle.phase == .running else {
+            return handle.work.take()  // cancelled while running (its tag went with the cancel)
+        }
+        guard let repetition = handle.repetition else {
+            handle.phase = .fired
+            return nil
+        }
+        handle.phase = .scheduled
+        let next = RepeatSchedule.nextDeadline(
+            after: deadline, interval: repetition.interval, spacing: repetition.spacing, now: returned)
+        state.heap.insert(handle, deadline: next)
+        return nil
+    }
+
+    private func _blockingWaitForCalls() {
+        wakeUp.wait(mutex)
+    }
+
+    private func _blockingWaitForDeadline(_ deadline: MonotonicInstant) {
+        wakeUp.wait(mutex, until: deadline)
+    }
+}

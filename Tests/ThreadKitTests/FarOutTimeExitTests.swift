@@ -1,0 +1,288 @@
+import Foundation
+import Testing
+@testable import ThreadKit
+
+/// Issue 12: any `Duration` or instant is accepted by every public entry point that takes a time,
+/// however far out. It saturates to "never" (or "as long as possible") and never traps.
+///
+/// Before the fix these trapped with SIGILL ("Not enough bits to represent the passed value"), so
+/// each body runs in a child process, which must exit cleanly; its `precondition`s check that the
+/// far-out time behaves as "never". Every child first lets the clock conversion's reference grow
+/// older than a second: from then on `.now + .seconds(Int64.max)` lies more than `Int64.max` seconds
+/// past that reference, as it does in any process that has run for a while.
+@Suite("Far-out times never trap", .serialized)
+struct FarOutTimeExitTests {
+    // MARK: TimerThread
+
+    @Test("issue 12: TimerThread.schedule(after:) with a far-out delay is pending, never runs, and cancels")
+    func timerScheduleAfter() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let timer = TimerThread(name: "FarAfter")
+            let ran = Counter()
+            let handles = try! [FarOut.huge, FarOut.largest, FarOut.huge + FarOut.huge + FarOut.huge].map { delay in
+                try timer.schedule(after: delay) { ran.increment() }
+            }
+            FarOut.settle(timer)
+            precondition(ran.value == 0)
+            precondition(timer.pendingCount == 3)
+            precondition(handles.allSatisfy { $0.cancel() })
+            precondition(timer.pendingCount == 0)
+            precondition(timer.dispose() == 0)
+        }
+    }
+
+    @Test("issue 12: TimerThread.schedule(at:) with a far-future instant is pending; a far-past one runs at once")
+    func timerScheduleAt() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let timer = TimerThread(name: "FarAt")
+            let ran = Counter()
+            let future = try! timer.schedule(at: .now + FarOut.largest) { ran.increment() }
+            let further = try! timer.schedule(at: .now + FarOut.largest + FarOut.largest) { ran.increment() }
+            let past = Latch()
+            try! timer.schedule(at: .now - FarOut.largest) { past.countDown() }
+            try! timer.schedule(at: .now - FarOut.largest - FarOut.largest) { past.countDown() }
+            FarOut.settle(timer)
+            precondition(past.isOpen)
+            precondition(ran.value == 0)
+            precondition(timer.pendingCount == 2)
+            precondition(future.cancel() && further.cancel())
+            precondition(timer.dispose() == 0)
+        }
+    }
+
+    @Test("issue 12: TimerThread.schedule(every:) with a far-out interval is pending and never runs, at either spacing")
+    func timerScheduleEvery() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let timer = TimerThread(name: "FarEvery")
+            let ran = Counter()
+            let handles = try! [TimerThread.Spacing.fixedRate, .fixedDelay].map { spacing in
+                try timer.schedule(every: FarOut.huge, spacing: spacing) { ran.increment() }
+            }
+            FarOut.settle(timer)
+            precondition(ran.value == 0)
+            precondition(!handles.contains { $0.hasFired })
+            precondition(timer.pendingCount == 2)
+            precondition(handles.allSatisfy { $0.cancel() })
+            precondition(timer.dispose() == 0)
+        }
+    }
+
+    @Test("issue 12: TimerThread.schedule(every:startingAfter:) with a far-out first delay is pending and never runs")
+    func timerScheduleEveryStartingAfter() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let timer = TimerThread(name: "FarFirst")
+            let ran = Counter()
+            let rate = try! timer.schedule(every: .milliseconds(1), startingAfter: FarOut.huge) { ran.increment() }
+            let delay = try! timer.schedule(every: .milliseconds(1), startingAfter: FarOut.huge + FarOut.huge, spacing: .fixedDelay) {
+                ran.increment()
+            }
+            FarOut.settle(timer)
+            precondition(ran.value == 0)
+            precondition(timer.pendingCount == 2)
+            precondition(rate.cancel() && delay.cancel())
+            precondition(timer.dispose() == 0)
+        }
+    }
+
+    @Test("issue 12: a far-out interval starting at once runs once, then is pending for ever, at either spacing")
+    func timerScheduleEveryFarOutAfterAFirstRun() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let timer = TimerThread(name: "FarOnce")
+            let ran = Counter()
+            let handles = try! [TimerThread.Spacing.fixedRate, .fixedDelay].map { spacing in
+                try timer.schedule(every: FarOut.huge, startingAfter: .zero, spacing: spacing) { ran.increment() }
+            }
+            FarOut.settle(timer)
+            FarOut.settle(timer)
+            precondition(ran.value == 2)
+            precondition(handles.allSatisfy { $0.hasFired && !$0.isCancelled })
+            precondition(timer.pendingCount == 2)
+            precondition(timer.dispose() == 2)
+            precondition(handles.allSatisfy { $0.isCancelled })
+        }
+    }
+
+    // MARK: ThreadPool
+
+    @Test("issue 12: ScheduledTask.wait(timeout:) with a far-out timeout waits as long as it takes")
+    func scheduledTaskWait() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let pool = ThreadPool(name: "FarWait", size: 1)
+            let done = try! pool.schedule {}
+            precondition(done.wait(timeout: FarOut.huge))
+            let slow = try! pool.schedule { Thread.sleep(forTimeInterval: 0.1) }
+            precondition(slow.wait(timeout: FarOut.huge))
+            precondition(slow.isCompleted)
+            pool.dispose()
+            precondition(pool.awaitTermination(timeout: .seconds(5)))
+        }
+    }
+
+    @Test("issue 12: ThreadPool.init with a far-out keepAlive and collectionInterval keeps its idle thread")
+    func threadPoolInit() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let pool = ThreadPool(name: "FarInit", size: 2, keepAlive: FarOut.huge, collectionInterval: FarOut.huge)
+            precondition(try! pool.schedule {}.wait(timeout: .seconds(5)))
+            FarOut.pause()
+            precondition(pool.statistics.threads == 1)
+            precondition(try! pool.schedule {}.wait(timeout: .seconds(5)))
+            pool.dispose()
+            precondition(pool.awaitTermination(timeout: .seconds(5)))
+        }
+    }
+
+    @Test("issue 12: ThreadPool.awaitTermination(timeout:) with a far-out timeout returns true once the pool ends")
+    func threadPoolAwaitTermination() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let pool = ThreadPool(name: "FarTerm", size: 2)
+            precondition(try! pool.schedule {}.wait(timeout: .seconds(5)))
+            pool.dispose()
+            precondition(pool.awaitTermination(timeout: FarOut.huge))
+            precondition(pool.awaitTermination(timeout: FarOut.largest))
+        }
+    }
+
+    // MARK: ThrottledQueue
+
+    @Test("issue 12: ThrottledQueue.init(interval:) with a far-out interval runs its first task, then holds the next")
+    func throttledQueueInit() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let queue = ThrottledQueue(label: "FarInit", interval: FarOut.huge)
+            let first = Latch()
+            try! queue.async { first.countDown() }
+            FarOut.expectOpens(first, "the first task")
+            try! queue.async { preconditionFailure("a task ran before a far-out gap ended") }
+            FarOut.pause()
+            precondition(queue.pendingCount == 1)
+            precondition(queue.cancelAll() == 1)
+        }
+    }
+
+    @Test("issue 12: setting ThrottledQueue.interval to a far-out value")
+    func throttledQueueIntervalSetter() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let queue = ThrottledQueue(label: "FarSet", interval: .milliseconds(1))
+            queue.interval = FarOut.huge
+            precondition(queue.interval == FarOut.huge)
+            let first = Latch()
+            try! queue.async { first.countDown() }
+            FarOut.expectOpens(first, "the first task")
+            try! queue.async { preconditionFailure("a task ran before a far-out gap ended") }
+            FarOut.pause()
+            precondition(queue.cancelAll() == 1)
+        }
+    }
+
+    @Test("issue 12: ThrottledQueue.async(interval:) and sync(interval:) with a far-out gap")
+    func throttledQueueExplicitIntervals() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let queue = ThrottledQueue(label: "FarExplicit", interval: .zero)
+            precondition(queue.sync(interval: .zero) { 1 } == 1)
+            let first = Latch()
+            try! queue.async(interval: FarOut.huge) { first.countDown() }
+            FarOut.expectOpens(first, "the first task")
+            try! queue.async { preconditionFailure("a task ran before a far-out gap ended") }
+            FarOut.pause()
+            precondition(queue.cancelAll() == 1)
+
+            let other = ThrottledQueue(label: "FarSync", interval: .zero)
+            precondition(other.sync(interval: FarOut.huge) { 2 } == 2)
+        }
+    }
+
+    @Test("issue 12: ThrottledQueue.pause(for:) with a far-out duration, then resume()")
+    func throttledQueuePauseFor() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let queue = ThrottledQueue(label: "FarPauseFor", interval: .zero)
+            queue.pause(for: FarOut.huge)
+            let ran = Latch()
+            try! queue.async { ran.countDown() }
+            FarOut.pause()
+            precondition(!ran.isOpen)
+            queue.resume()
+            FarOut.expectOpens(ran, "the task after resume()")
+        }
+    }
+
+    @Test("issue 12: ThrottledQueue.pause(until:) with a far-future instant, then resume()")
+    func throttledQueuePauseUntil() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let queue = ThrottledQueue(label: "FarPauseUntil", interval: .zero)
+            queue.pause(until: .now + FarOut.largest)
+            queue.pause(until: .now + FarOut.largest + FarOut.largest)
+            let ran = Latch()
+            try! queue.async { ran.countDown() }
+            FarOut.pause()
+            precondition(!ran.isOpen)
+            queue.resume()
+            FarOut.expectOpens(ran, "the task after resume()")
+            // A far-past instant is no pause at all.
+            queue.pause(until: .now - FarOut.largest)
+            let next = Latch()
+            try! queue.async { next.countDown() }
+            FarOut.expectOpens(next, "the task after a pause that had already ended")
+        }
+    }
+
+    @Test("issue 12: RateLimit.rate(_:per:) with a far-out window lets the first starts through, then holds")
+    func rateLimit() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let limit = RateLimit.rate(2, per: FarOut.huge)
+            precondition(limit.window == FarOut.huge)
+            _ = limit.description
+            let queue = ThrottledQueue(label: "FarRate", interval: .zero, limit: limit)
+            let two = Latch(count: 2)
+            try! queue.async { two.countDown() }
+            try! queue.async { two.countDown() }
+            FarOut.expectOpens(two, "the first two starts")
+            try! queue.async { preconditionFailure("a third start inside a far-out window") }
+            FarOut.pause()
+            precondition(queue.cancelAll() == 1)
+        }
+    }
+}
+
+/// What the far-out tests share; exit test bodies cannot capture, so it lives at file scope.
+enum FarOut {
+    /// A duration past `Int64.max` seconds: `Duration.components` cannot represent it.
+    static let huge = Duration.seconds(Int64.max) + .seconds(1)
+    /// The largest duration `Duration.seconds` makes.
+    static let largest = Duration.seconds(Int64.max)
+
+    /// Converts an instant once, so the conversion takes its reference, and lets that reference age.
+    static func ageTheConversion() {
+        _ = MonotonicInstant(ContinuousClock.now)
+        Thread.sleep(forTimeInterval: 1.1)
+    }
+
+    /// Waits for `latch` a few seconds, stopping the child process if it does not open.
+    static func expectOpens(_ latch: Latch, _ what: String) {
+        precondition(latch.wait(timeout: .seconds(5)), "\(what) did not happen")
+    }
+
+    /// Gives a call that must not run the chance to run, by waiting for a later one on `timer`.
+    static func settle(_ timer: TimerThread) {
+        let sentinel = Latch()
+        _ = try! timer.schedule(after: .milliseconds(50)) { sentinel.countDown() }
+        expectOpens(sentinel, "the sentinel call")
+    }
+
+    /// Blocks the child's thread a little, for work that must not happen to get its chance.
+    static func pause() {
+        Thread.sleep(forTimeInterval: 0.1)
+    }
+}
