@@ -89,7 +89,9 @@ final class MonotonicCondition: @unchecked Sendable {
     @discardableResult
     func wait(_ mutex: PThreadMutex, until deadline: MonotonicInstant) -> Bool {
         #if canImport(Darwin)
-        let remaining = max(0, Int64(bitPattern: deadline.nanoseconds &- MonotonicInstant.now().nanoseconds))
+        let now = MonotonicInstant.now().nanoseconds
+        // Saturating: a deadline at the end of the time line is more than Int64.max away.
+        let remaining = deadline.nanoseconds > now ? Int64(clamping: deadline.nanoseconds - now) : 0
         var relative = timespec(tv_sec: Int(remaining / 1_000_000_000), tv_nsec: Int(remaining % 1_000_000_000))
         let result = pthread_cond_timedwait_relative_np(condition, mutex.mutex, &relative)
         #else
