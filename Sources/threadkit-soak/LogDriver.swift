@@ -114,7 +114,7 @@ struct LogDriver: Driver {
         heartbeat.doing("logging, switching sources and delegates")
         while !soak.isStopping {
             let operation = random.weighted([
-                Operation.burst: 50, .toggleSoak: 10, .toggleComponent: 6, .switchAll: 1, .replaceDelegate: 3, .rest: 30,
+                Operation.burst: 500, .toggleSoak: 100, .toggleComponent: 60, .switchAll: 2, .replaceDelegate: 5, .rest: 333,
             ])
             switch operation {
             case .burst:

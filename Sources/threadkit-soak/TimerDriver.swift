@@ -107,7 +107,8 @@ private struct TimerUnderTest {
             let tag = self.tag
             scheduleOnce(.nothing) { timer, work in try timer.schedule(after: .seconds(3_600), tag: tag, work) }
         case .every:
-            scheduleRepeating(every: random.microseconds(500...20_000), tag: random.chance(0.5) ? tag : nil)
+            let nap: Duration = random.chance(0.3) ? random.microseconds(0...200) : .zero
+            scheduleRepeating(every: random.microseconds(500...20_000), nap: nap, tag: random.chance(0.5) ? tag : nil)
         case .cancel:
             for _ in 0..<Int.random(in: 1...4, using: &random) {
                 if let call = oneShots.removeRandom(using: &random) { cancel(call) }
@@ -143,10 +144,15 @@ private struct TimerUnderTest {
         }
     }
 
-    private mutating func scheduleRepeating(every interval: Duration, tag: EpochTag?) {
+    /// Schedules a repeating call whose runs last `nap`: long enough, now and then, for a cancel,
+    /// a `cancelAll(tag:)` or a `dispose()` to find it running.
+    private mutating func scheduleRepeating(every interval: Duration, nap: Duration, tag: EpochTag?) {
         let unit = Unit(ledger)
         do {
-            let handle = try timer.schedule(every: interval, tag: tag) { unit.recordRepeatRun() }
+            let handle = try timer.schedule(every: interval, tag: tag) {
+                unit.recordRepeatRun()
+                sleep(nap)
+            }
             if let evicted = repeating.append((handle, unit)) { cancel(evicted) }
         } catch {
             refused(unit, error)
