@@ -34,6 +34,7 @@ struct Counts: Sendable {
     var offered = 0
     /// Offered submissions that threw instead of accepting the work.
     var refused = 0
+    /// Accepted units that ended so: see ``Outcome``.
     var ran = 0
     var handedBack = 0
     var cancelled = 0
@@ -208,6 +209,14 @@ final class Tally: Sendable {
 
 /// The soak's tally.
 let tally = Tally()
+
+/// An error's type and case, without its payload (which names a pool or a timer): a tally key
+/// that stays the same from one pool to the next. "ThreadPoolError.threadStartFailed".
+func reason(_ error: any Error) -> String {
+    let mirror = Mirror(reflecting: error)
+    guard mirror.displayStyle == .enum else { return "\(type(of: error))" }
+    return "\(type(of: error)).\(mirror.children.first?.label ?? String(describing: error))"
+}
 
 /// Prints `line` to standard output at once, even when it is a pipe.
 func printLine(_ line: String) {

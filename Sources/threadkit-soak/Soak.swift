@@ -47,7 +47,7 @@ final class Soak: Sendable {
             try sharedPool.execute { unit.end(.ran) }
         } catch {
             unit.end(.refused)
-            tally.add("shared pool refusals: \(type(of: error))")
+            tally.add("shared pool refusals: \(reason(error))")
         }
     }
 

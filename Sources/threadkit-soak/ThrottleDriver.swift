@@ -195,7 +195,7 @@ private struct QueueUnderTest: CustomStringConvertible {
         guard inFlight.count < 16 else { return }
         let unit = Unit(ledger)
         inFlight.enter()
-        let task = Task.detached { [queue, inFlight, usesCancelAll] in
+        let task = Task.detached { [queue, inFlight, usesCancelAll, description] in
             defer { inFlight.leave() }
             do {
                 try await queue.run {
@@ -206,8 +206,7 @@ private struct QueueUnderTest: CustomStringConvertible {
                 // Where the queue uses cancelAll(), its return value has counted this caller.
                 unit.end(.cancelled, alreadyCounted: usesCancelAll)
             } catch {
-                unit.end(.refused)
-                tally.add("throttled queue refusals: \(type(of: error))")
+                Self.refused(unit, error, by: description)
             }
         }
         if cancelAtOnce {
@@ -218,9 +217,17 @@ private struct QueueUnderTest: CustomStringConvertible {
     }
 
     private func refused(_ unit: Unit, _ error: any Error) {
+        Self.refused(unit, error, by: description)
+    }
+
+    /// Tallies a refusal; a queue refuses as disposed only when its pool is, which the soak does
+    /// only once the queue has retired.
+    private static func refused(_ unit: Unit, _ error: any Error, by description: String) {
         unit.end(.refused)
-        tally.add("throttled queue refusals: \(type(of: error))")
-        violations.report("\(self) refused a task, though its pool is live: \(error)")
+        tally.add("throttled queue refusals: \(reason(error))")
+        if case ThreadPoolError.disposed = error {
+            violations.report("\(description) refused a task as disposed, though its pool is live")
+        }
     }
 
     // MARK: - Retiring
