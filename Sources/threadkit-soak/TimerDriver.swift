@@ -65,6 +65,8 @@ private struct TimerUnderTest {
     private var oneShots = RecentRing<(handle: TimerHandle, unit: Unit)>(capacity: 64)
     /// Repeating calls never end by themselves: one evicted from here is cancelled.
     private var repeating = RecentRing<(handle: TimerHandle, unit: Unit)>(capacity: 8)
+    /// Runs of repeating calls under way, to tell whether one overlapped a `dispose()`.
+    private let repeatRunsUnderWay = InFlight()
     private var epoch = 0
 
     init(shared soak: Soak) {
@@ -149,9 +151,11 @@ private struct TimerUnderTest {
     private mutating func scheduleRepeating(every interval: Duration, nap: Duration, tag: EpochTag?) {
         let unit = Unit(ledger)
         do {
-            let handle = try timer.schedule(every: interval, tag: tag) {
+            let handle = try timer.schedule(every: interval, tag: tag) { [repeatRunsUnderWay] in
+                repeatRunsUnderWay.enter()
                 unit.recordRepeatRun()
                 sleep(nap)
+                repeatRunsUnderWay.leave()
             }
             if let evicted = repeating.append((handle, unit)) { cancel(evicted) }
         } catch {
@@ -191,6 +195,8 @@ private struct TimerUnderTest {
     mutating func retire() {
         precondition(!isShared, "TimerThread.shared is never disposed")
         let dropped = timer.dispose()
+        // No run starts after dispose() returns: one under way now overlapped it.
+        let runOverlappedDispose = repeatRunsUnderWay.count > 0
         ledger.record(.cancelled, count: dropped)
         let probe = Unit(ledger)
         do {
@@ -203,7 +209,8 @@ private struct TimerUnderTest {
             violations.report("\(name): a second dispose() dropped calls")
         }
         if !poll(timeout: .seconds(5), until: { ledger.isSettled }) {
-            violations.report("\(name): dispose() returned \(dropped); 5 s later \(ledger.counts.line)")
+            let overlap = runOverlappedDispose ? "; a repeating call was running during dispose()" : ""
+            violations.report("\(name): dispose() returned \(dropped); 5 s later \(ledger.counts.line)\(overlap)")
         }
         _ = oneShots.removeAll()
         _ = repeating.removeAll()
