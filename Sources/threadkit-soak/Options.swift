@@ -1,0 +1,55 @@
+// The command line.
+
+struct Options: Sendable {
+    /// How long the drivers run before the final quiesce.
+    var duration = Duration.seconds(600)
+    /// How often a report line is printed (and the resident memory checked).
+    var reportEvery = Duration.seconds(60)
+    /// Seeds every driver's random choices; printed at the start of each run.
+    var seed = UInt64.random(in: 1...UInt64(UInt32.max))
+
+    static let usage = """
+        usage: threadkit-soak [--minutes N | --seconds N] [--report-every SECONDS] [--seed N]
+
+          --minutes N             run the drivers for N minutes (default 10), then quiesce and check
+          --seconds N             the same in seconds, for quick local tries
+          --report-every SECONDS  print a report line this often (default 60)
+          --seed N                seed the drivers' random choices (default: random, printed)
+
+        Exits 0 when every accepted task ran, was handed back or was cancelled exactly once and
+        resident memory stayed within 10 % of its size at the first report; 1 otherwise, or on a hang.
+        """
+
+    struct UsageError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    static func parse(_ arguments: ArraySlice<String>) throws(UsageError) -> Options {
+        var options = Options()
+        var remaining = arguments
+        var durationGiven = false
+        func number(after flag: String) throws(UsageError) -> Int {
+            guard let text = remaining.popFirst() else { throw UsageError(description: "\(flag) needs a value") }
+            guard let value = Int(text), value >= 1 else {
+                throw UsageError(description: "\(flag) needs a whole number of at least 1, got '\(text)'")
+            }
+            return value
+        }
+        func setDuration(_ duration: Duration) throws(UsageError) {
+            guard !durationGiven else { throw UsageError(description: "give the length once: --minutes or --seconds") }
+            durationGiven = true
+            options.duration = duration
+        }
+        while let argument = remaining.popFirst() {
+            switch argument {
+            case "--minutes": try setDuration(.seconds(60 * number(after: argument)))
+            case "--seconds": try setDuration(.seconds(number(after: argument)))
+            case "--report-every": options.reportEvery = .seconds(try number(after: argument))
+            case "--seed": options.seed = UInt64(try number(after: argument))
+            case "--help", "-h": throw UsageError(description: "")
+            default: throw UsageError(description: "unknown argument '\(argument)'")
+            }
+        }
+        return options
+    }
+}
