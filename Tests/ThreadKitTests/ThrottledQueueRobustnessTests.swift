@@ -295,6 +295,60 @@ struct ThrottledQueueRobustnessTests {
         #expect(starts[1] - starts[0] < .milliseconds(50) + Self.lateness)
     }
 
+    // MARK: - Item 17: a dropped queue releases its private pool's thread
+
+    #if os(Linux)
+    /// Makes a queue with its own pool, runs `tasks` tasks on it, and drops it (at once, or once idle).
+    static func useAndDrop(label: String, tasks: Int, interval: Duration, waitFirst: Bool, ran: Counter) async throws {
+        let queue = ThrottledQueue(label: label, interval: interval)
+        for _ in 0..<tasks { try queue.async { ran.increment() } }
+        if waitFirst { await waitUntilIdle(queue) }
+    }
+
+    @Test("Issue 7.17: 50 dropped idle queues release their private pools' threads promptly, not after 10–25 s")
+    func droppedQueuesReleaseTheirThreads() async throws {
+        let labels = (0..<50).map { _ in KernelThreads.uniqueName("TQd") }
+        let ran = Counter()
+        for label in labels {
+            try await Self.useAndDrop(label: label, tasks: 1, interval: .zero, waitFirst: true, ran: ran)
+        }
+        #expect(ran.value == 50)
+        let prefixes = labels.map { KernelThreads.prefix(ofPool: $0) }
+        func alive() -> [String] {
+            let names = KernelThreads.names()
+            return prefixes.filter { prefix in names.contains { $0.hasPrefix(prefix) } }
+        }
+        #expect(await eventually(timeout: .seconds(3)) { alive().isEmpty }, "threads of dropped queues still alive: \(alive())")
+    }
+
+    @Test("Issue 7.17: a queue dropped with work queued runs it all, then releases its thread")
+    func droppedBusyQueueFinishesThenReleases() async throws {
+        let label = KernelThreads.uniqueName("TQd")
+        let ran = Counter()
+        try await Self.useAndDrop(label: label, tasks: 3, interval: .milliseconds(30), waitFirst: false, ran: ran)
+        #expect(await eventually(timeout: .seconds(3)) { ran.value == 3 }, "a dropped queue lost accepted work")
+        #expect(await eventually(timeout: .seconds(3)) { KernelThreads.count(ofPool: label) == 0 })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(ran.value == 3)
+    }
+
+    @Test("Issue 7.17: dropping a queue never disposes a pool it was given")
+    func droppedQueueKeepsAGivenPool() async throws {
+        let pool = ThreadPool(name: KernelThreads.uniqueName("TQg"), size: 1)
+        defer { pool.dispose() }
+        let ran = Counter()
+        do {
+            let queue = ThrottledQueue(label: "TQ given pool", interval: .zero, pool: pool)
+            try queue.async { ran.increment() }
+            await Self.waitUntilIdle(queue)
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        let task = try pool.schedule { ran.increment() }
+        #expect(await onNewThread { task.wait(timeout: .seconds(3)) })
+        #expect(ran.value == 2)
+    }
+    #endif
+
     // MARK: - Item 18: a nested sync keeps the start margin
 
     /// Who runs the outer task of a nested `sync`.

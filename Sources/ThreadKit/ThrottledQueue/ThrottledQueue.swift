@@ -56,6 +56,8 @@ public final class ThrottledQueue: @unchecked Sendable {
 
     /// Where the worker runs: the pool given to `init`, or one of the queue's own.
     private let pool: ThreadPool
+    /// Whether `pool` is the queue's own, disposed with the queue.
+    private let ownsPool: Bool
     private let mutex = PThreadMutex()
     /// Signalled for the worker: work arrived or left, a task ended, the interval or a pause changed.
     private let changed = MonotonicCondition()
@@ -81,7 +83,7 @@ public final class ThrottledQueue: @unchecked Sendable {
     ///   - mutability: Which queued tasks a later change of `interval` reaches.
     ///   - limit: At most so many starts in any sliding window.
     ///   - pool: Where the queue's worker runs; by default a pool of one thread of its own, so the
-    ///     queue holds no thread once idle long enough to be collected.
+    ///     queue holds no thread once idle long enough to be collected, nor once the queue is gone.
     ///     A shared pool needs a thread for each queue busy at the same time, or queues wait for
     ///     each other.
     public init(
@@ -94,8 +96,15 @@ public final class ThrottledQueue: @unchecked Sendable {
         self.monitor = monitor
         self.mutability = mutability
         self.limit = limit
+        self.ownsPool = pool == nil
         self.pool = pool ?? ThreadPool(name: label, size: 1)
         self.schedule = ThrottleSchedule(interval: interval, monitor: monitor, mutability: mutability, limit: limit)
+    }
+
+    deinit {
+        // A worker holds the queue while tasks are queued, so the queue is idle: nothing will use
+        // its own pool again. Its thread exits now instead of when the pool would collect it.
+        if ownsPool { pool.dispose() }
     }
 
     /// The gap that follows tasks submitted without their own; changing it reaches queued tasks
