@@ -11,8 +11,7 @@ import Testing
 struct ThrottledQueueRobustnessTests {
     typealias Instant = ContinuousClock.Instant
 
-    /// How late a start may be on a loaded machine.
-    static let lateness = Duration.milliseconds(250)
+    static let lateness = ThrottledQueueTests.lateness
 
     /// Runs `body` on a new thread and waits up to `timeout` for its result; `nil` if it did not
     /// return in time (the thread stays blocked: the queue under test hung).
@@ -55,12 +54,6 @@ struct ThrottledQueueRobustnessTests {
         return outcome.value
     }
 
-    /// Waits, off the cooperative pool, until `queue` is idle; records an issue after `timeout`.
-    static func waitUntilIdle(_ queue: ThrottledQueue, within timeout: Duration = .seconds(10), sourceLocation: SourceLocation = #_sourceLocation) async {
-        let idle: Bool? = await returns(within: timeout) { queue.waitUntilIdle(); return true }
-        if idle == nil { Issue.record("the queue was still busy after \(timeout)", sourceLocation: sourceLocation) }
-    }
-
     /// An object that calls `onDeinit` when the last reference to it goes.
     final class DeinitProbe: Sendable {
         private let onDeinit: @Sendable () -> Void
@@ -97,7 +90,7 @@ struct ThrottledQueueRobustnessTests {
             queue.cancelAll()
             return
         }
-        await Self.waitUntilIdle(queue)
+        await ThrottledQueueTests.waitUntilIdle(queue)
         #expect(order.values == ["nested 1", "nested 2", "outer end", "queued"])
         #expect(spacing[0] >= .milliseconds(50), "the nested sync started \(spacing[0]) after run's work, the gap is 50 ms")
         #expect(spacing[1] >= .milliseconds(50))
@@ -127,7 +120,7 @@ struct ThrottledQueueRobustnessTests {
             queue.cancelAll()
             return
         }
-        await Self.waitUntilIdle(queue)
+        await ThrottledQueueTests.waitUntilIdle(queue)
         #expect(value == 7)
         #expect(order.values == ["nested", "outer end", "queued"])
         #expect(spacing >= .milliseconds(50), "the nested run started \(spacing) after run's work, the gap is 50 ms")
@@ -225,7 +218,7 @@ struct ThrottledQueueRobustnessTests {
         let pool = ThreadPool(name: poolName, size: 2)
         let queue = ThrottledQueue(label: "TQ idle disposed", interval: .milliseconds(10), pool: pool)
         try queue.async {}
-        await Self.waitUntilIdle(queue)
+        await ThrottledQueueTests.waitUntilIdle(queue)
         _ = pool.disposeNow()
         #expect(throws: ThreadPoolError.disposed(pool: poolName)) { try queue.async {} }
         #expect(throws: ThreadPoolError.disposed(pool: poolName)) { try queue.async(interval: .zero) {} }
@@ -302,7 +295,7 @@ struct ThrottledQueueRobustnessTests {
     static func useAndDrop(label: String, tasks: Int, interval: Duration, waitFirst: Bool, ran: Counter) async throws {
         let queue = ThrottledQueue(label: label, interval: interval)
         for _ in 0..<tasks { try queue.async { ran.increment() } }
-        if waitFirst { await waitUntilIdle(queue) }
+        if waitFirst { await ThrottledQueueTests.waitUntilIdle(queue) }
     }
 
     @Test("Issue 7.17: 50 dropped idle queues release their private pools' threads promptly, not after 10–25 s")
@@ -340,7 +333,7 @@ struct ThrottledQueueRobustnessTests {
         do {
             let queue = ThrottledQueue(label: "TQ given pool", interval: .zero, pool: pool)
             try queue.async { ran.increment() }
-            await Self.waitUntilIdle(queue)
+            await ThrottledQueueTests.waitUntilIdle(queue)
         }
         try await Task.sleep(for: .milliseconds(50))
         let task = try pool.schedule { ran.increment() }
@@ -376,7 +369,7 @@ struct ThrottledQueueRobustnessTests {
         switch outer {
         case .async:
             for _ in 0..<rounds { try queue.async(body) }
-            await Self.waitUntilIdle(queue, within: .seconds(20))
+            await ThrottledQueueTests.waitUntilIdle(queue, within: .seconds(20))
         case .syncFromEightThreads:
             let done: Bool? = await Self.returns(within: .seconds(20)) {
                 let finished = Latch(count: 8)
@@ -407,7 +400,7 @@ struct ThrottledQueueRobustnessTests {
         try queue.async { first.value = (ThreadUsage.current(), .now) }
         for _ in 1..<(count - 1) { try queue.async {} }
         try queue.async { last.value = (ThreadUsage.current(), .now) }
-        await waitUntilIdle(queue, within: .seconds(20))
+        await ThrottledQueueTests.waitUntilIdle(queue, within: .seconds(20))
         let (startUsage, start) = try #require(first.value)
         let (endUsage, end) = try #require(last.value)
         return (endUsage.cpuTime - startUsage.cpuTime).seconds / (end - start).seconds

@@ -365,39 +365,30 @@ public final class ThrottledQueue: @unchecked Sendable {
                 _blockingWaitForChange()
                 continue
             }
-            let now = MonotonicInstant.now()
-            switch schedule.approach(toStartAt: allowed, now: now) {
-            case .sleep(let wake):
-                _blockingWaitForGap(until: wake)
-            case .spin(let target):
-                mutex.unlock()
-                Self._spinUntil(target)
+            guard let now = _blockingApproach(toStartAt: allowed, on: changed) else { continue }
+            queuedForWorker -= 1
+            var work: (@Sendable () -> Void)?
+            var granted: CheckedContinuation<Void, any Error>?
+            switch schedule.start(at: now) {
+            case .work(let closure):
+                work = closure
+            case .run(let ticket):
+                ticket.phase = .granted
+                granted = ticket.takeContinuation()
+            case .sync:
+                preconditionFailure("ThrottledQueue '\(label)': the worker started a sync caller's turn")
+            }
+            mutex.unlock()
+            granted?.resume()
+            if work != nil {
+                // The closure is released with this call's argument, before the mutex is taken
+                // again: a capture's deinit may use the queue.
+                let (startedAt, endedAt) = perform(work.take()!, on: workerPool)
                 mutex.lock()
-            case .startNow:
-                queuedForWorker -= 1
-                var work: (@Sendable () -> Void)?
-                var granted: CheckedContinuation<Void, any Error>?
-                switch schedule.start(at: now) {
-                case .work(let closure):
-                    work = closure
-                case .run(let ticket):
-                    ticket.phase = .granted
-                    granted = ticket.takeContinuation()
-                case .sync:
-                    preconditionFailure("ThrottledQueue '\(label)': the worker started a sync caller's turn")
-                }
-                mutex.unlock()
-                granted?.resume()
-                if work != nil {
-                    // The closure is released with this call's argument, before the mutex is taken
-                    // again: a capture's deinit may use the queue.
-                    let (startedAt, endedAt) = perform(work.take()!, on: workerPool)
-                    mutex.lock()
-                    schedule.end(at: endedAt, startedAt: startedAt)
-                    progress.broadcast()
-                } else {
-                    mutex.lock()
-                }
+                schedule.end(at: endedAt, startedAt: startedAt)
+                progress.broadcast()
+            } else {
+                mutex.lock()
             }
         }
         worker = .none
@@ -443,8 +434,22 @@ public final class ThrottledQueue: @unchecked Sendable {
         changed.wait(mutex)
     }
 
-    private func _blockingWaitForGap(until deadline: MonotonicInstant) {
-        changed.wait(mutex, until: deadline)
+    /// One step toward a start allowed at `allowed`, by the schedule's rule: sleeps on `condition`
+    /// (which any change signals) or watches the clock, then returns `nil` for the caller to decide
+    /// again; or, once it is time, returns the instant to start at. Mutex held.
+    private func _blockingApproach(toStartAt allowed: MonotonicInstant, on condition: MonotonicCondition) -> MonotonicInstant? {
+        let now = MonotonicInstant.now()
+        switch schedule.approach(toStartAt: allowed, now: now) {
+        case .startNow:
+            return now
+        case .sleep(let wake):
+            condition.wait(mutex, until: wake)
+        case .spin(let target):
+            mutex.unlock()
+            Self._spinUntil(target)
+            mutex.lock()
+        }
+        return nil
     }
 
     /// Yields the core until `deadline`, which is at most ``finalApproach`` away.
@@ -512,17 +517,9 @@ public final class ThrottledQueue: @unchecked Sendable {
                 progress.wait(mutex)
                 continue
             }
-            let now = MonotonicInstant.now()
-            switch schedule.approach(toStartAt: allowed, now: now) {
-            case .startNow:
+            if let now = _blockingApproach(toStartAt: allowed, on: progress) {
                 _ = schedule.start(at: now)
                 return
-            case .sleep(let wake):
-                progress.wait(mutex, until: wake)
-            case .spin(let target):
-                mutex.unlock()
-                Self._spinUntil(target)
-                mutex.lock()
             }
         }
     }
@@ -530,17 +527,9 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// Waits until a task nested in the running one may start, then starts it. Mutex held.
     private func _blockingWaitForNestedStart(gap: Duration?) {
         while true {
-            let now = MonotonicInstant.now()
-            switch schedule.approach(toStartAt: schedule.nestedStart(), now: now) {
-            case .startNow:
+            if let now = _blockingApproach(toStartAt: schedule.nestedStart(), on: progress) {
                 schedule.startNested(at: now, gap: gap)
                 return
-            case .sleep(let wake):
-                progress.wait(mutex, until: wake)
-            case .spin(let target):
-                mutex.unlock()
-                Self._spinUntil(target)
-                mutex.lock()
             }
         }
     }
