@@ -61,7 +61,7 @@ struct ThrottleSchedule<Item> {
     /// Tasks nested in the running one that wait for their start (a `run` from inside `run`'s
     /// work): they go ahead of `pending`.
     private(set) var nestedPending = RingBuffer<Pending>()
-    /// How many started tasks have not ended (more than one only for a nested `sync`).
+    /// How many started tasks have not ended (more than one only for nested tasks).
     private(set) var running = 0
     private(set) var pausedUntil: MonotonicInstant?
     private var last: LastStart?
