@@ -24,9 +24,8 @@ extension ThrottledQueue {
         } onCancel: {
             leave(ticket)?.resume(throwing: CancellationError())
         }
-        let startedAt = MonotonicInstant.now()
-        defer { endTask(startedAt: startedAt, ticket: ticket) }
-        let hold = Hold(queue: self, startedAt: startedAt, pool: nil, ticket: ticket, outer: outer)
+        let hold = Hold(queue: self, pool: nil, ticket: ticket, outer: outer)
+        defer { endTask(startedAt: hold.startedAt, ticket: ticket) }
         return try await Hold.$ofTask.withValue(hold) { try await work() }
     }
 }

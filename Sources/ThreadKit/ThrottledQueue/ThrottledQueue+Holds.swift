@@ -18,11 +18,15 @@ extension ThrottledQueue {
     ///
     /// Synchronous work has a fixed thread, so its holds live in a thread-local; async work can
     /// move between threads, so `run`'s holds travel in a task-local.
-    final class Hold: Sendable {
+    final class Hold: @unchecked Sendable {
+        // Sendable: `startedAt` is written only before the hold is shared: by the thread it
+        // belongs to, just before the task's work (``withThreadHold(_:_:)``), or at init for
+        // `run`'s work; a thread's hold is only ever read by that thread. The rest is constant.
+
         /// The queue whose task runs.
         let queue: ThrottledQueue
-        /// When the task's own code began, for the gap before a task nested in it.
-        let startedAt: MonotonicInstant
+        /// When the task's own code began, for the gap before a task nested in it and after it.
+        private(set) var startedAt: MonotonicInstant
         /// The pool whose thread runs the task, when the queue's worker runs it.
         let pool: ThreadPool?
         /// For `run`'s work, its ticket: a task started from a child that outlived the work is not
@@ -31,7 +35,7 @@ extension ThrottledQueue {
         /// The hold this one is nested in.
         let outer: Hold?
 
-        init(queue: ThrottledQueue, startedAt: MonotonicInstant, pool: ThreadPool?, ticket: Ticket?, outer: Hold?) {
+        init(queue: ThrottledQueue, pool: ThreadPool?, ticket: Ticket?, outer: Hold?, startedAt: MonotonicInstant = .now()) {
             self.queue = queue
             self.startedAt = startedAt
             self.pool = pool
@@ -69,14 +73,21 @@ extension ThrottledQueue {
             return Unmanaged<Hold>.fromOpaque(pointer).takeUnretainedValue()
         }
 
-        /// Runs `body` with `hold` as the current thread's innermost hold.
+        /// Runs `body`, a task's work, with `hold` as the current thread's innermost hold, and
+        /// sets the hold's `startedAt` as the last thing before `body` begins.
+        ///
+        /// The nearer that reading is to the work's own first instruction, the less of the start
+        /// margin the bookkeeping uses up.
         static func withThreadHold<Result>(_ hold: Hold, _ body: () throws -> Result) rethrows -> Result {
             let outer = pthread_getspecific(threadKey)
             // Unretained: `hold` lives until this call returns, and the thread-local goes back to
             // `outer` before that.
             pthread_setspecific(threadKey, Unmanaged.passUnretained(hold).toOpaque())
             defer { pthread_setspecific(threadKey, outer) }
-            return try withExtendedLifetime(hold) { try body() }
+            return try withExtendedLifetime(hold) {
+                hold.startedAt = MonotonicInstant.now()
+                return try body()
+            }
         }
 
         private static let threadKey: pthread_key_t = {

@@ -400,10 +400,9 @@ public final class ThrottledQueue: @unchecked Sendable {
     ///
     /// - Returns: When the work began and when it ended.
     private func perform(_ work: @Sendable () -> Void, on workerPool: ThreadPool) -> (MonotonicInstant, MonotonicInstant) {
-        let startedAt = MonotonicInstant.now()
-        let hold = Hold(queue: self, startedAt: startedAt, pool: workerPool, ticket: nil, outer: Hold.ofThread)
+        let hold = Hold(queue: self, pool: workerPool, ticket: nil, outer: Hold.ofThread)
         Hold.withThreadHold(hold) { work() }
-        return (startedAt, MonotonicInstant.now())
+        return (hold.startedAt, MonotonicInstant.now())
     }
 
     /// How long after the earliest allowed instant a waiting task starts.
@@ -502,9 +501,8 @@ public final class ThrottledQueue: @unchecked Sendable {
             _blockingWaitForTurn(of: ticket)
         }
         mutex.unlock()
-        let startedAt = MonotonicInstant.now()
-        defer { endTask(startedAt: startedAt, ticket: nil) }
-        let hold = Hold(queue: self, startedAt: startedAt, pool: nil, ticket: nil, outer: threadHold)
+        let hold = Hold(queue: self, pool: nil, ticket: nil, outer: threadHold)
+        defer { endTask(startedAt: hold.startedAt, ticket: nil) }
         return try Hold.withThreadHold(hold) { try work() }
     }
 
