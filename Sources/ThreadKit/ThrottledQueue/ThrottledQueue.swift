@@ -61,9 +61,9 @@ public final class ThrottledQueue: @unchecked Sendable {
     private let mutex = PThreadMutex()
     /// Signalled for the worker: work arrived or left, a task ended, the interval or a pause changed.
     private let changed = MonotonicCondition()
-    /// Broadcast when a task ends or leaves the queue, for `sync` callers waiting for their turn and
-    /// for `waitUntilIdle`; and when the interval or a pause changes, for a `sync` caller waiting
-    /// out its gap.
+    /// Broadcast when a task ends or leaves the queue, for `waitUntilIdle`; and when the interval
+    /// or a pause changes, for a nested `sync` waiting out its gap. (A `sync` caller waiting for its
+    /// turn sleeps on its own ``Turn``, woken only once it is next.)
     private let progress = MonotonicCondition()
     private var schedule: ThrottleSchedule<Item>
     private var worker = Worker.none
@@ -116,7 +116,7 @@ public final class ThrottledQueue: @unchecked Sendable {
             mutex.withLock {
                 schedule.setInterval(newValue)
                 changed.signal()
-                progress.broadcast()
+                wakeWaiters()
             }
         }
     }
@@ -183,7 +183,7 @@ public final class ThrottledQueue: @unchecked Sendable {
         mutex.withLock {
             schedule.resume()
             changed.signal()
-            progress.broadcast()
+            wakeWaiters()
         }
         Log.log(.throttle, "\(label): resumed")
     }
@@ -206,7 +206,7 @@ public final class ThrottledQueue: @unchecked Sendable {
                 if let continuation = ticket.takeContinuation() { waiters.append(continuation) }
             }
             changed.signal()
-            progress.broadcast()
+            wakeWaiters()
             return (removed, waiters)
         }
         for waiter in waiters { waiter.resume(throwing: CancellationError()) }
@@ -249,18 +249,17 @@ public final class ThrottledQueue: @unchecked Sendable {
         /// A `run` caller: the worker starts it, and the caller's task runs its work.
         case run(Ticket)
         /// A `sync` caller: it starts its own turn and runs its work on its own thread.
-        case sync(Ticket)
+        case sync(Turn)
 
         var isSync: Bool {
             if case .sync = self { true } else { false }
         }
     }
 
-    /// A caller waiting to run its own work on its own thread or task.
+    /// A `run` caller waiting for the worker to start its turn.
     final class Ticket: @unchecked Sendable {
         // Sendable: `phase` and `continuation` are guarded by the queue's mutex.
         enum Phase { case new, queued, granted, ended, cancelled }
-        /// Kept for `run` callers; a `sync` caller needs its ticket only to know its place.
         var phase = Phase.new
         /// A `run` caller's, resumed when the worker starts it.
         var continuation: CheckedContinuation<Void, any Error>?
@@ -269,6 +268,15 @@ public final class ThrottledQueue: @unchecked Sendable {
             defer { continuation = nil }
             return continuation
         }
+    }
+
+    /// A `sync` caller's place in the queue, and the condition it sleeps on until it is next.
+    ///
+    /// One condition per caller, signalled only for the caller that is next: a queue with many
+    /// `sync` callers does not wake them all at each end, to compete for the cores while the next
+    /// one starts its work.
+    final class Turn: Sendable {
+        let isNext = MonotonicCondition()
     }
 
     /// Who starts the tasks that the worker serves (`async` work and `run` callers).
@@ -340,7 +348,7 @@ public final class ThrottledQueue: @unchecked Sendable {
                     ticket.phase = .cancelled
                     if let continuation = ticket.takeContinuation() { waiters.append(continuation) }
                 }
-                progress.broadcast()
+                wakeWaiters()
                 return (dropped, waiters)
             }
         }
@@ -386,7 +394,7 @@ public final class ThrottledQueue: @unchecked Sendable {
                 let (startedAt, endedAt) = perform(work.take()!, on: workerPool)
                 mutex.lock()
                 schedule.end(at: endedAt, startedAt: startedAt)
-                progress.broadcast()
+                wakeWaiters()
             } else {
                 mutex.lock()
             }
@@ -429,6 +437,14 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// intervals only: a start 1 ms after the last watches the clock for the last 50 µs.
     static let approachShare = 20
 
+    /// Wakes whoever may go on after a task ended or left, or the interval or a pause changed:
+    /// `waitUntilIdle` callers, a nested `sync` waiting out its gap, and the `sync` caller that is
+    /// next, if one is. Mutex held.
+    private func wakeWaiters() {
+        progress.broadcast()
+        if case .sync(let turn)? = schedule.next { turn.isNext.signal() }
+    }
+
     private func _blockingWaitForChange() {
         changed.wait(mutex)
     }
@@ -461,7 +477,7 @@ public final class ThrottledQueue: @unchecked Sendable {
         mutex.withLock {
             schedule.pause(until: instant)
             changed.signal()
-            progress.broadcast()
+            wakeWaiters()
         }
         Log.log(.throttle, "\(label): paused for \(MonotonicInstant.now().duration(to: instant))")
     }
@@ -496,9 +512,9 @@ public final class ThrottledQueue: @unchecked Sendable {
                 mutex.unlock()
                 preconditionFailure(message)
             }
-            let ticket = Ticket()
-            schedule.submit(.sync(ticket), gap: gap)
-            _blockingWaitForTurn(of: ticket)
+            let turn = Turn()
+            schedule.submit(.sync(turn), gap: gap)
+            _blockingWaitForTurn(turn)
         }
         mutex.unlock()
         let hold = Hold(queue: self, pool: nil, ticket: nil, outer: threadHold)
@@ -506,16 +522,16 @@ public final class ThrottledQueue: @unchecked Sendable {
         return try Hold.withThreadHold(hold) { try work() }
     }
 
-    /// Waits until `ticket` is next and its start is allowed, then starts it: a `sync` caller
+    /// Waits until `turn` is next and its start is allowed, then starts it: a `sync` caller
     /// waits out its own turn, the way the worker would. Mutex held.
-    private func _blockingWaitForTurn(of ticket: Ticket) {
+    private func _blockingWaitForTurn(_ turn: Turn) {
         while true {
-            guard case .sync(let next)? = schedule.next, next === ticket,
+            guard case .sync(let next)? = schedule.next, next === turn,
                   case .startAt(let allowed) = schedule.nextStart() else {
-                progress.wait(mutex)
+                turn.isNext.wait(mutex)
                 continue
             }
-            if let now = _blockingApproach(toStartAt: allowed, on: progress) {
+            if let now = _blockingApproach(toStartAt: allowed, on: turn.isNext) {
                 _ = schedule.start(at: now)
                 return
             }
@@ -569,7 +585,7 @@ public final class ThrottledQueue: @unchecked Sendable {
                 queuedForWorker -= removed.count
                 ticket.phase = .cancelled
                 changed.signal()
-                progress.broadcast()
+                wakeWaiters()
                 return ticket.takeContinuation()
             case .granted, .ended, .cancelled:
                 return nil
@@ -584,7 +600,7 @@ public final class ThrottledQueue: @unchecked Sendable {
             schedule.end(at: now, startedAt: startedAt)
             ticket?.phase = .ended
             changed.signal()
-            progress.broadcast()
+            wakeWaiters()
         }
     }
 }
