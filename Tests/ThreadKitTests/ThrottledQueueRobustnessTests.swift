@@ -230,6 +230,15 @@ struct ThrottledQueueRobustnessTests {
 
     // MARK: - Item 14: cancelAll() and a cancelled run waiter wake the worker
 
+    /// Expects a task submitted to the one-thread `pool` now to run at once: no worker keeps its thread.
+    static func expectThreadFree(in pool: ThreadPool, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let before = ContinuousClock.now
+        let ran = Latch()
+        try pool.execute { ran.countDown() }
+        #expect(await onNewThread { ran.wait(timeout: .seconds(3)) }, "the worker kept the pool's only thread through the gap", sourceLocation: sourceLocation)
+        #expect(ContinuousClock.now - before < lateness, sourceLocation: sourceLocation)
+    }
+
     @Test("Issue 7.14: cancelAll() wakes the worker, which gives its shared pool thread back at once instead of after the gap")
     func cancelAllGivesThePoolThreadBack() async throws {
         let pool = ThreadPool(name: KernelThreads.uniqueName("TQc"), size: 1)
@@ -240,11 +249,7 @@ struct ThrottledQueueRobustnessTests {
         #expect(await eventually(timeout: .seconds(3)) { queue.pendingCount == 1 })
         try await Task.sleep(for: .milliseconds(20))
         #expect(queue.cancelAll() == 1)
-        let before = ContinuousClock.now
-        let ran = Latch()
-        try pool.execute { ran.countDown() }
-        #expect(await onNewThread { ran.wait(timeout: .seconds(3)) }, "the worker kept the pool's only thread through the gap")
-        #expect(ContinuousClock.now - before < Self.lateness)
+        try await Self.expectThreadFree(in: pool)
     }
 
     @Test("Issue 7.14: a cancelled run waiter wakes the worker, which gives its shared pool thread back at once")
@@ -258,11 +263,7 @@ struct ThrottledQueueRobustnessTests {
         try await Task.sleep(for: .milliseconds(20))
         waiter.cancel()
         await #expect(throws: CancellationError.self) { try await waiter.value }
-        let before = ContinuousClock.now
-        let ran = Latch()
-        try pool.execute { ran.countDown() }
-        #expect(await onNewThread { ran.wait(timeout: .seconds(3)) }, "the worker kept the pool's only thread through the gap")
-        #expect(ContinuousClock.now - before < Self.lateness)
+        try await Self.expectThreadFree(in: pool)
     }
 
     // MARK: - Item 15: sync onto another queue of a one-thread shared pool
