@@ -616,3 +616,147 @@ struct ThrottleScheduleTests {
         #expect(schedule.nextStart() == .startAt(at(20_002)))
     }
 }
+
+/// Nested tasks queued ahead of the queue (`run` inside `run`), `began(at:)`, and how a thread
+/// carries out a start (`approach(toStartAt:now:)`), with made-up instants in microseconds.
+@Suite("ThrottleSchedule: nested queue, began(at:), approach")
+struct ThrottleScheduleApproachTests {
+    typealias Schedule = ThrottleSchedule<Int>
+
+    func at(_ microseconds: Int) -> MonotonicInstant {
+        MonotonicInstant(nanoseconds: 1_000_000_000_000).advanced(by: .microseconds(microseconds))
+    }
+
+    // MARK: - Nested tasks queued ahead
+
+    @Test("Nested items start ahead of the queue, in their order, at the nested start (gap from the running task's start), and count as starts")
+    func nestedItemsGoAheadOfTheQueue() {
+        var schedule = Schedule(interval: .milliseconds(10), monitor: .concurrent, mutability: .all, limit: nil)
+        schedule.submit(1)
+        schedule.submit(2)
+        #expect(schedule.start(at: at(0)) == 1)
+        schedule.submitNested(11)
+        schedule.submitNested(12, gap: .milliseconds(3))
+        #expect(schedule.pendingCount == 3)
+        #expect(schedule.next == 11)
+        // Task 1 still runs: the nested item needs only the gap from its start.
+        #expect(schedule.nextStart() == .startAt(at(10_000)))
+        #expect(schedule.start(at: at(10_000)) == 11)
+        #expect(schedule.running == 2)
+        #expect(schedule.next == 12)
+        #expect(schedule.nextStart() == .startAt(at(20_000)))
+        #expect(schedule.start(at: at(20_000)) == 12)
+        #expect(schedule.next == 2)
+        #expect(schedule.nextStart() == .awaitingEnd)
+        schedule.end(at: at(20_500))  // 12, explicit gap 3 ms, from 20 000
+        schedule.end(at: at(21_000))  // 11
+        schedule.end(at: at(22_000))  // 1
+        #expect(schedule.nextStart() == .startAt(at(23_000)), "task 2 follows the last start, nested 12, and its own gap")
+        #expect(schedule.start(at: at(23_000)) == 2)
+    }
+
+    @Test("A nested item whose running task has ended follows the monitor in full")
+    func nestedItemAfterTheRunningTaskEnded() {
+        var schedule = Schedule(interval: .milliseconds(10), monitor: .serial, mutability: .all, limit: nil)
+        schedule.submit(1)
+        _ = schedule.start(at: at(0))
+        schedule.submitNested(11)
+        schedule.end(at: at(4_000))
+        #expect(schedule.nextStart() == .startAt(at(14_000)))
+    }
+
+    @Test("removeAll(where:) and setInterval reach nested items; isIdle counts them")
+    func nestedItemsAreQueuedTasks() {
+        var schedule = Schedule(interval: .milliseconds(10), monitor: .concurrent, mutability: .defaultOnly, limit: nil)
+        schedule.submit(1)
+        _ = schedule.start(at: at(0))
+        schedule.submitNested(11)
+        schedule.submitNested(12, gap: .milliseconds(30))
+        schedule.submit(2)
+        schedule.end(at: at(1))
+        #expect(!schedule.isIdle)
+        schedule.setInterval(.milliseconds(1))
+        #expect(schedule.start(at: at(1_000)) == 11, "the gap waited changed to 1 ms")
+        schedule.end(at: at(1_001))
+        #expect(schedule.nextStart() == .startAt(at(2_000)), "nested 11 took the new default interval")
+        #expect(schedule.removeAll { $0 == 12 } == [12])
+        #expect(schedule.removeAll { _ in true } == [2])
+        #expect(schedule.pendingCount == 0)
+        #expect(schedule.isIdle)
+    }
+
+    // MARK: - began(at:)
+
+    @Test("began(at:) moves the running task's start to its own code's start before it ends: a nested start counts from there")
+    func beganMovesTheRunningStart() {
+        var schedule = Schedule(interval: .milliseconds(2), monitor: .concurrent, mutability: .all, limit: .rate(5, per: .seconds(1)))
+        schedule.submit(1)
+        _ = schedule.start(at: at(0))
+        schedule.began(at: at(137))
+        #expect(schedule.nestedStart() == at(2_137))
+        schedule.began(at: at(50))
+        #expect(schedule.nestedStart() == at(2_137), "never earlier")
+        schedule.startNested(at: at(2_137), gap: nil)
+        schedule.began(at: at(3_000))
+        #expect(schedule.nestedStart() == at(5_000), "the innermost running task moves")
+        schedule.end(at: at(3_100))
+        schedule.began(at: at(4_000))
+        #expect(schedule.nestedStart() == at(5_000), "once a later task has started, the outer one's start stays")
+    }
+
+    // MARK: - approach(toStartAt:now:)
+
+    /// A schedule whose last start was at 0, with a gap of `gap`.
+    func scheduleStarted(gap: Duration) -> Schedule {
+        var schedule = Schedule(interval: gap, monitor: .concurrent, mutability: .all, limit: nil)
+        schedule.submit(1)
+        schedule.submit(2)
+        _ = schedule.start(at: at(0))
+        schedule.end(at: at(1))
+        return schedule
+    }
+
+    @Test("A start waits for allowed + 25 µs: sleeping until 100 µs before, watching the clock after, at a 10 ms gap")
+    func approachAtALongGap() {
+        let schedule = scheduleStarted(gap: .milliseconds(10))
+        let allowed = at(10_000)
+        #expect(schedule.nextStart() == .startAt(allowed))
+        #expect(schedule.approach(toStartAt: allowed, now: at(2)) == .sleep(until: at(9_925)))
+        #expect(schedule.approach(toStartAt: allowed, now: at(9_924)) == .sleep(until: at(9_925)))
+        #expect(schedule.approach(toStartAt: allowed, now: at(9_925)) == .spin(until: at(10_025)))
+        #expect(schedule.approach(toStartAt: allowed, now: at(10_010)) == .spin(until: at(10_025)), "past allowed, inside the margin")
+        #expect(schedule.approach(toStartAt: allowed, now: at(10_025)) == .startNow)
+        #expect(schedule.approach(toStartAt: allowed, now: at(500_000)) == .startNow, "long after: at once")
+    }
+
+    @Test("The clock-watching is 1/20 of the time from the last start when that is under 100 µs",
+          arguments: [(Duration.milliseconds(1), 50), (.microseconds(100), 5), (.milliseconds(2), 100), (.seconds(1), 100)])
+    func approachIsAShareOfTheSpacing(gap: Duration, watchMicroseconds: Int) {
+        let schedule = scheduleStarted(gap: gap)
+        guard case .startAt(let allowed) = schedule.nextStart() else {
+            Issue.record("expected a start time, got \(schedule.nextStart())")
+            return
+        }
+        let target = allowed.advanced(by: .microseconds(25))
+        let wake = target.advanced(by: .microseconds(-watchMicroseconds))
+        #expect(schedule.approach(toStartAt: allowed, now: at(1)) == .sleep(until: wake))
+        #expect(schedule.approach(toStartAt: allowed, now: wake.advanced(by: .nanoseconds(-1))) == .sleep(until: wake))
+        #expect(schedule.approach(toStartAt: allowed, now: wake) == .spin(until: target))
+        #expect(schedule.approach(toStartAt: allowed, now: target) == .startNow)
+    }
+
+    @Test("A pause far from any start is approached the same way; with no start yet, by sleeping only")
+    func approachToThePauseEnd() {
+        var schedule = Schedule(interval: .milliseconds(1), monitor: .concurrent, mutability: .all, limit: nil)
+        schedule.pause(until: at(50_000))
+        schedule.submit(1)
+        #expect(schedule.nextStart() == .startAt(at(50_000)))
+        #expect(schedule.approach(toStartAt: at(50_000), now: at(0)) == .sleep(until: at(50_025)))
+        #expect(schedule.approach(toStartAt: at(50_000), now: at(50_025)) == .startNow)
+        _ = schedule.start(at: at(50_025))
+        schedule.end(at: at(50_030))
+        schedule.pause(until: at(90_000))
+        schedule.submit(2)
+        #expect(schedule.approach(toStartAt: at(90_000), now: at(60_000)) == .sleep(until: at(89_925)))
+    }
+}

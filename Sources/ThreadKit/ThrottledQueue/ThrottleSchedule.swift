@@ -8,6 +8,10 @@
 /// - `.concurrent`: s(k+1) ≥ max(e(k), s(k) + g(k)); `.serial`: s(k+1) ≥ e(k) + g(k);
 /// - with a rate limit of n per w: s(k+n) ≥ s(k) + w;
 /// - nothing starts before the end of a pause.
+///
+/// A task nested in the running one (a `sync` or `run` from inside it) starts ahead of the queue,
+/// once the gap from the last start, the pause and the rate limit allow; it counts as a start.
+/// ``approach(toStartAt:now:)`` says how a thread carries out a start: sleep, watch the clock, or go.
 struct ThrottleSchedule<Item> {
     /// A task waiting to start.
     struct Pending {
@@ -16,6 +20,16 @@ struct ThrottleSchedule<Item> {
         var explicitGap: Duration?
         /// The gap that will follow the task, as the mutability rules have left it.
         var gap: Duration
+    }
+
+    /// How a thread that is to start a task at an allowed instant spends the time until then.
+    enum Approach: Equatable {
+        /// Start now.
+        case startNow
+        /// Sleep (a timed wait, which any change may end early), then ask again.
+        case sleep(until: MonotonicInstant)
+        /// Watch the clock, yielding the core, until this instant; then ask again.
+        case spin(until: MonotonicInstant)
     }
 
     /// What the queue should do next.
@@ -44,7 +58,10 @@ struct ThrottleSchedule<Item> {
     /// The queue's default gap, for tasks submitted without their own.
     private(set) var interval: Duration
     private(set) var pending = RingBuffer<Pending>()
-    /// How many started tasks have not ended (more than one only for a nested `sync`).
+    /// Tasks nested in the running one that wait for their start (a `run` from inside `run`'s
+    /// work): they go ahead of `pending`.
+    private(set) var nestedPending = RingBuffer<Pending>()
+    /// How many started tasks have not ended (more than one only for nested tasks).
     private(set) var running = 0
     private(set) var pausedUntil: MonotonicInstant?
     private var last: LastStart?
@@ -59,7 +76,13 @@ struct ThrottleSchedule<Item> {
     }
 
     /// Whether nothing is queued and nothing runs.
-    var isIdle: Bool { pending.isEmpty && running == 0 }
+    var isIdle: Bool { pending.isEmpty && nestedPending.isEmpty && running == 0 }
+
+    /// How many queued tasks have not started, nested ones included.
+    var pendingCount: Int { pending.count + nestedPending.count }
+
+    /// The task that the next ``start(at:)`` starts.
+    var next: Item? { (nestedPending.first ?? pending.first)?.item }
 
     // MARK: - Events
 
@@ -68,15 +91,23 @@ struct ThrottleSchedule<Item> {
         pending.append(Pending(item: item, explicitGap: explicitGap, gap: explicitGap ?? interval))
     }
 
+    /// Queues `item` ahead of the queue, nested in the running task (a `run` from inside its work):
+    /// it starts at ``nestedStart()``, after the nested tasks queued before it.
+    mutating func submitNested(_ item: Item, gap explicitGap: Duration? = nil) {
+        nestedPending.append(Pending(item: item, explicitGap: explicitGap, gap: explicitGap ?? interval))
+    }
+
     /// Changes the queue's interval; queued tasks and the gap now being waited follow the mutability.
     mutating func setInterval(_ newInterval: Duration) {
         interval = newInterval
         switch mutability {
         case .all:
             pending.updateEach { $0.gap = newInterval }
+            nestedPending.updateEach { $0.gap = newInterval }
             last?.gap = newInterval
         case .defaultOnly:
             pending.updateEach { if $0.explicitGap == nil { $0.gap = newInterval } }
+            nestedPending.updateEach { if $0.explicitGap == nil { $0.gap = newInterval } }
             if last?.isExplicit == false { last?.gap = newInterval }
         case .none:
             break
@@ -93,16 +124,19 @@ struct ThrottleSchedule<Item> {
         pausedUntil = nil
     }
 
-    /// When the first queued task may start.
+    /// When the first queued task (a nested one first) may start.
     func nextStart() -> Next {
+        if !nestedPending.isEmpty { return .startAt(nestedStart()) }
         if running > 0 { return .awaitingEnd }
         guard !pending.isEmpty else { return .idle }
         return .startAt(earliestStart())
     }
 
-    /// Starts the first queued task at `now`, which must not be before ``nextStart()`` allows.
+    /// Starts the first queued task (a nested one first) at `now`, which must not be before
+    /// ``nextStart()`` allows.
     mutating func start(at now: MonotonicInstant) -> Item {
-        guard case .startAt(let allowed) = nextStart(), allowed <= now, let first = pending.popFirst() else {
+        guard case .startAt(let allowed) = nextStart(), allowed <= now,
+              let first = nestedPending.popFirst() ?? pending.popFirst() else {
             preconditionFailure("ThrottleSchedule.start(at: \(now)) before its time: \(nextStart())")
         }
         recordStart(at: now, gap: first.gap, isExplicit: first.explicitGap != nil)
@@ -124,25 +158,50 @@ struct ThrottleSchedule<Item> {
         recordStart(at: now, gap: explicitGap ?? interval, isExplicit: explicitGap != nil)
     }
 
+    /// The running task (the innermost, if nested) began its own code at `startedAt`.
+    ///
+    /// That is a little after its start was granted: the thread still had to get to it. Gaps and
+    /// the rate limit then count from that instant, so no two task bodies ever begin closer than
+    /// the rules allow, as seen from inside them. A task reports it at its end (``end(at:startedAt:)``),
+    /// or earlier, when a task nested in it asks for its start. It never moves a start earlier, and
+    /// it changes nothing once a later task has started.
+    mutating func began(at startedAt: MonotonicInstant) {
+        guard running > 0, let granted = last?.start, last?.depth == running, startedAt > granted else { return }
+        last?.start = startedAt
+        if recentStarts.last == granted { recentStarts.replaceLast(with: startedAt) }
+    }
+
     /// The running task (the innermost, if nested) ended at `now`.
     ///
-    /// - Parameter startedAt: When the task's own code began, if known: a little after the start
-    ///   was granted (the thread still had to get to it). Gaps and the rate limit then count from
-    ///   that instant, so no two task bodies ever begin closer than the rules allow, as seen from
-    ///   inside them. It never moves a start earlier.
+    /// - Parameter startedAt: When the task's own code began, if known; see ``began(at:)``.
     mutating func end(at now: MonotonicInstant, startedAt: MonotonicInstant? = nil) {
         precondition(running > 0, "ThrottleSchedule.end(at:) with no task running")
-        if let startedAt, let granted = last?.start, last?.depth == running, startedAt > granted {
-            last?.start = startedAt
-            if recentStarts.last == granted { recentStarts.replaceLast(with: startedAt) }
-        }
+        if let startedAt { began(at: startedAt) }
         running -= 1
         last?.end = now
     }
 
-    /// Removes the queued tasks that match `shouldRemove`; running ones are not affected.
+    /// Removes the queued tasks (nested ones too) that match `shouldRemove`; running ones are not affected.
     mutating func removeAll(where shouldRemove: (Item) -> Bool) -> [Item] {
-        pending.removeAll { shouldRemove($0.item) }.map(\.item)
+        nestedPending.removeAll { shouldRemove($0.item) }.map(\.item)
+            + pending.removeAll { shouldRemove($0.item) }.map(\.item)
+    }
+
+    // MARK: - Carrying out a start
+
+    /// How a thread that may start the next task at `allowed` spends the time from `now`.
+    ///
+    /// Every start, by the worker or by a `sync` caller, nested or not, follows this one rule: the
+    /// task starts at `allowed` + ``ThrottledQueue/startMargin``; the thread sleeps until a little
+    /// before, and watches the clock for the rest: ``ThrottledQueue/finalApproach``, or
+    /// 1/``ThrottledQueue/approachShare`` of the time from the last start to `allowed` if that is less.
+    func approach(toStartAt allowed: MonotonicInstant, now: MonotonicInstant) -> Approach {
+        let target = allowed.advanced(by: ThrottledQueue.startMargin)
+        guard now < target else { return .startNow }
+        let spacing = last.map { $0.start.duration(to: allowed) } ?? .zero
+        let watch = max(.zero, min(ThrottledQueue.finalApproach, spacing / ThrottledQueue.approachShare))
+        let wake = target.advanced(by: .zero - watch)
+        return now < wake ? .sleep(until: wake) : .spin(until: target)
     }
 
     // MARK: - Rules

@@ -5,31 +5,27 @@ extension ThrottledQueue {
     /// `work` returns or throws (which `.serial` counts from). If the calling task is cancelled
     /// before its turn, it leaves the queue, `work` never runs, and this throws `CancellationError`.
     ///
+    /// Inside `work` (and the child tasks it awaits), the queue knows its task is running: a `sync`
+    /// or `run` on the same queue is nested, waiting out its gap and running at once, ahead of
+    /// queued tasks; `waitUntilIdle()` stops with a precondition failure instead of waiting forever.
+    ///
     /// - Returns: What `work` returned.
-    /// - Throws: What `work` threw, `CancellationError`, or ``ThreadPoolError/disposed(pool:)`` if
-    ///   the queue's pool was disposed.
+    /// - Throws: What `work` threw, `CancellationError`, or a ``ThreadPoolError`` if the queue's
+    ///   pool refused its worker (it was disposed, or could not start a thread).
     public func run<T: Sendable>(_ work: @Sendable () async throws -> T) async throws -> T {
+        let outer = Hold.ofTask
         let ticket = Ticket()
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let refusal: (any Error)? = withMutex {
-                    guard ticket.phase == .new else { return CancellationError() }
-                    ticket.continuation = continuation
-                    do {
-                        try enqueue(.ticket(ticket), gap: nil)
-                        return nil
-                    } catch {
-                        ticket.continuation = nil
-                        return error
-                    }
+                if let refusal = queueRun(ticket, continuation, within: outer) {
+                    continuation.resume(throwing: refusal)
                 }
-                if let refusal { continuation.resume(throwing: refusal) }
             }
         } onCancel: {
             leave(ticket)?.resume(throwing: CancellationError())
         }
-        let startedAt = MonotonicInstant.now()
-        defer { endTask(startedAt: startedAt) }
-        return try await work()
+        let hold = Hold(queue: self, pool: nil, ticket: ticket, outer: outer)
+        defer { endTask(startedAt: hold.startedAt, ticket: ticket) }
+        return try await Hold.$ofTask.withValue(hold) { try await work() }
     }
 }

@@ -13,9 +13,10 @@ import Darwin
 /// end, if it ran longer); with `.serial`, `interval` after its end. An optional ``RateLimit`` caps
 /// starts per sliding window, and ``pause(for:)`` holds every start, for an HTTP 429's `Retry-After`.
 ///
-/// Tasks run on one worker thread of a ``ThreadPool``, which waits out each gap with a timed wait
-/// on the monotonic clock and goes back to the pool when the queue is idle. Queues are independent:
-/// one queue's gaps never delay another's.
+/// `async` tasks run on one worker thread of a ``ThreadPool``, which waits out each gap with a
+/// timed wait on the monotonic clock and goes back to the pool when no such task is queued. A
+/// ``sync(_:)`` caller waits out its own turn on its own thread and needs no pool thread. Queues
+/// are independent: one queue's gaps never delay another's.
 ///
 /// ```swift
 /// let api = ThrottledQueue(label: "GitHub", interval: .milliseconds(200), limit: .rate(3, per: .seconds(1)))
@@ -23,7 +24,8 @@ import Darwin
 /// let user = try await api.run { try await client.user(id) }
 /// ```
 public final class ThrottledQueue: @unchecked Sendable {
-    // Sendable: `schedule`, `hasWorker`, `runningThread` and every `Ticket`'s vars are guarded by `mutex`.
+    // Sendable: `schedule`, `worker`, `queuedForWorker`, `refusal` and every `Ticket`'s vars are
+    // guarded by `mutex`.
 
     /// Where the gap between two tasks is measured from.
     public enum Monitor: Sendable, Equatable {
@@ -52,17 +54,25 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// The cap on starts per window, if any.
     public let limit: RateLimit?
 
+    /// Where the worker runs: the pool given to `init`, or one of the queue's own.
     private let pool: ThreadPool
+    /// Whether `pool` is the queue's own, disposed with the queue.
+    private let ownsPool: Bool
     private let mutex = PThreadMutex()
-    /// Signalled for the worker: work arrived, a task ended, the interval or a pause changed.
+    /// Signalled for the worker: work arrived or left, a task ended, the interval or a pause changed.
     private let changed = MonotonicCondition()
-    /// Broadcast when a ticket is granted or a task ends, for `sync` callers and `waitUntilIdle`; and
-    /// when the interval or a pause changes, for a nested `sync` waiting out its gap.
+    /// Broadcast when a task ends or leaves the queue, for `waitUntilIdle`; and when the interval
+    /// or a pause changes, for a nested `sync` waiting out its gap. (A `sync` caller waiting for its
+    /// turn sleeps on its own ``Turn``, woken only once it is next.)
     private let progress = MonotonicCondition()
     private var schedule: ThrottleSchedule<Item>
-    private var hasWorker = false
-    /// The thread running the current task, to recognise a `sync` from inside it.
-    private var runningThread: pthread_t?
+    private var worker = Worker.none
+    /// Queued tasks that the worker starts: `async` work and `run` callers (`sync` callers start
+    /// their own).
+    private var queuedForWorker = 0
+    /// Set once the pool dropped the worker before it ran (the pool's `disposeNow()`): the pool is
+    /// gone, and what needs a worker is refused with this.
+    private var refusal: ThreadPoolError?
 
     /// Creates a queue.
     ///
@@ -73,8 +83,9 @@ public final class ThrottledQueue: @unchecked Sendable {
     ///   - mutability: Which queued tasks a later change of `interval` reaches.
     ///   - limit: At most so many starts in any sliding window.
     ///   - pool: Where the queue's worker runs; by default a pool of one thread of its own, so the
-    ///     queue holds no thread once idle long enough to be collected. A shared pool needs a thread
-    ///     for each queue busy at the same time, or queues wait for each other.
+    ///     queue holds no thread once idle long enough to be collected, nor once the queue is gone.
+    ///     A shared pool needs a thread for each queue busy at the same time, or queues wait for
+    ///     each other.
     public init(
         label: String = "ThrottledQueue", interval: Duration = .milliseconds(500),
         monitor: Monitor = .concurrent, mutability: Mutability = .all,
@@ -85,8 +96,15 @@ public final class ThrottledQueue: @unchecked Sendable {
         self.monitor = monitor
         self.mutability = mutability
         self.limit = limit
+        self.ownsPool = pool == nil
         self.pool = pool ?? ThreadPool(name: label, size: 1)
         self.schedule = ThrottleSchedule(interval: interval, monitor: monitor, mutability: mutability, limit: limit)
+    }
+
+    deinit {
+        // A worker holds the queue while tasks are queued, so the queue is idle: nothing will use
+        // its own pool again. Its thread exits now instead of when the pool would collect it.
+        if ownsPool { pool.dispose() }
     }
 
     /// The gap that follows tasks submitted without their own; changing it reaches queued tasks
@@ -98,7 +116,7 @@ public final class ThrottledQueue: @unchecked Sendable {
             mutex.withLock {
                 schedule.setInterval(newValue)
                 changed.signal()
-                progress.broadcast()
+                wakeWaiters()
             }
         }
     }
@@ -107,25 +125,36 @@ public final class ThrottledQueue: @unchecked Sendable {
 
     /// Queues `work`, followed by the queue's interval.
     ///
-    /// - Throws: ``ThreadPoolError/disposed(pool:)`` if the queue's pool was disposed.
+    /// - Throws: ``ThreadPoolError`` if the queue's pool refused its worker (it was disposed, or
+    ///   could not start a thread); the work is then not queued.
     public func async(_ work: @escaping @Sendable () -> Void) throws {
-        try mutex.withLock { () throws(ThreadPoolError) in try enqueue(.work(work), gap: nil) }
+        try mutex.withLock { () throws(ThreadPoolError) in try enqueueForWorker(.work(work), gap: nil, nested: false) }
     }
 
     /// Queues `work`, followed by `interval` instead of the queue's interval (for this one task).
     ///
     /// - Parameter interval: The gap after this task; not negative.
-    /// - Throws: ``ThreadPoolError/disposed(pool:)`` if the queue's pool was disposed.
+    /// - Throws: ``ThreadPoolError`` if the queue's pool refused its worker (it was disposed, or
+    ///   could not start a thread); the work is then not queued.
     public func async(interval: Duration, _ work: @escaping @Sendable () -> Void) throws {
         precondition(interval >= .zero, "ThrottledQueue '\(label)': interval must not be negative, got \(interval)")
-        try mutex.withLock { () throws(ThreadPoolError) in try enqueue(.work(work), gap: interval) }
+        try mutex.withLock { () throws(ThreadPoolError) in try enqueueForWorker(.work(work), gap: interval, nested: false) }
     }
 
     /// Runs `work` on the calling thread when its turn comes, and returns its result.
     ///
-    /// Returns as soon as `work` has run, not after the gap that follows. Called from inside one of
-    /// this queue's tasks, it does not deadlock: it waits out the gap on this thread and runs at
-    /// once, ahead of queued tasks, counting as a start.
+    /// Returns as soon as `work` has run, not after the gap that follows. The calling thread waits
+    /// out its own turn (a timed wait, then the same start margin as every start), so `sync` needs
+    /// no pool thread: it works on a queue whose pool is busy or was disposed. It does wait for the
+    /// tasks queued ahead of it, which the queue's worker starts.
+    ///
+    /// Called from inside one of this queue's tasks (or from `run`'s work), it does not deadlock: it
+    /// waits out the gap on this thread and runs at once, ahead of queued tasks, counting as a start.
+    ///
+    /// Precondition: not called from a task of another queue that runs on the only thread of this
+    /// queue's pool (a shared `ThreadPool` of size 1) while `async` work or `run` callers are queued
+    /// here: their worker would need that very thread, so the call would wait forever. It stops
+    /// with a message naming both queues and the pool.
     public func sync<T>(_ work: () throws -> T) rethrows -> T {
         try runHere(gap: nil, work)
     }
@@ -154,65 +183,85 @@ public final class ThrottledQueue: @unchecked Sendable {
         mutex.withLock {
             schedule.resume()
             changed.signal()
-            progress.broadcast()
+            wakeWaiters()
         }
         Log.log(.throttle, "\(label): resumed")
     }
 
     /// Removes every queued task that has not started.
     ///
-    /// Removed `async` tasks never run; waiting ``run(_:)`` callers throw `CancellationError`. Threads
-    /// blocked in ``sync(_:)`` keep their place: they must get their result.
+    /// Removed `async` tasks never run (their closures are released); waiting ``run(_:)`` callers
+    /// throw `CancellationError`. Threads blocked in ``sync(_:)`` keep their place: they must get
+    /// their result. A worker left with nothing to start goes back to its pool at once.
     ///
     /// - Returns: How many tasks will never run.
     @discardableResult
     public func cancelAll() -> Int {
-        let removed: [Item] = mutex.withLock {
-            let removed = schedule.removeAll { item in
-                if case .ticket(let ticket) = item { return ticket.continuation != nil }
-                return true
+        let (removed, waiters) = mutex.withLock { () -> ([Item], [CheckedContinuation<Void, any Error>]) in
+            let removed = schedule.removeAll { !$0.isSync }
+            queuedForWorker -= removed.count
+            var waiters: [CheckedContinuation<Void, any Error>] = []
+            for case .run(let ticket) in removed {
+                ticket.phase = .cancelled
+                if let continuation = ticket.takeContinuation() { waiters.append(continuation) }
             }
-            for case .ticket(let ticket) in removed { ticket.phase = .cancelled }
-            progress.broadcast()
-            return removed
+            changed.signal()
+            wakeWaiters()
+            return (removed, waiters)
         }
-        for case .ticket(let ticket) in removed {
-            ticket.takeContinuation()?.resume(throwing: CancellationError())
-        }
+        for waiter in waiters { waiter.resume(throwing: CancellationError()) }
         if !removed.isEmpty { Log.log(.throttle, "\(label): cancelled \(removed.count) queued tasks") }
         return removed.count
+        // `removed`, with the closures of the removed tasks, is released here, outside the mutex.
     }
 
     /// Blocks until every accepted task has finished (not the gap after the last).
     ///
-    /// Must not be called from inside one of the queue's own tasks, which could never finish.
+    /// Must not be called from inside one of the queue's own tasks (`run`'s work included), which
+    /// could never finish; nor, while `async` work or `run` callers are queued, from a task of
+    /// another queue on the only thread of this queue's pool, which their worker needs. Either
+    /// stops with a precondition failure.
     public func waitUntilIdle() {
-        mutex.withLock {
-            precondition(!isRunningOnCurrentThread, "ThrottledQueue '\(label)': waitUntilIdle() from inside its own task would wait forever")
-            while !schedule.isIdle { progress.wait(mutex) }
+        let threadHold = Hold.ofThread, taskHold = Hold.ofTask
+        mutex.lock()
+        if held(thread: threadHold, task: taskHold) != nil {
+            mutex.unlock()
+            preconditionFailure("ThrottledQueue '\(label)': waitUntilIdle() from inside its own task would wait forever")
         }
+        if let message = starvedPoolMessage(for: "waitUntilIdle()", threadHold: threadHold) {
+            mutex.unlock()
+            preconditionFailure(message)
+        }
+        while !schedule.isIdle { progress.wait(mutex) }
+        mutex.unlock()
     }
 
     /// How many accepted tasks have not started.
     public var pendingCount: Int {
-        mutex.withLock { schedule.pending.count }
+        mutex.withLock { schedule.pendingCount }
     }
 
     // MARK: - Internals
 
     enum Item {
-        /// An `async` task, run by the worker.
+        /// An `async` task: the worker starts it and runs it.
         case work(@Sendable () -> Void)
-        /// A `sync` or `run` caller, which runs its own work once granted its start.
-        case ticket(Ticket)
+        /// A `run` caller: the worker starts it, and the caller's task runs its work.
+        case run(Ticket)
+        /// A `sync` caller: it starts its own turn and runs its work on its own thread.
+        case sync(Turn)
+
+        var isSync: Bool {
+            if case .sync = self { true } else { false }
+        }
     }
 
-    /// A caller waiting to run its own work on its own thread or task.
+    /// A `run` caller waiting for the worker to start its turn.
     final class Ticket: @unchecked Sendable {
         // Sendable: `phase` and `continuation` are guarded by the queue's mutex.
-        enum Phase { case new, queued, granted, cancelled }
+        enum Phase { case new, queued, granted, ended, cancelled }
         var phase = Phase.new
-        /// Set for `run` callers; `sync` callers wait on the queue's `progress` condition instead.
+        /// A `run` caller's, resumed when the worker starts it.
         var continuation: CheckedContinuation<Void, any Error>?
 
         func takeContinuation() -> CheckedContinuation<Void, any Error>? {
@@ -221,87 +270,147 @@ public final class ThrottledQueue: @unchecked Sendable {
         }
     }
 
-    /// Queues `item` and makes sure a worker serves the queue. Mutex held.
+    /// A `sync` caller's place in the queue, and the condition it sleeps on until it is next.
     ///
-    /// The worker is submitted under the queue's mutex, so a refusing pool rejects exactly this
-    /// item and no other submitter can count on a worker that never comes. That is safe: the pool's
-    /// submission calls out to nothing (not even a log delegate), and executor-style submission
-    /// neither blocks nor runs on the caller.
-    func enqueue(_ item: Item, gap: Duration?) throws(ThreadPoolError) {
-        if !hasWorker {
-            try pool.submit(.closure { [self] in runWorker() }, ignoringLimit: true)
-            hasWorker = true
+    /// One condition per caller, signalled only for the caller that is next: a queue with many
+    /// `sync` callers does not wake them all at each end, to compete for the cores while the next
+    /// one starts its work.
+    final class Turn: Sendable {
+        let isNext = MonotonicCondition()
+    }
+
+    /// Who starts the tasks that the worker serves (`async` work and `run` callers).
+    private enum Worker {
+        /// Nobody: no such task is queued.
+        case none
+        /// Submitted to this pool, waiting there for a thread.
+        case waiting(in: ThreadPool)
+        /// Running its loop on a pool thread.
+        case driving
+    }
+
+    /// Queues `item`, which the worker starts, and makes sure a worker serves the queue. Mutex held.
+    ///
+    /// - Parameter nested: Whether `item` is nested in the running task (a `run` from inside `run`'s
+    ///   work), to start ahead of the queue.
+    /// - Throws: The pool's refusal; nothing is then queued.
+    func enqueueForWorker(_ item: Item, gap: Duration?, nested: Bool) throws(ThreadPoolError) {
+        if let refusal { throw refusal }
+        if case .none = worker {
+            try submitWorker(to: pool, onAbandon: { [self] in workerWasDropped() })
         }
-        schedule.submit(item, gap: gap)
-        if case .ticket(let ticket) = item { ticket.phase = .queued }
+        if nested { schedule.submitNested(item, gap: gap) } else { schedule.submit(item, gap: gap) }
+        queuedForWorker += 1
         changed.signal()
     }
 
-    private var isRunningOnCurrentThread: Bool {
-        guard let runningThread else { return false }
-        return pthread_equal(runningThread, pthread_self()) != 0
+    /// Submits the worker to `workerPool`. Mutex held.
+    ///
+    /// The worker is submitted under the queue's mutex, so a refusing pool rejects exactly the item
+    /// being queued and no other submitter can count on a worker that never comes. That is safe:
+    /// the pool's submission calls out to nothing (not even a log delegate), and a task submitted
+    /// past the queue limit neither blocks nor runs on the caller.
+    ///
+    /// The worker holds the queue until its loop ends, so a queue dropped with tasks queued still
+    /// runs them all.
+    private func submitWorker(to workerPool: ThreadPool, onAbandon: (@Sendable () -> Void)?) throws(ThreadPoolError) {
+        let task = ScheduledTask(pool: workerPool, work: { [self] in runWorker(on: workerPool) }, onAbandon: onAbandon)
+        try workerPool.submit(.task(task), ignoringLimit: true)
+        worker = .waiting(in: workerPool)
     }
 
-    private func pause(until instant: MonotonicInstant) {
-        mutex.withLock {
-            schedule.pause(until: instant)
-            changed.signal()
-            progress.broadcast()
-        }
-        Log.log(.throttle, "\(label): paused for \(MonotonicInstant.now().duration(to: instant))")
-    }
-
-    /// The worker: starts each task when the schedule allows, until the queue is idle.
-    private func runWorker() {
-        mutex.lock()
-        while true {
-            switch schedule.nextStart() {
-            case .idle:
-                hasWorker = false
-                mutex.unlock()
-                return
-            case .awaitingEnd:
-                _blockingWaitForTaskEnd()
-            case .startAt(let allowed):
-                let now = MonotonicInstant.now()
-                guard allowed <= now else {
-                    let target = allowed.advanced(by: Self.startMargin)
-                    let approach = target.advanced(by: .zero - Self.finalApproach)
-                    if now < approach {
-                        _blockingWaitForGap(until: approach)
-                    } else {
-                        mutex.unlock()
-                        _spinUntil(target)
-                        mutex.lock()
-                    }
-                    continue
+    /// Called by the pool's `disposeNow()`, outside its lock, when it dropped the worker before
+    /// the worker ran: the pool is gone.
+    ///
+    /// What was accepted still runs, on a worker of the queue's own: a pool of one thread named
+    /// after the queue, disposed at once so that its thread exits when the queue is drained. Later
+    /// `async` and `run` calls throw ``ThreadPoolError/disposed(pool:)``; `sync` needs no worker.
+    private func workerWasDropped() {
+        let disposed = ThreadPoolError.disposed(pool: pool.name)
+        var fallback: ThreadPool?
+        var failure: ThreadPoolError?
+        let (dropped, waiters) = mutex.withLock { () -> ([Item], [CheckedContinuation<Void, any Error>]) in
+            refusal = disposed
+            worker = .none
+            guard queuedForWorker > 0 else { return ([], []) }
+            let own = ThreadPool(name: label, size: 1)
+            do throws(ThreadPoolError) {
+                try submitWorker(to: own, onAbandon: nil)
+                fallback = own
+                return ([], [])
+            } catch {
+                // No thread to run them: they leave the queue, and `run` callers get the error.
+                failure = error
+                let dropped = schedule.removeAll { !$0.isSync }
+                queuedForWorker = 0
+                var waiters: [CheckedContinuation<Void, any Error>] = []
+                for case .run(let ticket) in dropped {
+                    ticket.phase = .cancelled
+                    if let continuation = ticket.takeContinuation() { waiters.append(continuation) }
                 }
-                switch schedule.start(at: now) {
-                case .work(let work):
-                    runningThread = pthread_self()
-                    mutex.unlock()
-                    let startedAt = MonotonicInstant.now()
-                    work()
-                    let endedAt = MonotonicInstant.now()
-                    mutex.lock()
-                    runningThread = nil
-                    schedule.end(at: endedAt, startedAt: startedAt)
-                    progress.broadcast()
-                case .ticket(let ticket):
-                    ticket.phase = .granted
-                    progress.broadcast()
-                    if let continuation = ticket.takeContinuation() {
-                        mutex.unlock()
-                        continuation.resume()
-                        mutex.lock()
-                    }
-                }
+                wakeWaiters()
+                return (dropped, waiters)
             }
         }
+        if let fallback {
+            fallback.dispose()
+            Log.log(.throttle, "\(label): ThreadPool '\(pool.name)' was disposed with the queue's worker waiting; the accepted tasks run on a thread of the queue's own")
+        }
+        if let failure {
+            for waiter in waiters { waiter.resume(throwing: failure) }
+            Log.log(.throttle, "\(label): ThreadPool '\(pool.name)' was disposed with the queue's worker waiting, and no thread of the queue's own could start (\(failure)): \(dropped.count) accepted tasks never run")
+        }
     }
 
-    private func _blockingWaitForTaskEnd() {
-        changed.wait(mutex)
+    /// The worker: starts the tasks it serves (`async` work, `run` callers) when the schedule
+    /// allows, until none is queued; then its thread goes back to `workerPool`.
+    private func runWorker(on workerPool: ThreadPool) {
+        mutex.lock()
+        worker = .driving
+        while queuedForWorker > 0 {
+            guard case .startAt(let allowed) = schedule.nextStart(), schedule.next?.isSync == false else {
+                // A task runs, or a `sync` caller is next and starts its own turn: both end with a signal.
+                _blockingWaitForChange()
+                continue
+            }
+            guard let now = _blockingApproach(toStartAt: allowed, on: changed) else { continue }
+            queuedForWorker -= 1
+            var work: (@Sendable () -> Void)?
+            var granted: CheckedContinuation<Void, any Error>?
+            switch schedule.start(at: now) {
+            case .work(let closure):
+                work = closure
+            case .run(let ticket):
+                ticket.phase = .granted
+                granted = ticket.takeContinuation()
+            case .sync:
+                preconditionFailure("ThrottledQueue '\(label)': the worker started a sync caller's turn")
+            }
+            mutex.unlock()
+            granted?.resume()
+            if work != nil {
+                // The closure is released with this call's argument, before the mutex is taken
+                // again: a capture's deinit may use the queue.
+                let (startedAt, endedAt) = perform(work.take()!, on: workerPool)
+                mutex.lock()
+                schedule.end(at: endedAt, startedAt: startedAt)
+                wakeWaiters()
+            } else {
+                mutex.lock()
+            }
+        }
+        worker = .none
+        mutex.unlock()
+    }
+
+    /// Runs an `async` task's work on the worker's thread, which holds the queue meanwhile. Mutex
+    /// not held.
+    ///
+    /// - Returns: When the work began and when it ended.
+    private func perform(_ work: @Sendable () -> Void, on workerPool: ThreadPool) -> (MonotonicInstant, MonotonicInstant) {
+        let hold = Hold(queue: self, pool: workerPool, ticket: nil, outer: Hold.ofThread)
+        Hold.withThreadHold(hold) { work() }
+        return (hold.startedAt, MonotonicInstant.now())
     }
 
     /// How long after the earliest allowed instant a waiting task starts.
@@ -309,62 +418,158 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// A task body reads the clock a moment after the queue starts it, and that moment varies by a
     /// microsecond or two, by tens when an interrupt lands in between. Aiming this much later means
     /// the task bodies themselves never observe two starts closer than the rules allow. (A task that
-    /// arrives after its gap has passed still starts at once.)
+    /// arrives after its gap has passed by more than this starts at once.)
     static let startMargin = Duration.microseconds(25)
 
-    /// How long before a start the worker stops sleeping and watches the clock instead.
+    /// The longest a thread watches the clock before a start, instead of sleeping.
     ///
     /// A thread woken by the kernel at a deadline runs tens of microseconds after it (more on a
-    /// virtual machine); an API's rate limit counts from the request, so the worker sleeps until
-    /// this much before the start and spends the rest yielding the core. It costs at most this
-    /// much CPU per gap: 1 % for a 10 ms interval, nothing noticeable for the usual hundreds of ms.
+    /// virtual machine); an API's rate limit counts from the request, so a thread sleeps until a
+    /// little before the start and spends the rest yielding the core. At short intervals
+    /// ``approachShare`` makes it shorter.
     static let finalApproach = Duration.microseconds(100)
 
-    private func _blockingWaitForGap(until deadline: MonotonicInstant) {
-        changed.wait(mutex, until: deadline)
+    /// The share of the time between two starts that watching the clock may take: 1/20.
+    ///
+    /// With ``finalApproach`` it bounds the clock-watching to min(100 µs, 5 %) of the time from the
+    /// previous start: at most 5 % of a core at any interval (1 % at 10 ms), where a fixed 100 µs
+    /// cost 10 % at a 1 ms interval and all of a core at 100 µs. The price is precision at short
+    /// intervals only: a start 1 ms after the last watches the clock for the last 50 µs.
+    static let approachShare = 20
+
+    /// Wakes whoever may go on after a task ended or left, or the interval or a pause changed:
+    /// `waitUntilIdle` callers, a nested `sync` waiting out its gap, and the `sync` caller that is
+    /// next, if one is. Mutex held.
+    private func wakeWaiters() {
+        progress.broadcast()
+        if case .sync(let turn)? = schedule.next { turn.isNext.signal() }
     }
 
-    /// Yields the core until `deadline`, which is at most ``finalApproach`` away. Mutex not held.
-    private func _spinUntil(_ deadline: MonotonicInstant) {
+    private func _blockingWaitForChange() {
+        changed.wait(mutex)
+    }
+
+    /// One step toward a start allowed at `allowed`, by the schedule's rule: sleeps on `condition`
+    /// (which any change signals) or watches the clock, then returns `nil` for the caller to decide
+    /// again; or, once it is time, returns the instant to start at. Mutex held.
+    private func _blockingApproach(toStartAt allowed: MonotonicInstant, on condition: MonotonicCondition) -> MonotonicInstant? {
+        let now = MonotonicInstant.now()
+        switch schedule.approach(toStartAt: allowed, now: now) {
+        case .startNow:
+            return now
+        case .sleep(let wake):
+            condition.wait(mutex, until: wake)
+        case .spin(let target):
+            mutex.unlock()
+            Self._spinUntil(target)
+            mutex.lock()
+        }
+        return nil
+    }
+
+    /// Yields the core until `deadline`, which is at most ``finalApproach`` away.
+    /// Mutex not held.
+    private static func _spinUntil(_ deadline: MonotonicInstant) {
         while MonotonicInstant.now() < deadline { sched_yield() }
     }
 
-    /// Runs a `sync` caller's work on its own thread once its start is granted.
+    private func pause(until instant: MonotonicInstant) {
+        mutex.withLock {
+            schedule.pause(until: instant)
+            changed.signal()
+            wakeWaiters()
+        }
+        Log.log(.throttle, "\(label): paused for \(MonotonicInstant.now().duration(to: instant))")
+    }
+
+    /// The innermost hold of this queue's running task by the calling thread or task: a call from
+    /// inside it is nested. Mutex held.
+    private func held(thread: Hold?, task: Hold?) -> Hold? {
+        thread?.innermost(of: self) ?? task?.innermost(of: self)
+    }
+
+    /// Why a wait by the calling thread could never end, if it is the only thread of this queue's
+    /// pool, running another queue's task, while the tasks queued here wait in that pool for the
+    /// worker that needs that thread. Mutex held.
+    private func starvedPoolMessage(for call: String, threadHold: Hold?) -> String? {
+        guard pool.size == 1, queuedForWorker > 0, case .waiting(let waitingIn) = worker, waitingIn === pool,
+              let holder = threadHold?.first(onThreadOf: pool) else { return nil }
+        return "ThrottledQueue '\(label)': \(call) from a task of ThrottledQueue '\(holder.queue.label)' on the same "
+            + "one-thread ThreadPool '\(pool.name)' would wait forever: the pool has no thread left for '\(label)'"
+    }
+
+    /// Runs a `sync` caller's work on its own thread once its turn has come.
     private func runHere<T>(gap: Duration?, _ work: () throws -> T) rethrows -> T {
+        let threadHold = Hold.ofThread, taskHold = Hold.ofTask
         mutex.lock()
-        if isRunningOnCurrentThread {
-            while true {
-                let allowed = schedule.nestedStart()
-                let now = MonotonicInstant.now()
-                if allowed <= now {
-                    schedule.startNested(at: now, gap: gap)
-                    break
-                }
-                progress.wait(mutex, until: allowed)
-            }
+        if let holder = held(thread: threadHold, task: taskHold) {
+            // Nested in this queue's running task, which waits for it: it starts ahead of the queue,
+            // its gap counted from the running task's own code.
+            schedule.began(at: holder.startedAt)
+            _blockingWaitForNestedStart(gap: gap)
         } else {
-            let ticket = Ticket()
-            do {
-                try enqueue(.ticket(ticket), gap: gap)
-            } catch {
+            if let message = starvedPoolMessage(for: "sync", threadHold: threadHold) {
                 mutex.unlock()
-                preconditionFailure("ThrottledQueue '\(label)': sync needs a worker, but \(error)")
+                preconditionFailure(message)
             }
-            while ticket.phase != .granted { progress.wait(mutex) }
-            runningThread = pthread_self()
+            let turn = Turn()
+            schedule.submit(.sync(turn), gap: gap)
+            _blockingWaitForTurn(turn)
         }
         mutex.unlock()
-        let startedAt = MonotonicInstant.now()
-        defer { endTask(startedAt: startedAt) }
-        return try work()
+        let hold = Hold(queue: self, pool: nil, ticket: nil, outer: threadHold)
+        defer { endTask(startedAt: hold.startedAt, ticket: nil) }
+        return try Hold.withThreadHold(hold) { try work() }
     }
 
-    /// Runs `body` with the mutex held.
-    func withMutex<Result>(_ body: () -> Result) -> Result {
-        mutex.withLock(body)
+    /// Waits until `turn` is next and its start is allowed, then starts it: a `sync` caller
+    /// waits out its own turn, the way the worker would. Mutex held.
+    private func _blockingWaitForTurn(_ turn: Turn) {
+        while true {
+            guard case .sync(let next)? = schedule.next, next === turn,
+                  case .startAt(let allowed) = schedule.nextStart() else {
+                turn.isNext.wait(mutex)
+                continue
+            }
+            if let now = _blockingApproach(toStartAt: allowed, on: turn.isNext) {
+                _ = schedule.start(at: now)
+                return
+            }
+        }
     }
 
-    /// Takes a cancelled `run` caller out of the queue, if its turn has not come.
+    /// Waits until a task nested in the running one may start, then starts it. Mutex held.
+    private func _blockingWaitForNestedStart(gap: Duration?) {
+        while true {
+            if let now = _blockingApproach(toStartAt: schedule.nestedStart(), on: progress) {
+                schedule.startNested(at: now, gap: gap)
+                return
+            }
+        }
+    }
+
+    /// Queues a `run` caller, which the worker resumes when its turn comes; nested in this queue's
+    /// running task if `outer` holds it.
+    ///
+    /// - Returns: Why it was not queued: it was cancelled already, or the pool refused a worker.
+    func queueRun(_ ticket: Ticket, _ continuation: CheckedContinuation<Void, any Error>, within outer: Hold?) -> (any Error)? {
+        mutex.withLock { () -> (any Error)? in
+            guard ticket.phase == .new else { return CancellationError() }
+            let holder = outer?.innermost(of: self)
+            if let holder { schedule.began(at: holder.startedAt) }
+            do {
+                try enqueueForWorker(.run(ticket), gap: nil, nested: holder != nil)
+            } catch {
+                return error
+            }
+            ticket.continuation = continuation
+            ticket.phase = .queued
+            return nil
+        }
+    }
+
+    /// Takes a cancelled `run` caller out of the queue, if its turn has not come, and lets the
+    /// worker re-decide (it goes back to its pool if nothing else is queued).
     ///
     /// - Returns: The continuation to resume with `CancellationError`, if it was queued.
     func leave(_ ticket: Ticket) -> CheckedContinuation<Void, any Error>? {
@@ -374,26 +579,28 @@ public final class ThrottledQueue: @unchecked Sendable {
                 ticket.phase = .cancelled
                 return nil
             case .queued:
-                _ = schedule.removeAll { item in
-                    if case .ticket(let queued) = item { queued === ticket } else { false }
+                let removed = schedule.removeAll { item in
+                    if case .run(let queued) = item { queued === ticket } else { false }
                 }
+                queuedForWorker -= removed.count
                 ticket.phase = .cancelled
-                progress.broadcast()
+                changed.signal()
+                wakeWaiters()
                 return ticket.takeContinuation()
-            case .granted, .cancelled:
+            case .granted, .ended, .cancelled:
                 return nil
             }
         }
     }
 
     /// Records the end of a task that a caller ran itself, at once.
-    func endTask(startedAt: MonotonicInstant) {
+    func endTask(startedAt: MonotonicInstant, ticket: Ticket?) {
         let now = MonotonicInstant.now()
         mutex.withLock {
             schedule.end(at: now, startedAt: startedAt)
-            if schedule.running == 0 { runningThread = nil }
+            ticket?.phase = .ended
             changed.signal()
-            progress.broadcast()
+            wakeWaiters()
         }
     }
 }

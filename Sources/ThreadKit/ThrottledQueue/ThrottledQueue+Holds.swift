@@ -1,0 +1,100 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+extension ThrottledQueue {
+    /// A task of a queue that the current thread (or, for ``ThrottledQueue/run(_:)``'s work, the
+    /// current Swift task) is running, and the holds around it.
+    ///
+    /// A thread that runs a queue's task holds that queue until the task returns; a `sync` onto
+    /// another queue from inside it adds a hold inside the first. The chain tells a `sync`, `run` or
+    /// `waitUntilIdle()` that it comes from inside a task of its own queue (a nested call, which
+    /// must not wait for the queue's turn: that turn is held by the caller), and which pool thread
+    /// the caller is, to report a wait that could never end.
+    ///
+    /// Synchronous work has a fixed thread, so its holds live in a thread-local; async work can
+    /// move between threads, so `run`'s holds travel in a task-local.
+    final class Hold: @unchecked Sendable {
+        // Sendable: `startedAt` is written only before the hold is shared: by the thread it
+        // belongs to, just before the task's work (``withThreadHold(_:_:)``), or at init for
+        // `run`'s work; a thread's hold is only ever read by that thread. The rest is constant.
+
+        /// The queue whose task runs.
+        let queue: ThrottledQueue
+        /// When the task's own code began, for the gap before a task nested in it and after it.
+        private(set) var startedAt: MonotonicInstant
+        /// The pool whose thread runs the task, when the queue's worker runs it.
+        let pool: ThreadPool?
+        /// For `run`'s work, its ticket: a task started from a child that outlived the work is not
+        /// nested in it.
+        let ticket: Ticket?
+        /// The hold this one is nested in.
+        let outer: Hold?
+
+        init(queue: ThrottledQueue, pool: ThreadPool?, ticket: Ticket?, outer: Hold?, startedAt: MonotonicInstant = .now()) {
+            self.queue = queue
+            self.startedAt = startedAt
+            self.pool = pool
+            self.ticket = ticket
+            self.outer = outer
+        }
+
+        /// The innermost hold of `queue`'s running task in this chain. Read under `queue`'s mutex,
+        /// which guards the phase of its tickets.
+        func innermost(of queue: ThrottledQueue) -> Hold? {
+            var hold: Hold? = self
+            while let current = hold {
+                if current.queue === queue, (current.ticket?.phase ?? .granted) == .granted { return current }
+                hold = current.outer
+            }
+            return nil
+        }
+
+        /// The first hold in this chain whose task runs on a thread of `pool`.
+        func first(onThreadOf pool: ThreadPool) -> Hold? {
+            var hold: Hold? = self
+            while let current = hold {
+                if current.pool === pool { return current }
+                hold = current.outer
+            }
+            return nil
+        }
+
+        /// The holds of `run`'s work, in the current Swift task and the child tasks it starts.
+        @TaskLocal static var ofTask: Hold?
+
+        /// The holds of the current thread: one thread-local read.
+        static var ofThread: Hold? {
+            guard let pointer = pthread_getspecific(threadKey) else { return nil }
+            return Unmanaged<Hold>.fromOpaque(pointer).takeUnretainedValue()
+        }
+
+        /// Runs `body`, a task's work, with `hold` as the current thread's innermost hold, and
+        /// sets the hold's `startedAt` as the last thing before `body` begins.
+        ///
+        /// The nearer that reading is to the work's own first instruction, the less of the start
+        /// margin the bookkeeping uses up.
+        static func withThreadHold<Result>(_ hold: Hold, _ body: () throws -> Result) rethrows -> Result {
+            let outer = pthread_getspecific(threadKey)
+            // Unretained: `hold` lives until this call returns, and the thread-local goes back to
+            // `outer` before that.
+            pthread_setspecific(threadKey, Unmanaged.passUnretained(hold).toOpaque())
+            defer { pthread_setspecific(threadKey, outer) }
+            return try withExtendedLifetime(hold) {
+                hold.startedAt = MonotonicInstant.now()
+                return try body()
+            }
+        }
+
+        private static let threadKey: pthread_key_t = {
+            var key = pthread_key_t()
+            let result = pthread_key_create(&key, nil)
+            precondition(result == 0, "pthread_key_create failed with error \(result)")
+            return key
+        }()
+    }
+}
