@@ -123,7 +123,7 @@ struct DispatchMethodTests {
             second.dispose()
             pool.dispose()
         }
-        let targets: [DispatchTarget] = [.thread(first), .serialQueue(queue), .pool(pool), .thread(second), .throttled(throttled)]
+        let targets: [DispatchTarget] = [.thread(first), .throttled(throttled), .serialQueue(queue), .pool(pool), .thread(second)]
         /// A → B → … → (depth targets), then back to A, and back to every other one on the way.
         @Sendable func descend(_ level: Int) throws -> Int {
             if level == depth {

@@ -84,9 +84,13 @@ extension ThrottledQueue {
             // `outer` before that.
             pthread_setspecific(threadKey, Unmanaged.passUnretained(hold).toOpaque())
             defer { pthread_setspecific(threadKey, outer) }
-            return try withExtendedLifetime(hold) {
-                hold.startedAt = MonotonicInstant.now()
-                return try body()
+            // The thread also holds the queue as a serial context, so that work it waits for on
+            // other threads (a `DispatchMethod.sync`, a dedicated thread's `sync`) holds it too.
+            return try ExecutionContexts.withHeld([SerialContext(.throttled(hold.queue))]) {
+                try withExtendedLifetime(hold) {
+                    hold.startedAt = MonotonicInstant.now()
+                    return try body()
+                }
             }
         }
 

@@ -502,10 +502,15 @@ public final class ThrottledQueue: @unchecked Sendable {
     private func runHere<T>(gap: Duration?, _ work: () throws -> T) rethrows -> T {
         let threadHold = Hold.ofThread, taskHold = Hold.ofTask
         mutex.lock()
+        let context = SerialContext(.throttled(self))
         if let holder = held(thread: threadHold, task: taskHold) {
             // Nested in this queue's running task, which waits for it: it starts ahead of the queue,
             // its gap counted from the running task's own code.
             schedule.began(at: holder.startedAt)
+            _blockingWaitForNestedStart(gap: gap)
+        } else if ExecutionContexts.holds(context) {
+            // Run for a thread that holds this queue and is blocked waiting for this one (through a
+            // dedicated thread, a DispatchMethod.sync, …): nested too.
             _blockingWaitForNestedStart(gap: gap)
         } else {
             if let message = starvedPoolMessage(for: "sync", threadHold: threadHold) {
@@ -514,7 +519,7 @@ public final class ThrottledQueue: @unchecked Sendable {
             }
             let turn = Turn()
             schedule.submit(.sync(turn), gap: gap)
-            _blockingWaitForTurn(turn)
+            ExecutionContexts.blocking(for: context) { _blockingWaitForTurn(turn) }
         }
         mutex.unlock()
         let hold = Hold(queue: self, pool: nil, ticket: nil, outer: threadHold)
