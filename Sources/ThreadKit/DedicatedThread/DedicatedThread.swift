@@ -229,19 +229,12 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
 
     /// A `sync` caller's work, run on the thread while the caller waits for `isDone`.
     private final class SyncRequest: @unchecked Sendable {
-        // Sendable: `work` is taken and called once, by the thread, while its caller is blocked
-        // waiting for it; `isDone` is guarded by the thread's mutex.
-        private var work: (() -> Void)?
+        // Sendable: `isDone` is guarded by the thread's mutex; `work` is a loan (see BorrowedWork).
+        let work: BorrowedWork
         var isDone = false
 
         init(_ work: @escaping () -> Void) {
-            self.work = work
-        }
-
-        /// Runs the work and releases it at once: the caller's closure must not outlive the call
-        /// (`withoutActuallyEscaping` checks that it did not escape).
-        func run() {
-            work.take()!()
+            self.work = BorrowedWork(work)
         }
     }
 
@@ -333,7 +326,7 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
             job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
             return nil
         case .sync(let request):
-            request.run()
+            request.work.run()
             return request
         }
     }

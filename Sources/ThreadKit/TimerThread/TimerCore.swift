@@ -154,25 +154,34 @@ final class TimerCore: @unchecked Sendable {
             var leftovers = Leftovers()
             if case .disposed = state.lifecycle { return (nil, leftovers) }
             state.lifecycle = .disposed
-            let pending = state.heap.removeAll()
-            for handle in pending {
-                handle.phase = .cancelled
-                if let work = handle.work.take() { leftovers.closures.append(work) }
-            }
-            var count = pending.count
-            if let running = state.running, running.isRepeating, running.phase == .running {
-                running.phase = .cancelled  // a repeating call running now: it stops after this run
-                count += 1
-            }
-            leftovers.handles = pending
-            swap(&leftovers.tagged, &state.tagged)
-            swap(&leftovers.tagsByCall, &state.tags)
-            wakeUp.signal()
+            let count = stop(dropped: state.heap.removeAll(), into: &leftovers)
             return (count, leftovers)
         }
         withExtendedLifetime(leftovers) {}  // released here, with the mutex not held
         if let dropped { Log.log(.timer, "\(name): disposed; \(dropped) pending calls will not run") }
         return dropped
+    }
+
+    /// Cancels `dropped`, calls just taken out of the heap, and a repeating call running now (it
+    /// stops after this run); moves their closures, the handles and the tag tables into `leftovers`
+    /// and wakes the thread. Mutex held.
+    ///
+    /// - Returns: How many calls will never run (again).
+    private func stop(dropped: [TimerHandle], into leftovers: inout Leftovers) -> Int {
+        for handle in dropped {
+            handle.phase = .cancelled
+            if let work = handle.work.take() { leftovers.closures.append(work) }
+        }
+        var count = dropped.count
+        if let running = state.running, running.isRepeating, running.phase == .running {
+            running.phase = .cancelled
+            count += 1
+        }
+        leftovers.handles = dropped
+        swap(&leftovers.tagged, &state.tagged)
+        swap(&leftovers.tagsByCall, &state.tags)
+        wakeUp.signal()
+        return count
     }
 
     /// The ``TimerThread`` is gone without `dispose()`: nothing can schedule on this timer or
@@ -198,20 +207,8 @@ final class TimerCore: @unchecked Sendable {
             let stopped = state.heap.removeAll { handle, deadline in
                 handle.isRepeating || deadline >= .distantFuture
             }
-            for handle in stopped {
-                handle.phase = .cancelled
-                if let work = handle.work.take() { leftovers.closures.append(work) }
-            }
-            var count = stopped.count
-            if let running = state.running, running.isRepeating, running.phase == .running {
-                running.phase = .cancelled  // a repeating call running now: it stops after this run
-                count += 1
-            }
-            leftovers.handles = stopped
             // Only cancelAll(tag:) reads the tag tables, and nothing can call it now.
-            swap(&leftovers.tagged, &state.tagged)
-            swap(&leftovers.tagsByCall, &state.tags)
-            wakeUp.signal()
+            let count = stop(dropped: stopped, into: &leftovers)
             return (count, state.heap.count, leftovers)
         }
         guard let outcome else { return }
