@@ -254,6 +254,38 @@ struct FarOutTimeExitTests {
             precondition(queue.cancelAll() == 1)
         }
     }
+
+    // MARK: DedicatedThread and DispatchMethod
+
+    @Test("DedicatedThread.awaitTermination(timeout:) with a far-out timeout returns true once the thread ends")
+    func dedicatedThreadAwaitTermination() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let thread = DedicatedThread(name: "FarDT")
+            precondition(!thread.awaitTermination(timeout: .milliseconds(10)))
+            thread.dispose()
+            precondition(thread.awaitTermination(timeout: FarOut.huge))
+            precondition(thread.awaitTermination(timeout: FarOut.largest))
+        }
+    }
+
+    @Test("DispatchMethod.after with a far-out delay never runs, and its chain can be cancelled")
+    func dispatchMethodAfter() async {
+        await #expect(processExitsWith: .success) {
+            FarOut.ageTheConversion()
+            let ran = Counter()
+            let chain = DispatchMethod.after(FarOut.huge, on: .global()).execute { ran.increment() }
+            FarOut.pause()
+            precondition(ran.value == 0)
+            chain.cancel()
+            do {
+                _ = try chain.wait()
+                fatalError("a cancelled chain returned a value")
+            } catch {
+                precondition(error is CancellationError)
+            }
+        }
+    }
 }
 
 /// What the far-out tests share; exit test bodies cannot capture, so it lives at file scope.
