@@ -136,3 +136,21 @@ struct OwnWaitsDeadlockExitTests {
         #endif
     }
 }
+
+@Suite("Waits that can never end, through held contexts", .serialized)
+struct TransitiveHoldExitTests {
+    @Test("waitUntilIdle() from work a queue's task waits for stops, as from inside the task itself")
+    func waitUntilIdleHeldThroughAnotherThread() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            DeadlockScenario.watchdog()
+            let queue = ThrottledQueue(label: "api", interval: .zero)
+            let thread = DedicatedThread(name: "db")
+            try! queue.async { thread.sync { queue.waitUntilIdle() } }
+            DeadlockScenario.sleepForever()
+        }
+        #if DEBUG
+        let output = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+        #expect(output.contains("ThrottledQueue 'api': waitUntilIdle() from inside its own task would wait forever"), "standard error was: \(output)")
+        #endif
+    }
+}

@@ -249,6 +249,21 @@ struct DedicatedThreadTests {
         #expect(ran.value == 3)
     }
 
+    @Test("pause() after dispose() is ignored: the queue still drains and the thread exits")
+    func pauseAfterDispose() async throws {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("DTpd"))
+        let gate = Latch()
+        let ran = Counter()
+        try thread.execute { gate.wait() }
+        try thread.execute { _ = ran.increment() }
+        thread.dispose()
+        thread.pause()
+        #expect(!thread.isPaused)
+        gate.countDown()
+        #expect(thread.awaitTermination(timeout: .seconds(10)))
+        #expect(ran.value == 1)
+    }
+
     @Test("disposeNow drops queued closures (counted, released), fails queued run callers, still runs sync and jobs")
     func disposeNowDrops() async throws {
         let thread = DedicatedThread(name: KernelThreads.uniqueName("DTdispN"))

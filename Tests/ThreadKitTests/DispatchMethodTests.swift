@@ -277,6 +277,73 @@ struct ExecutionChainTests {
         #expect(outcome == 6)
     }
 
+    @Test("A step its target drops unrun (disposeNow) fails with CancellationError; nothing waits for ever", arguments: 0..<2)
+    func droppedStepFails(kind: Int) async throws {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("ECdrop"))
+        let pool = ThreadPool(name: KernelThreads.uniqueName("ECdropP"), size: 1)
+        let gate = Latch()
+        let started = Latch()
+        let target: DispatchTarget = kind == 0 ? .thread(thread) : .pool(pool)
+        try target.submit {
+            started.countDown()
+            gate.wait()
+        }
+        #expect(await onNewThread { started.wait(timeout: .seconds(10)) })
+        let ran = Counter()
+        let chain = DispatchMethod.async(on: target).execute { _ = ran.increment() }
+            .then(.inline) { _ = ran.increment() }
+        if kind == 0 { #expect(thread.disposeNow() == 1) } else { #expect(pool.disposeNow().count == 1) }
+        gate.countDown()
+        await #expect(throws: CancellationError.self) { try await chain.value }
+        #expect(ran.value == 0)
+        thread.dispose()
+        pool.dispose()
+    }
+
+    @Test(".sync on a disposed dedicated thread fails the chain with the refusal instead of stopping the process")
+    func syncOnDisposedThread() {
+        let thread = DedicatedThread(name: "ECsyncGone")
+        thread.dispose()
+        #expect(throws: DedicatedThreadError.disposed(name: "ECsyncGone")) {
+            try DispatchMethod.sync(on: .thread(thread)).execute { 1 }.wait()
+        }
+    }
+
+    @Test("A .sync step after another, waited for on its own target's thread, runs inline there")
+    func syncFollowerWaitedForOnItsTarget() async throws {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("ECsf"))
+        let pool = ThreadPool(name: KernelThreads.uniqueName("ECsfp"), size: 2)
+        defer {
+            thread.dispose()
+            pool.dispose()
+        }
+        let gate = Latch()
+        let chain = DispatchMethod.async(on: .pool(pool)).execute { gate.wait(); return 1 }
+            .then(.sync(on: .thread(thread))) { $0 + 1 }
+        let value = try await thread.run { () -> Int? in
+            gate.countDown()
+            return try? chain.wait()
+        }
+        #expect(value == 2)
+    }
+
+    @Test("wait() that runs a throttled step inline waits out the queue's gap first")
+    func inlineThrottledStepKeepsTheGap() async throws {
+        let queue = ThrottledQueue(label: KernelThreads.uniqueName("ECgap"), interval: .milliseconds(80))
+        let starts = Recorder<ContinuousClock.Instant>()
+        let done = Latch()
+        try queue.async {
+            starts.append(.now)
+            let inner = DispatchMethod.async(on: .throttled(queue)).execute { starts.append(.now) }
+            _ = try? inner.wait()
+            done.countDown()
+        }
+        #expect(await onNewThread { done.wait(timeout: .seconds(10)) })
+        let times = starts.values
+        #expect(times.count == 2)
+        if times.count == 2 { #expect(times[1] - times[0] >= .milliseconds(80)) }
+    }
+
     @Test("then on a cancelled chain fails at once with CancellationError")
     func thenAfterCancel() async throws {
         let chain = DispatchMethod.inline.execute { 1 }

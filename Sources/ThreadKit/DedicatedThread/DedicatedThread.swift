@@ -65,7 +65,13 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     /// - Returns: What `work` returned.
     /// - Throws: What `work` threw.
     public func sync<T>(_ work: () throws -> T) rethrows -> T {
-        try sync(work, rethrowing: { throw $0 })
+        try sync(work, refused: { preconditionFailure("sync on DedicatedThread '\(name)' cannot run: \($0)") },
+                 rethrowing: { throw $0 })
+    }
+
+    /// Like ``sync(_:)``, but a refusal (a disposed thread, or one that never started) is thrown.
+    func syncOrThrow<T>(_ work: () throws -> T) throws -> T {
+        try sync(work, refused: { throw $0 }, rethrowing: { throw $0 })
     }
 
     /// Runs `work` on the thread and suspends (without blocking a thread) until it has run.
@@ -109,9 +115,13 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     // MARK: - Controlling
 
     /// After the item running now, starts nothing until ``resume()``. Work may still be submitted;
-    /// it waits in the queue while the thread sleeps.
+    /// it waits in the queue while the thread sleeps. A disposed thread ignores it.
     public func pause() {
-        mutex.withLock { state.isPaused = true }
+        mutex.withLock {
+            // A disposed thread drains its queue; a pause now would strand it.
+            guard case .running = state.lifecycle else { return }
+            state.isPaused = true
+        }
     }
 
     /// Lets a paused thread take the next item again.
@@ -258,20 +268,26 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     /// Follows the rules of ``ExecutionContexts``: inline when the caller holds this thread (it is
     /// this thread, or runs work for which this thread is blocked waiting); a stop if waiting would
     /// close a cycle; else the work runs here holding what the caller held.
-    private func sync<T>(_ work: () throws -> T, rethrowing rethrow: (any Error) throws -> Never) rethrows -> T {
+    private func sync<T>(
+        _ work: () throws -> T, refused: (DedicatedThreadError) throws -> Never,
+        rethrowing rethrow: (any Error) throws -> Never
+    ) rethrows -> T {
         let context = SerialContext(.thread(self))
         if isCurrent || ExecutionContexts.holds(context) { return try work() }
         var result: Result<T, any Error>?
+        var refusal: DedicatedThreadError?
         let held = ExecutionContexts.held
         withoutActuallyEscaping(work) { work in
             let request = SyncRequest { ExecutionContexts.withHeld(held) { result = Result { try work() } } }
-            do {
+            do throws(DedicatedThreadError) {
                 try submit(.sync(request))
             } catch {
-                preconditionFailure("sync on DedicatedThread '\(name)' cannot run: \(error)")
+                refusal = error
+                return
             }
             ExecutionContexts.blocking(for: context) { _blockingWaitForSync(request) }
         }
+        if let refusal { try refused(refusal) }
         switch result! {
         case .success(let value): return value
         case .failure(let error): try rethrow(error)

@@ -87,10 +87,12 @@ public enum DispatchMethod: Sendable {
     }
 
     private func submit<T>(_ pending: PendingStep, to target: DispatchTarget, for link: ExecutionChain<T>) {
+        let watch = DropWatch(pending) { link.complete(.failure(CancellationError())) }
         do {
-            try target.submit { pending.runIfUnclaimed() }
+            try target.submit { watch.run() }
         } catch {
-            link.complete(.failure(error))
+            link.complete(.failure(error))  // before the watch's own failure, which is then ignored
         }
+        withExtendedLifetime(watch) {}
     }
 }

@@ -78,7 +78,7 @@ extension DispatchTarget {
     func runAndWait<T>(_ work: () throws -> T) throws -> T {
         switch self {
         case .thread(let thread):
-            return try thread.sync(work)
+            return try thread.syncOrThrow(work)
         case .throttled(let queue):
             return try queue.sync(work)
         case .main where Thread.isMainThread:
@@ -105,7 +105,7 @@ extension DispatchTarget {
         case .global(let qos): try DispatchQueue.global(qos: qos).sync(execute: work)
         case .serialQueue(let queue), .concurrentQueue(let queue): try queue.sync(execute: work)
         case .pool(let pool): try pool.runAndWait(work)
-        case .thread(let thread): try thread.sync(work)
+        case .thread(let thread): try thread.syncOrThrow(work)
         case .throttled(let queue): try queue.sync(work)
         }
     }

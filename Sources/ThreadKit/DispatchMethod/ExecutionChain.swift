@@ -34,7 +34,8 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     /// Runs `work` with this step's value, as `method` says, once this step has finished.
     ///
     /// If this step failed or the chain was cancelled, `work` never runs and the returned link
-    /// fails with the same error.
+    /// fails with the same error. `.sync(on:)` runs as `.async(on:)` here: nobody is blocked
+    /// waiting for a step that follows another (``wait()`` is how to block for one).
     ///
     /// - Returns: The link that carries `work`'s result.
     @discardableResult
@@ -42,6 +43,9 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
         _ method: DispatchMethod, _ work: @escaping @Sendable (Value) throws -> Next
     ) -> ExecutionChain<Next> {
         let next = ExecutionChain<Next>(group: group, previous: self)
+        // Nobody waits for a step that follows another: a `.sync` one is queued like `.async`, so
+        // that the thread finishing this step is not blocked, and a waiter can see where it waits.
+        let method = if case .sync(let target) = method { DispatchMethod.async(on: target) } else { method }
         whenFinished { result in
             switch result {
             case .success(let value):
@@ -66,12 +70,15 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     public func wait() throws -> Value {
         group.mutex.lock()
         defer { group.mutex.unlock() }
+        // No binding outlives an inline run: it takes the claimed step out of `claimed`, so the
+        // step's closure is released before the lock is taken again.
+        var claimed: (PendingStep, @Sendable () -> Void)?
         while true {
             if case .finished(let result) = state { return try result.get() }
-            if let (step, work) = claimStepToRunInline() {
+            claimed = claimStepToRunInline()
+            if claimed != nil {
                 group.mutex.unlock()
-                step.sleepUntilDue()
-                work()
+                Self.runInline(claimed.take()!)
                 group.mutex.lock()
                 continue
             }
@@ -80,6 +87,17 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
             } else {
                 _blockingWaitForChange()
             }
+        }
+    }
+
+    /// Runs a claimed step on the calling thread, which holds the step's context: a throttled
+    /// queue's step as a nested `sync`, which waits out the queue's gap and counts as a start.
+    private static func runInline(_ claimed: (step: PendingStep, work: @Sendable () -> Void)) {
+        claimed.step.sleepUntilDue()
+        if case .throttled(let queue)? = claimed.step.context?.kind {
+            queue.sync(claimed.work)
+        } else {
+            claimed.work()
         }
     }
 
@@ -103,13 +121,13 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
 
     /// Finishes this step with `result`, once; later results are ignored.
     func complete(_ result: Result<Value, any Error>) {
-        let followers: [@Sendable (Result<Value, any Error>) -> Void]? = group.mutex.withLock {
-            guard case .pending(let followers) = state else { return nil }
+        let (followers, step): ([@Sendable (Result<Value, any Error>) -> Void]?, PendingStep?) = group.mutex.withLock {
+            guard case .pending(let followers) = state else { return (nil, nil) }
             state = .finished(result)
-            step = nil
             group.changed.broadcast()
-            return followers
+            return (followers, self.step.take())
         }
+        withExtendedLifetime(step) {}  // an unclaimed step's work is released here, not under the lock
         for follower in followers ?? [] { follower(result) }
     }
 
@@ -198,11 +216,6 @@ final class PendingStep: Sendable {
         work.withLock { $0.take() }
     }
 
-    /// Runs the step if nobody claimed it yet.
-    func runIfUnclaimed() {
-        claim()?()
-    }
-
     /// Sleeps until the step is due (never for a step without a delay).
     func sleepUntilDue() {
         guard let due else { return }
@@ -244,5 +257,28 @@ final class ChainGroup: @unchecked Sendable {
             return self.cancellers
         }
         for canceller in cancellers { canceller() }
+    }
+}
+
+/// Runs a step when its target does, or fails it when its target drops it unrun
+/// (``ThreadPool/disposeNow()``, ``DedicatedThread/disposeNow()``, ``ThrottledQueue/cancelAll()``),
+/// so that nobody waits for it forever. The closure given to the target is its only other holder.
+final class DropWatch: Sendable {
+    private let step: PendingStep
+    private let onDrop: @Sendable () -> Void
+
+    init(_ step: PendingStep, onDrop: @escaping @Sendable () -> Void) {
+        self.step = step
+        self.onDrop = onDrop
+    }
+
+    /// Runs the step if nobody claimed it yet.
+    func run() {
+        step.claim()?()
+    }
+
+    deinit {
+        // Unclaimed at the end: the target let go of it without running it.
+        if step.claim() != nil { onDrop() }
     }
 }

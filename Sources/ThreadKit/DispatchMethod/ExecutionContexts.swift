@@ -81,6 +81,8 @@ enum ExecutionContexts {
 
     /// Whether the calling thread holds `context`.
     static func holds(_ context: SerialContext) -> Bool {
+        // The main thread is the only one that can run the main queue's work.
+        if case .main = context.kind, Thread.isMainThread { return true }
         guard let record = Record.current else { return false }
         return record.stack.contains(context)
     }

@@ -85,7 +85,9 @@ public final class ScheduledTask: @unchecked Sendable {
         guard !isFinished, let serialPool else { return blockingWait(until: deadline) }
         let context = SerialContext(.pool(serialPool))
         if ExecutionContexts.holds(context), serialPool.runInline(self) { return true }
-        return ExecutionContexts.blocking(for: context) { blockingWait(until: deadline) }
+        // A timed wait ends by itself: it takes no part in cycles.
+        guard deadline == nil else { return blockingWait(until: deadline) }
+        return ExecutionContexts.blocking(for: context) { blockingWait(until: nil) }
     }
 
     // MARK: - For the pool

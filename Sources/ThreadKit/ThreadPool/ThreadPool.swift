@@ -291,10 +291,14 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         var peakThreads = 0
         var threadsStarted = 0
         var blockedSubmitters = 0
+        /// How long the next retry waits, after a thread start failed with work left unserved.
+        var startRetryDelay = Duration.milliseconds(10)
 
+        /// Disposed, with no thread left and nothing queued (work left by a failed thread start
+        /// still waits for the retry that serves it).
         var isTerminated: Bool {
             if case .running = lifecycle { return false }
-            return threads == 0
+            return threads == 0 && queuedCount == 0
         }
     }
 
@@ -485,26 +489,65 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         } catch {
             _ = handoff.take()
             if case .task(let task) = work { task.unclaim() }
-            Log.log(.threadPool, "\(name): Thread\(number) could not start (errno \(error.errno))")
-            let idle = try mutex.withLock { () throws(ThreadPoolError) -> Worker? in
-                state.threads -= 1
-                if let worker = state.idleWorkers.popMostRecent() {
-                    if let work { enqueue(work) }
-                    worker.assignment = popQueuedWork()
-                    return worker
-                }
-                if state.threads > 0 {
-                    if let work { enqueue(work) }  // a running thread takes it
-                    return nil
-                }
-                if state.isTerminated { threadsGone.broadcast() }
-                // No thread is left to run it: hand the work back to its submitter. Work that other
-                // submitters queued meanwhile waits for the next thread the pool can start.
-                if work != nil { throw .threadStartFailed(pool: name, errno: error.errno) }
-                return nil
-            }
-            idle?.wakeUp.signal()
+            try placeAfterFailedStart(of: number, work, errno: error.errno)
         }
+    }
+
+    /// After thread `number` could not start: undoes its count and finds `work` (if it carried
+    /// some) another place: an idle thread, or the queue when other threads run (they take it).
+    /// When no thread is left, `work` goes back to its submitter as a thrown error; work that other
+    /// submitters queued meanwhile gets a thread from a retry on ``TimerThread/shared``, a little
+    /// later each time the system refuses, so nothing accepted waits for a thread that never comes.
+    ///
+    /// The failure is logged from the timer thread, never from the submitter, which may hold a
+    /// lock of its own (a ``ThrottledQueue`` submits under its mutex).
+    private func placeAfterFailedStart(of number: Int, _ work: Work?, errno: Int32) throws(ThreadPoolError) {
+        let (idle, retryAfter, refused) = mutex.withLock { () -> (Worker?, Duration?, Bool) in
+            state.threads -= 1
+            if let worker = state.idleWorkers.popMostRecent() {
+                if let work { enqueue(work) }
+                worker.assignment = popQueuedWork()
+                return (worker, nil, false)
+            }
+            if state.threads > 0 {
+                if let work { enqueue(work) }  // a running thread takes it
+                return (nil, nil, false)
+            }
+            let retryAfter = state.queuedCount > 0 ? nextStartRetry() : nil
+            if state.isTerminated { threadsGone.broadcast() }
+            return (nil, retryAfter, work != nil)
+        }
+        idle?.wakeUp.signal()
+        if Log.isEnabled(.threadPool) {
+            let message = "\(name): Thread\(number) could not start (errno \(errno))"
+            _ = try? TimerThread.shared.schedule(after: .zero) { Log.log(.threadPool, message) }
+        }
+        if let retryAfter {
+            _ = try? TimerThread.shared.schedule(after: retryAfter) { [self] in retryThreadStart() }
+        }
+        if refused { throw .threadStartFailed(pool: name, errno: errno) }
+    }
+
+    /// The wait before the next retry to start a thread for stranded work: 10 ms, doubling up to
+    /// 1 s while the system keeps refusing. Mutex held.
+    private func nextStartRetry() -> Duration {
+        let delay = state.startRetryDelay
+        state.startRetryDelay = min(delay * 2, .seconds(1))
+        return delay
+    }
+
+    /// Starts a thread for queued work that has none (its start failed), unless one exists by now.
+    private func retryThreadStart() {
+        let number: Int? = mutex.withLock {
+            if case .stopped = state.lifecycle { return nil }
+            guard state.threads == 0, state.queuedCount > 0 else { return nil }
+            state.threads += 1
+            state.threadsStarted += 1
+            state.peakThreads = max(state.peakThreads, state.threads)
+            return state.threadsStarted
+        }
+        guard let number else { return }
+        try? startThread(number: number, firstWork: nil)  // it carries no work: nothing to refuse
     }
 
     /// Carries a new thread's first work to it, once.
@@ -669,9 +712,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         spinnerNudge.wrappingAdd(1, ordering: .releasing)
         if state.isTerminated { threadsGone.broadcast() }
         var shutdown = Shutdown(idle: state.idleWorkers.all)
-        while let task = state.waitingForRoom.popFirst() {
-            guard task.handBack(), let handler = task.takeAbandonHandler() else { continue }
-            shutdown.abandoned.append((task, handler))
+        // A task whose caller cancelled it a moment ago stays: its canceller takes it out.
+        for task in state.waitingForRoom.removeAll(where: { $0.handBack() }) {
+            if let handler = task.takeAbandonHandler() { shutdown.abandoned.append((task, handler)) }
         }
         return shutdown
     }

@@ -224,7 +224,9 @@ public final class ThrottledQueue: @unchecked Sendable {
     public func waitUntilIdle() {
         let threadHold = Hold.ofThread, taskHold = Hold.ofTask
         mutex.lock()
-        if held(thread: threadHold, task: taskHold) != nil {
+        let context = SerialContext(.throttled(self))
+        // Held directly, or through a thread that runs this queue's task and waits for this one.
+        if held(thread: threadHold, task: taskHold) != nil || ExecutionContexts.holds(context) {
             mutex.unlock()
             preconditionFailure("ThrottledQueue '\(label)': waitUntilIdle() from inside its own task would wait forever")
         }
@@ -232,7 +234,9 @@ public final class ThrottledQueue: @unchecked Sendable {
             mutex.unlock()
             preconditionFailure(message)
         }
-        while !schedule.isIdle { progress.wait(mutex) }
+        ExecutionContexts.blocking(for: context) {
+            while !schedule.isIdle { progress.wait(mutex) }
+        }
         mutex.unlock()
     }
 

@@ -62,26 +62,37 @@ final class TimerCore: @unchecked Sendable {
 
     /// Adds a call due at `deadline`, starting the thread with the first one.
     ///
+    /// The thread is started under the mutex: no other call can slip in between a start and its
+    /// failure, so a refused start leaves the timer as it was (not started, no call pending) and
+    /// the next call tries again. `pthread_create` calls out to nothing, and this happens once.
+    ///
     /// - Returns: The call's handle.
     /// - Throws: ``TimerThreadError/disposed(name:)`` if the timer is disposed or released;
     ///   ``TimerThreadError/threadStartFailed(name:errno:)`` if its thread was to start and the
-    ///   system refused: the call is taken back, and the next call tries to start the thread again.
-    ///   Either way the handle, its closure and the tag are released with the mutex not held.
+    ///   system refused. Either way the handle, its closure and the tag are released with the mutex
+    ///   not held.
     func add(
         _ work: @escaping @Sendable () -> Void, repetition: TimerHandle.Repetition?, tag: (any Hashable & Sendable)?,
         deadline: MonotonicInstant
     ) throws(TimerThreadError) -> TimerHandle {
         let handle = TimerHandle(core: self, repetition: repetition, isTagged: tag != nil, work: work)
         let tag = tag.map { AnyHashable($0) }
-        let startThread: Bool? = mutex.withLock {
-            let startThread: Bool
+        let outcome: Result<Void, TimerThreadError> = mutex.withLock {
             switch state.lifecycle {
-            case .disposed, .released: return nil
+            case .disposed, .released:
+                return .failure(.disposed(name: name))
             case .notStarted:
+                do throws(ThreadStartError) {
+                    try NamedThread.start(name: name) { [self] in
+                        Log.log(.timer, "\(name): the timer thread started")
+                        runTimerThread()
+                    }
+                } catch {
+                    return .failure(.threadStartFailed(name: name, errno: error.errno))
+                }
                 state.lifecycle = .running
-                startThread = true
             case .running:
-                startThread = false
+                break
             }
             state.heap.insert(handle, deadline: deadline)
             if let tag {
@@ -89,25 +100,17 @@ final class TimerCore: @unchecked Sendable {
                 state.tags[ObjectIdentifier(handle)] = tag
             }
             if handle.heapIndex == 0 { wakeUp.signal() }  // the new earliest deadline
-            return startThread
+            return .success(())
         }
-        guard let startThread else { throw .disposed(name: name) }
-        if startThread {
-            Log.log(.timer, "\(name): starting the timer thread")
-            do {
-                try NamedThread.start(name: name) { [self] in runTimerThread() }
-            } catch {
-                let leftovers = mutex.withLock { () -> ((@Sendable () -> Void)?, (AnyHashable?, AnyHashable?)) in
-                    state.lifecycle = .notStarted  // calls added meanwhile wait for the next start
-                    let (_, work) = stop(handle)
-                    return (work, untag(handle))
-                }
-                withExtendedLifetime(leftovers) {}  // released here, with the mutex not held
-                Log.log(.timer, "\(name): the timer thread could not start (errno \(error.errno))")
-                throw .threadStartFailed(name: name, errno: error.errno)
+        switch outcome {
+        case .success:
+            return handle
+        case .failure(let error):
+            if case .threadStartFailed(_, let errno) = error {
+                Log.log(.timer, "\(name): the timer thread could not start (errno \(errno))")
             }
+            throw error
         }
-        return handle
     }
 
     /// Stops `handle` if it would run again; see ``TimerHandle/cancel()``.
