@@ -344,6 +344,19 @@ struct ExecutionChainTests {
         if times.count == 2 { #expect(times[1] - times[0] >= .milliseconds(80)) }
     }
 
+    @Test("The last link keeps no finished earlier link alive: their values are released")
+    func noFinishedHistoryKept() async throws {
+        let tracker = LifetimeTracker()
+        func lastLink() -> ExecutionChain<Int> {
+            DispatchMethod.async(on: .global()).execute { tracker.make() }
+                .then(.async(on: .global())) { _ in 1 }
+        }
+        let last = lastLink()
+        #expect(try await last.value == 1)
+        #expect(await eventually { tracker.liveCount == 0 })
+        withExtendedLifetime(last) {}
+    }
+
     @Test("then on a cancelled chain fails at once with CancellationError")
     func thenAfterCancel() async throws {
         let chain = DispatchMethod.inline.execute { 1 }

@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The result of a step run by a ``DispatchMethod``, to chain further steps on, wait for, or cancel.
 ///
 /// Each step runs exactly once, after the step before it finished, with its value. A thrown error
@@ -13,8 +21,9 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     // Sendable: `state` and `step` are guarded by `group.mutex`, which every link of a chain shares.
 
     let group: ChainGroup
-    /// The link whose value this one's step takes; `nil` for the first.
-    let previous: (any ChainLink)?
+    /// The link whose value this one's step takes, until this one's step is dispatched (a waiter
+    /// then looks no further back) or finished: a chain keeps no finished history alive.
+    private(set) var previous: (any ChainLink)?
     private var state = State.pending(followers: [])
     /// This link's step once dispatched to a target, until it starts.
     private var step: PendingStep?
@@ -121,23 +130,27 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
 
     /// Finishes this step with `result`, once; later results are ignored.
     func complete(_ result: Result<Value, any Error>) {
-        let (followers, step): ([@Sendable (Result<Value, any Error>) -> Void]?, PendingStep?) = group.mutex.withLock {
-            guard case .pending(let followers) = state else { return (nil, nil) }
+        let (followers, released) = group.mutex.withLock {
+            () -> ([@Sendable (Result<Value, any Error>) -> Void]?, (PendingStep?, (any ChainLink)?)) in
+            guard case .pending(let followers) = state else { return (nil, (nil, nil)) }
             state = .finished(result)
             group.changed.broadcast()
-            return (followers, self.step.take())
+            return (followers, (step.take(), previous.take()))
         }
-        withExtendedLifetime(step) {}  // an unclaimed step's work is released here, not under the lock
+        // An unclaimed step's work and the earlier links' values are released here, not under the lock.
+        withExtendedLifetime(released) {}
         for follower in followers ?? [] { follower(result) }
     }
 
     /// Records this link's step, dispatched and not yet started, for waiters that may run it inline.
     func dispatched(_ pendingStep: PendingStep) {
-        group.mutex.withLock {
-            guard case .pending = state else { return }
+        let earlier: (any ChainLink)? = group.mutex.withLock {
+            guard case .pending = state else { return nil }
             step = pendingStep
             group.changed.broadcast()
+            return previous.take()
         }
+        withExtendedLifetime(earlier) {}  // released here, not under the lock
     }
 
     /// Calls `follower` with the result: at once (on this thread) if finished, else when it comes.
@@ -219,10 +232,9 @@ final class PendingStep: Sendable {
     /// Sleeps until the step is due (never for a step without a delay).
     func sleepUntilDue() {
         guard let due else { return }
-        let mutex = PThreadMutex()
-        let condition = MonotonicCondition()
-        mutex.withLock {
-            while MonotonicInstant.now() < due { condition.wait(mutex, until: due) }
+        var deadline = due.timespecValue
+        while MonotonicInstant.now() < due {
+            _ = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nil)
         }
     }
 }
