@@ -3,7 +3,7 @@ import Testing
 
 /// Cycle finding over made-up graphs of blocked threads: no threads, no clock.
 @Suite struct WaitGraphTests {
-    typealias Graph = WaitGraph<String, String>
+    typealias Graph = WaitGraph<String, [String]>
     typealias Hop = Graph.Hop
 
     @Test("A thread that holds nothing never closes a cycle")

@@ -276,9 +276,9 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
         if isCurrent || ExecutionContexts.holds(context) { return try work() }
         var result: Result<T, any Error>?
         var refusal: DedicatedThreadError?
-        let held = ExecutionContexts.held
+        let handover = ExecutionContexts.handover(in: nil)  // the thread holds its own context
         withoutActuallyEscaping(work) { work in
-            let request = SyncRequest { ExecutionContexts.withHeld(held) { result = Result { try work() } } }
+            let request = SyncRequest { handover.run { result = Result { try work() } } }
             do throws(DedicatedThreadError) {
                 try submit(.sync(request))
             } catch {

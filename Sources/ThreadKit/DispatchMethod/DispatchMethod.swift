@@ -28,10 +28,32 @@ public enum DispatchMethod: Sendable {
     ///
     /// With `.inline` and `.sync`, `work` has run when this returns. A refused submission (a
     /// disposed pool, thread or throttled queue) fails the chain with the refusal's error.
-    @discardableResult
+    ///
+    /// Inlinable so that `.inline` and `.sync`, the calls that return a finished chain, are
+    /// specialized for `T` where they are made: they allocate only the returned link.
+    @discardableResult @inlinable
     public func execute<T: Sendable>(_ work: @escaping @Sendable () throws -> T) -> ExecutionChain<T> {
+        switch self {
+        case .inline:
+            return ExecutionChain(finished: Result { try work() })
+        case .sync(let target):
+            var result: Result<T, any Error>?
+            do {
+                try target.runAndWait { result = Result { try work() } }
+            } catch {
+                result = .failure(error)
+            }
+            return ExecutionChain(finished: result!)
+        case .async, .after:
+            return queued(work)
+        }
+    }
+
+    /// `execute` for `.async` and `.after`: the first link of a chain whose step is yet to run.
+    @usableFromInline
+    func queued<T: Sendable>(_ work: @escaping @Sendable () throws -> T) -> ExecutionChain<T> {
         let chain = ExecutionChain<T>(group: ChainGroup(), previous: nil)
-        dispatch(for: chain) { try work() }
+        dispatch(for: chain, work)
         return chain
     }
 

@@ -59,7 +59,7 @@ extension DispatchTarget {
         case .main, .serialQueue:
             let context = serialContext!
             let queue = if case .serialQueue(let queue) = self { queue } else { DispatchQueue.main }
-            queue.async { ExecutionContexts.withHeld([context], work) }
+            queue.async { ExecutionContexts.withHeld(context, work) }
         case .global(let qos): DispatchQueue.global(qos: qos).async(execute: work)
         case .concurrentQueue(let queue): queue.async(execute: work)
         case .pool(let pool): try pool.execute(work)
@@ -74,39 +74,43 @@ extension DispatchTarget {
     /// threads, else a wait. The work holds what the caller held, so a nested `sync` back onto any
     /// of those contexts runs inline too.
     ///
-    /// - Throws: What `work` threw, or the target's refusal.
-    func runAndWait<T>(_ work: () throws -> T) throws -> T {
+    /// Not generic, so that a caller in another module runs it without looking up type metadata;
+    /// `work` keeps its own result.
+    ///
+    /// - Throws: The target's refusal (a disposed pool, thread or throttled queue); `work` did not run.
+    @usableFromInline
+    func runAndWait(_ work: () -> Void) throws {
         switch self {
         case .thread(let thread):
             return try thread.syncOrThrow(work)
         case .throttled(let queue):
-            return try queue.sync(work)
+            return queue.sync(work)
         case .main where Thread.isMainThread:
-            return try work()
+            return work()
         case .pool(let pool) where pool.isCurrentThreadMember:
-            return try work()
+            return work()
         default:
             break
         }
         let context = serialContext
-        if let context, ExecutionContexts.holds(context) { return try work() }
-        let held = ExecutionContexts.held + (context.map { [$0] } ?? [])
-        return try withoutActuallyEscaping(work) { work in
-            let holding = { try ExecutionContexts.withHeld(held, work) }
+        if let context, ExecutionContexts.holds(context) { return work() }
+        let handover = ExecutionContexts.handover(in: context)
+        try withoutActuallyEscaping(work) { work in
+            let holding = { handover.run(work) }
             guard let context else { return try runAndWaitElsewhere(holding) }
             return try ExecutionContexts.blocking(for: context) { try runAndWaitElsewhere(holding) }
         }
     }
 
     /// Runs `work` on the target from a thread that is not the target's, and waits for it.
-    private func runAndWaitElsewhere<T>(_ work: () throws -> T) throws -> T {
+    private func runAndWaitElsewhere(_ work: () -> Void) throws {
         switch self {
-        case .main: try DispatchQueue.main.sync(execute: work)
-        case .global(let qos): try DispatchQueue.global(qos: qos).sync(execute: work)
-        case .serialQueue(let queue), .concurrentQueue(let queue): try queue.sync(execute: work)
+        case .main: DispatchQueue.main.sync(execute: work)
+        case .global(let qos): DispatchQueue.global(qos: qos).sync(execute: work)
+        case .serialQueue(let queue), .concurrentQueue(let queue): queue.sync(execute: work)
         case .pool(let pool): try pool.runAndWait(work)
         case .thread(let thread): try thread.syncOrThrow(work)
-        case .throttled(let queue): try queue.sync(work)
+        case .throttled(let queue): queue.sync(work)
         }
     }
 }

@@ -1,3 +1,5 @@
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -20,24 +22,44 @@ import Darwin
 public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendable {
     // Sendable: `state` and `step` are guarded by `group.mutex`, which every link of a chain shares.
 
-    let group: ChainGroup
+    // The stored properties and the finished link's init are usable from inlinable code, so that
+    // `DispatchMethod.execute` makes a finished link with its `Value` known: no type metadata is
+    // looked up at run time on the `.inline` and `.sync` paths.
+
+    /// The chain's shared lock and cancellation; made on first use for a link that starts finished.
+    @usableFromInline let lazyGroup: AtomicLazyReference<ChainGroup>
+    var group: ChainGroup {
+        lazyGroup.load() ?? lazyGroup.storeIfNil(ChainGroup())
+    }
     /// The link whose value this one's step takes, until this one's step is dispatched (a waiter
     /// then looks no further back) or finished: a chain keeps no finished history alive.
-    private(set) var previous: (any ChainLink)?
-    private var state = State.pending(followers: [])
+    @usableFromInline var previous: (any ChainLink)?
+    @usableFromInline var state: State
     /// This link's step once dispatched to a target, until it starts.
-    private var step: PendingStep?
+    @usableFromInline var step: PendingStep?
 
-    private enum State {
+    @usableFromInline enum State {
         /// Not finished: what to call with the result once it comes.
         case pending(followers: [@Sendable (Result<Value, any Error>) -> Void])
         case finished(Result<Value, any Error>)
     }
 
     init(group: ChainGroup, previous: (any ChainLink)?) {
-        self.group = group
+        lazyGroup = AtomicLazyReference()
+        _ = lazyGroup.storeIfNil(group)
         self.previous = previous
+        state = .pending(followers: [])
         group.add { [weak self] in self?.complete(.failure(CancellationError())) }
+    }
+
+    /// A first link whose step has run already (`.inline` and `.sync`): nothing is shared or
+    /// allocated beyond the link itself until a `then`, `wait` or `cancel` needs it.
+    @inlinable
+    init(finished result: Result<Value, any Error>) {
+        lazyGroup = AtomicLazyReference()
+        previous = nil
+        state = .finished(result)
+        step = nil
     }
 
     /// Runs `work` with this step's value, as `method` says, once this step has finished.
@@ -168,11 +190,11 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
         if let result { follower(result) }
     }
 
-    var isFinished: Bool {
+    @usableFromInline var isFinished: Bool {
         if case .finished = state { true } else { false }
     }
 
-    var pendingStep: PendingStep? { step }
+    @usableFromInline var pendingStep: PendingStep? { step }
 
     private func _blockingWaitForChange() {
         group.changed.wait(group.mutex)
@@ -181,6 +203,7 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
 
 /// A link of a chain, seen from a waiter walking back to the step it waits for. Every call is made
 /// with the chain's mutex held.
+@usableFromInline
 protocol ChainLink: AnyObject, Sendable {
     var previous: (any ChainLink)? { get }
     var isFinished: Bool { get }
@@ -211,6 +234,7 @@ extension ChainLink {
 
 /// A step handed to its target and not yet started: whoever claims it first runs it, the target,
 /// or a waiter that holds the target's context and so must run it inline.
+@usableFromInline
 final class PendingStep: Sendable {
     /// The serial context the step was queued on, if any.
     let context: SerialContext?
@@ -241,6 +265,7 @@ final class PendingStep: Sendable {
 
 /// What the links of one chain share: their lock, whether the chain was cancelled, and how to fail
 /// each link then.
+@usableFromInline
 final class ChainGroup: @unchecked Sendable {
     // Sendable: `isCancelledFlag` and `cancellers` are guarded by `mutex`.
     let mutex = PThreadMutex()

@@ -20,7 +20,7 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
     }
 
     let kind: Kind
-    private let id: ObjectIdentifier
+    fileprivate let id: ObjectIdentifier
 
     init(_ kind: Kind) {
         self.kind = kind
@@ -74,34 +74,64 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
 /// A thread that holds nothing pays one thread-local read and never touches the shared registry:
 /// it cannot be part of a cycle.
 enum ExecutionContexts {
-    /// The calling thread's held contexts, innermost last; empty for most threads.
-    static var held: [SerialContext] {
-        Record.current?.stack ?? []
-    }
-
     /// Whether the calling thread holds `context`.
     static func holds(_ context: SerialContext) -> Bool {
         // The main thread is the only one that can run the main queue's work.
         if case .main = context.kind, Thread.isMainThread { return true }
         guard let record = Record.current else { return false }
-        return record.stack.contains(context)
+        return record.held.contains(context)
     }
 
-    /// Runs `body` while the calling thread also holds `contexts` (a context's work, plus what its
-    /// blocked waiter held).
-    static func withHeld<T>(_ contexts: [SerialContext], _ body: () throws -> T) rethrows -> T {
-        guard !contexts.isEmpty else { return try body() }
+    /// Runs `body`, a piece of `context`'s work, with the calling thread holding `context`.
+    static func withHeld<T>(_ context: SerialContext, _ body: () throws -> T) rethrows -> T {
         let record = Record.currentOrNew()
-        let depth = record.stack.count
-        record.stack += contexts
-        defer { record.stack.removeSubrange(depth...) }
+        let depth = record.held.count
+        record.push(context)
+        defer { record.pop(to: depth) }
         return try body()
+    }
+
+    /// What the calling thread, about to block until other work has run, hands on to that work:
+    /// the contexts it holds, plus `context`, the one the work runs in.
+    static func handover(in context: SerialContext?) -> Handover {
+        Handover(caller: Record.current.map(Unmanaged.passUnretained), context: context)
+    }
+
+    /// The contexts a blocked caller hands on to the thread that runs its work (see ``handover(in:)``).
+    ///
+    /// It refers to the caller's record rather than copying it: the caller is blocked until the
+    /// work has run, so the record stays alive and unchanged while the work reads it.
+    struct Handover: @unchecked Sendable {
+        // Sendable: the caller's record is read by the thread running the work while the caller
+        // is blocked waiting for that work; the hand-off of the work orders the reads after the
+        // caller's last change, and the caller changes it again only after the work has run.
+        fileprivate let caller: Unmanaged<Record>?
+        fileprivate let context: SerialContext?
+
+        /// Runs `body`, the caller's work, holding what the caller held and the work's context.
+        ///
+        /// On the caller's own thread (a `DispatchQueue.sync` on an idle queue runs there) only the
+        /// work's context is added: the thread holds the rest already. Neither way allocates once
+        /// the thread's stack has grown to its depth.
+        func run<T>(_ body: () throws -> T) rethrows -> T {
+            let callersHeld = caller?.takeUnretainedValue().held ?? .init(start: nil, count: 0)
+            let current = Record.current
+            let onCallersThread = current != nil && current === caller?.takeUnretainedValue()
+            let added = (onCallersThread ? 0 : callersHeld.count) + (context == nil ? 0 : 1)
+            guard added > 0 else { return try body() }
+            let record = current ?? Record.currentOrNew()
+            let depth = record.held.count
+            if !onCallersThread { record.push(contentsOf: callersHeld) }
+            if let context { record.push(context) }
+            defer { record.pop(to: depth) }
+            return try body()
+        }
     }
 
     /// Makes the calling thread hold `context` for the rest of its life: a dedicated thread or the
     /// thread of a one-thread pool runs nothing but that context's work.
     static func holdForever(_ context: SerialContext) {
-        Record.currentOrNew().stack.append(context)
+        Record.currentOrNew().push(context)
     }
 
     /// Runs `wait`, a blocking wait for work that `context` will run, after checking that it can
@@ -109,13 +139,15 @@ enum ExecutionContexts {
     ///
     /// Call it only after the re-entry check (the thread does not hold `context`).
     static func blocking<T>(for context: SerialContext, _ wait: () throws -> T) rethrows -> T {
-        guard let record = Record.current, !record.stack.isEmpty else { return try wait() }
+        guard let record = Record.current, record.held.count > 0 else { return try wait() }
         let thread = ThreadKey(record)
+        // The registry keeps a view of the record's stack, which stays as it is while the thread is blocked.
+        let held = record.held
         Registry.shared.withLock { graph in
-            if let cycle = graph.cycle(if: thread, holding: record.stack, waitsFor: context) {
+            if let cycle = graph.cycle(if: thread, holding: held, waitsFor: context) {
                 preconditionFailure(message(for: cycle))
             }
-            graph.block(thread, holding: record.stack, waitingFor: context)
+            graph.block(thread, holding: held, waitingFor: context)
         }
         defer { Registry.shared.withLock { $0.unblock(thread) } }
         return try wait()
@@ -141,7 +173,7 @@ enum ExecutionContexts {
 
     /// `deadlock: thread "T1" holds DedicatedThread "db" and waits for ThrottledQueue "api", held by
     /// thread "T2", which waits for "db"`.
-    static func message(for cycle: [WaitGraph<ThreadKey, SerialContext>.Hop]) -> String {
+    static func message(for cycle: [WaitGraph<ThreadKey, HeldContexts>.Hop]) -> String {
         let first = cycle[0]
         var text = "deadlock: thread \"\(first.thread.name)\" holds \(first.holds) and waits for \(first.waitsFor)"
         for hop in cycle.dropFirst() {
@@ -153,16 +185,79 @@ enum ExecutionContexts {
 
     /// The blocked threads that hold something, shared by all of them.
     private enum Registry {
-        static let shared = Locked(WaitGraph<ThreadKey, SerialContext>())
+        static let shared = Locked(WaitGraph<ThreadKey, HeldContexts>())
+    }
+
+    /// A thread's held contexts, innermost last, read in place.
+    struct HeldContexts: RandomAccessCollection, @unchecked Sendable {
+        // Sendable: read by other threads only while the owning thread is blocked (see `Record`).
+        fileprivate let buffer: UnsafeBufferPointer<SerialContext>
+
+        init(start: UnsafePointer<SerialContext>?, count: Int) {
+            buffer = UnsafeBufferPointer(start: start, count: count)
+        }
+
+        var startIndex: Int { 0 }
+        var endIndex: Int { buffer.count }
+        subscript(position: Int) -> SerialContext { buffer[position] }
+
+        /// Whether `context` is among them: compares identities in place, copying no context.
+        func contains(_ context: SerialContext) -> Bool {
+            buffer.contains { $0.id == context.id }
+        }
     }
 
     /// One thread's held contexts, kept in a thread-specific slot from the first hold to the thread's end.
+    ///
+    /// The contexts sit in a buffer of the record's own that grows and never shrinks, so holding
+    /// and letting go allocate nothing once a thread has reached its usual depth.
     final class Record {
         let threadName: String
-        var stack: [SerialContext] = []
+        private var base: UnsafeMutablePointer<SerialContext>
+        private var capacity = 4
+        private var count = 0
 
         private init() {
             threadName = NamedThread.currentName()
+            base = .allocate(capacity: capacity)
+        }
+
+        deinit {
+            base.deinitialize(count: count)
+            base.deallocate()
+        }
+
+        /// What the thread holds now. Only the owning thread changes it; another thread may read it
+        /// while the owner is blocked (a ``Handover``, or the registry under its lock).
+        var held: HeldContexts { HeldContexts(start: base, count: count) }
+
+        func push(_ context: SerialContext) {
+            reserve(count + 1)
+            (base + count).initialize(to: context)
+            count += 1
+        }
+
+        func push(contentsOf contexts: HeldContexts) {
+            guard !contexts.isEmpty else { return }
+            reserve(count + contexts.count)
+            (base + count).initialize(from: contexts.buffer.baseAddress!, count: contexts.count)
+            count += contexts.count
+        }
+
+        /// Lets go of everything held since the stack was `depth` deep.
+        func pop(to depth: Int) {
+            (base + depth).deinitialize(count: count - depth)
+            count = depth
+        }
+
+        private func reserve(_ needed: Int) {
+            guard needed > capacity else { return }
+            let newCapacity = max(needed, capacity * 2)
+            let newBase = UnsafeMutablePointer<SerialContext>.allocate(capacity: newCapacity)
+            newBase.moveInitialize(from: base, count: count)
+            base.deallocate()
+            base = newBase
+            capacity = newCapacity
         }
 
         private static let key: pthread_key_t = {

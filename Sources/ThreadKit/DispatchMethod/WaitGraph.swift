@@ -8,11 +8,16 @@
 ///
 /// Few threads are ever blocked at once, so they are kept in an array and searched linearly: no
 /// hashing and, once the array has grown, no allocation on the hot path.
-struct WaitGraph<Thread: Equatable & Sendable, Context: Equatable & Sendable>: Sendable {
+/// `Holds` is what a blocked thread holds: an array in tests, a view of the thread's own stack in
+/// ThreadKit (read in place: the thread does not change it while it is blocked).
+struct WaitGraph<Thread: Equatable & Sendable, Holds: Collection & Sendable>: Sendable
+where Holds.Element: Equatable & Sendable {
+    typealias Context = Holds.Element
+
     /// A blocked thread: what it holds and what it waits for.
     struct Blocked: Sendable {
         var thread: Thread
-        var holds: [Context]
+        var holds: Holds
         var waitsFor: Context
     }
 
@@ -26,7 +31,7 @@ struct WaitGraph<Thread: Equatable & Sendable, Context: Equatable & Sendable>: S
     private(set) var blocked: [Blocked] = []
 
     /// Records that `thread` blocks, holding `holds`, until `waitsFor` runs its work.
-    mutating func block(_ thread: Thread, holding holds: [Context], waitingFor waitsFor: Context) {
+    mutating func block(_ thread: Thread, holding holds: Holds, waitingFor waitsFor: Context) {
         unblock(thread)
         blocked.append(Blocked(thread: thread, holds: holds, waitsFor: waitsFor))
     }
@@ -42,7 +47,7 @@ struct WaitGraph<Thread: Equatable & Sendable, Context: Equatable & Sendable>: S
     ///
     /// The cycle starts with `thread` and ends with the hop whose thread waits for a context that
     /// `thread` holds. Only blocked threads take part: a holder that still runs will make progress.
-    func cycle(if thread: Thread, holding holds: [Context], waitsFor context: Context) -> [Hop]? {
+    func cycle(if thread: Thread, holding holds: Holds, waitsFor context: Context) -> [Hop]? {
         guard !holds.isEmpty, blocked.contains(where: { $0.holds.contains(context) }) else { return nil }
         var visited = [thread]
         /// Depth-first: from a waited-for context, through each blocked thread that holds it.

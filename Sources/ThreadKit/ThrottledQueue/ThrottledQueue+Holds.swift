@@ -86,7 +86,7 @@ extension ThrottledQueue {
             defer { pthread_setspecific(threadKey, outer) }
             // The thread also holds the queue as a serial context, so that work it waits for on
             // other threads (a `DispatchMethod.sync`, a dedicated thread's `sync`) holds it too.
-            return try ExecutionContexts.withHeld([SerialContext(.throttled(hold.queue))]) {
+            return try ExecutionContexts.withHeld(SerialContext(.throttled(hold.queue))) {
                 try withExtendedLifetime(hold) {
                     hold.startedAt = MonotonicInstant.now()
                     return try body()
