@@ -219,6 +219,50 @@ struct DedicatedThreadTests {
         finish(thread)
     }
 
+    @Test("Items the thread took from the queue together still count as queued: pause between them, pendingCount and disposeNow see them")
+    func takenTogether() async throws {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("DTbatch"))
+        let ran = Counter()
+        let tracker = LifetimeTracker()
+        // Queued while paused, the ten are taken out of the queue at once when the thread resumes.
+        thread.pause()
+        try thread.execute { [thread] in
+            _ = ran.increment()
+            thread.pause()
+        }
+        for _ in 0..<9 { try thread.execute(trackedWork(tracker, ran)) }
+        thread.resume()
+        #expect(await eventually { ran.value == 1 && thread.isPaused })
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(ran.value == 1)
+        #expect(thread.pendingCount == 9)
+        try thread.execute(trackedWork(tracker, ran))  // queued behind the nine
+        #expect(thread.pendingCount == 10)
+        #expect(thread.disposeNow() == 10)
+        #expect(thread.pendingCount == 0)
+        #expect(tracker.liveCount == 0)
+        #expect(thread.awaitTermination(timeout: .seconds(10)))
+        #expect(ran.value == 1)
+    }
+
+    @Test("A resume between items of a taken batch keeps FIFO order with work queued meanwhile")
+    func batchOrderAcrossPause() async throws {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("DTbatch2"))
+        let order = Recorder<Int>()
+        thread.pause()
+        try thread.execute { [thread] in
+            order.append(0)
+            thread.pause()
+        }
+        for index in 1...4 { try thread.execute { order.append(index) } }
+        thread.resume()
+        #expect(await eventually { order.values == [0] && thread.isPaused })
+        for index in 5...8 { try thread.execute { order.append(index) } }
+        thread.resume()
+        #expect(try await thread.run { order.values } == Array(0...8))
+        finish(thread)
+    }
+
     @Test("dispose runs what is queued, refuses more, and the thread exits; awaitTermination is false before")
     func disposeDrains() async throws {
         let thread = DedicatedThread(name: KernelThreads.uniqueName("DTdisp"))

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// One named thread that runs work in FIFO order, for thread-affine resources and as an actor's executor.
 ///
 /// Closures (``execute(_:)``, ``sync(_:)``, ``run(_:)``) and Swift jobs (an actor whose executor it
@@ -16,18 +18,26 @@
 /// }
 /// ```
 public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sendable {
-    // Sendable: `state` and every `SyncRequest.isDone` are guarded by `mutex`; the rest is constant.
+    // Sendable: `state` is guarded by `mutex`, `batch` by `batchMutex` (taken inside `mutex` when
+    // both are needed); `workNudge` and each `SyncRequest.phase` are atomics; the rest is constant.
 
     /// The thread's name, for `Thread.current.name` (the kernel keeps its first 15 bytes), log
     /// records and errors.
     public let name: String
 
     private let mutex = PThreadMutex()
-    /// Signalled for the thread: work arrived, a pause ended, or a dispose.
+    /// Signalled for the sleeping thread: work arrived, a pause ended, or a dispose.
     private let workArrived = MonotonicCondition()
-    /// Broadcast when a `sync` item has run and when the thread has exited.
+    /// Broadcast when a `sync` item whose caller sleeps has run, and when the thread has exited.
     private let progress = MonotonicCondition()
     private var state = State()
+    /// The items the thread took out of the queue in one go, to run one by one. Submitters never
+    /// take this lock, so the thread and its submitters meet on `mutex` once per batch, not once
+    /// per item; ``pause()``, ``pendingCount`` and ``disposeNow()`` look at both.
+    private let batchMutex = PThreadMutex()
+    private var batch = Batch()
+    /// Bumped by a submitter that finds the thread spinning for work: it need not be woken.
+    private let workNudge = Atomic<Int>(0)
 
     /// Creates the thread and starts it at once.
     ///
@@ -120,15 +130,15 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
         mutex.withLock {
             // A disposed thread drains its queue; a pause now would strand it.
             guard case .running = state.lifecycle else { return }
-            state.isPaused = true
+            setPaused(true)
         }
     }
 
     /// Lets a paused thread take the next item again.
     public func resume() {
         mutex.withLock {
-            state.isPaused = false
-            workArrived.signal()
+            setPaused(false)
+            wakeThread()
         }
     }
 
@@ -157,8 +167,8 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
         mutex.withLock {
             guard case .running = state.lifecycle else { return }
             state.lifecycle = .draining
-            state.isPaused = false
-            workArrived.signal()
+            setPaused(false)
+            wakeThread()
         }
     }
 
@@ -178,9 +188,12 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
             case .stopped, .failedToStart: return []
             }
             state.lifecycle = .stopped
-            state.isPaused = false
-            let dropped = state.queue.removeAll { if case .closure = $0 { true } else { false } }
-            workArrived.signal()
+            setPaused(false)
+            let isClosure = { (item: Item) in if case .closure = item { true } else { false } }
+            // The batch was queued first: its closures are dropped first.
+            let dropped = batchMutex.withLock { batch.items.removeAll(where: isClosure) }
+                + state.queue.removeAll(where: isClosure)
+            wakeThread()
             return dropped
         }
         for case .closure(_, let onDrop?) in dropped { onDrop() }
@@ -206,7 +219,7 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
 
     /// How many closures and jobs wait in the queue (not the one running).
     public var pendingCount: Int {
-        mutex.withLock { state.queue.count }
+        mutex.withLock { state.queue.count + batchMutex.withLock { batch.items.count } }
     }
 
     // MARK: - Internals
@@ -226,6 +239,17 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
         var queue = RingBuffer<Item>()
         var isPaused = false
         var hasExited = false
+        /// The thread is watching `workNudge` before it sleeps.
+        var isSpinning = false
+        /// The thread sleeps on `workArrived`.
+        var isSleeping = false
+    }
+
+    /// What the thread took out of the queue and has not started yet, oldest first.
+    private struct Batch {
+        var items = RingBuffer<Item>()
+        /// A copy of `State.isPaused`, for the thread to look at between items.
+        var isPaused = false
     }
 
     /// One unit of work in the queue.
@@ -237,16 +261,25 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
         case sync(SyncRequest)
     }
 
-    /// A `sync` caller's work, run on the thread while the caller waits for `isDone`.
-    private final class SyncRequest: @unchecked Sendable {
-        // Sendable: `isDone` is guarded by the thread's mutex; `work` is a loan (see BorrowedWork).
+    /// A `sync` caller's work, run on the thread while the caller waits for `phase` to be `done`.
+    private final class SyncRequest: Sendable {
+        static let pending = 0, done = 1, callerSleeps = 2
+        /// `work` is a loan (see ``BorrowedWork``).
         let work: BorrowedWork
-        var isDone = false
+        /// `pending`, then `done` once the thread has run the work. A caller that stops spinning
+        /// moves `pending` to `callerSleeps` under the thread's mutex before it sleeps, and the
+        /// thread, finding that, broadcasts `progress` under the mutex: no wakeup is lost.
+        let phase = Atomic<Int>(SyncRequest.pending)
 
         init(_ work: @escaping () -> Void) {
             self.work = BorrowedWork(work)
         }
     }
+
+    /// How long a `sync` caller, and the thread when it runs out of work, watch for the other side
+    /// before sleeping: a round trip between two awake threads costs well under a microsecond, a
+    /// wakeup several. Both sides yield the core while they watch (see ``spinBriefly(for:until:)``).
+    static let spinBeforeSleeping = Duration.microseconds(20)
 
     /// The dedicated thread running now, if the calling thread is one.
     private static let current = ThreadLocalPointer()
@@ -259,8 +292,23 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
             case .failedToStart(let errno): throw .threadStartFailed(name: name, errno: errno)
             }
             state.queue.append(item)
-            if state.queue.count == 1 { workArrived.signal() }
+            if state.queue.count == 1 { wakeThread() }
         }
+    }
+
+    /// Tells the thread to look again if it spins or sleeps. Mutex held.
+    private func wakeThread() {
+        if state.isSleeping {
+            workArrived.signal()
+        } else if state.isSpinning {
+            workNudge.wrappingAdd(1, ordering: .releasing)
+        }
+    }
+
+    /// Pauses or resumes, in the state and in the batch's copy the thread reads. Mutex held.
+    private func setPaused(_ isPaused: Bool) {
+        state.isPaused = isPaused
+        batchMutex.withLock { batch.isPaused = isPaused }
     }
 
     /// `sync`, with the error path spelled out so that `sync` itself only rethrows `work`'s errors.
@@ -295,41 +343,91 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     }
 
     private func _blockingWaitForSync(_ request: SyncRequest) {
+        if spinBriefly(for: Self.spinBeforeSleeping, until: { request.phase.load(ordering: .acquiring) == SyncRequest.done }) {
+            return
+        }
         mutex.withLock {
-            while !request.isDone { progress.wait(mutex) }
+            guard request.phase.compareExchange(
+                expected: SyncRequest.pending, desired: SyncRequest.callerSleeps, ordering: .acquiringAndReleasing
+            ).exchanged else { return }  // done meanwhile
+            while request.phase.load(ordering: .acquiring) != SyncRequest.done { progress.wait(mutex) }
         }
     }
 
-    /// The thread's body: take the next item, run it outside the lock, until disposed and drained.
+    /// Tells a `sync` caller that its work has run.
+    private func finish(_ request: SyncRequest) {
+        if request.phase.exchange(SyncRequest.done, ordering: .acquiringAndReleasing) == SyncRequest.callerSleeps {
+            mutex.withLock { progress.broadcast() }
+        }
+    }
+
+    /// The thread's body: run the batch item by item; when it is empty, take the whole queue as the
+    /// next batch, or watch briefly for work and then sleep; until disposed and drained.
     private func runThread() {
         Self.current.current = Unmanaged.passUnretained(self).toOpaque()
         ExecutionContexts.holdForever(SerialContext(.thread(self)))
-        mutex.lock()
         // No binding outlives a run: `perform` consumes a temporary taken out of `next`, so the
-        // item's closure is released before the lock is taken again.
+        // item's closure is released before a lock is taken again.
         var next: Item?
+        var hasSpun = false
         while true {
-            if !state.isPaused { next = state.queue.popFirst() }
+            batchMutex.lock()
+            if !batch.isPaused { next = batch.items.popFirst() }
+            batchMutex.unlock()
             if next != nil {
+                if let request = perform(next.take()!) { finish(request) }
+                hasSpun = false
+                continue
+            }
+            mutex.lock()
+            switch nextStep(hasSpun: hasSpun) {
+            case .runBatch:
                 mutex.unlock()
-                let finished = perform(next.take()!)
+                hasSpun = false
+            case .spin:
+                state.isSpinning = true
+                let nudge = workNudge.load(ordering: .acquiring)
+                mutex.unlock()
+                _ = spinBriefly(for: Self.spinBeforeSleeping) { workNudge.load(ordering: .acquiring) != nudge }
                 mutex.lock()
-                if let finished {
-                    finished.isDone = true
-                    progress.broadcast()
-                }
-                continue
-            }
-            if case .running = state.lifecycle {
+                state.isSpinning = false
+                mutex.unlock()
+                hasSpun = true
+            case .sleep:
+                state.isSleeping = true
                 _blockingWaitForWork()
-                continue
+                state.isSleeping = false
+                mutex.unlock()
+                hasSpun = false
+            case .exit:
+                state.hasExited = true
+                progress.broadcast()
+                mutex.unlock()
+                return
             }
-            if state.queue.isEmpty { break }
-            _blockingWaitForWork()  // paused only until the dispose resumes it
         }
-        state.hasExited = true
-        progress.broadcast()
-        mutex.unlock()
+    }
+
+    private enum Step {
+        /// The batch has items to run (it was refilled from the queue, or a resume came meanwhile).
+        case runBatch
+        case spin
+        case sleep
+        case exit
+    }
+
+    /// What the thread does once its batch is empty or paused; refills the batch from the queue.
+    /// Mutex held.
+    private func nextStep(hasSpun: Bool) -> Step {
+        if state.isPaused { return .sleep }  // a dispose resumes it to drain
+        let batchIsEmpty = batchMutex.withLock {
+            // The batch is empty here, unless a resume came after the thread saw it paused.
+            if batch.items.isEmpty { swap(&batch.items, &state.queue) }
+            return batch.items.isEmpty
+        }
+        if !batchIsEmpty { return .runBatch }
+        guard case .running = state.lifecycle else { return .exit }
+        return hasSpun ? .sleep : .spin
     }
 
     /// Runs `item`; returns the `sync` request whose caller is to be told.

@@ -668,11 +668,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 
     /// Watches, without the mutex, for a nudge from a submitter or a shutdown, for a few microseconds.
     private func _spinBrieflyForWork(since nudge: Int) {
-        let deadline = MonotonicInstant.now().advanced(by: Self.spinBeforeSleeping)
-        while spinnerNudge.load(ordering: .acquiring) == nudge {
-            sched_yield()
-            if MonotonicInstant.now() >= deadline { return }
-        }
+        _ = spinBriefly(for: Self.spinBeforeSleeping) { spinnerNudge.load(ordering: .acquiring) != nudge }
     }
 
     /// Sleeps until `worker` is handed work (returned), the pool shuts down, or `retirement` comes
