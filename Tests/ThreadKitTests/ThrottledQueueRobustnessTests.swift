@@ -99,6 +99,45 @@ struct ThrottledQueueRobustnessTests {
         #expect(spacing[0] < .milliseconds(50) + Self.lateness)
     }
 
+    @Test("Concurrent child tasks of run's work each get the queue to themselves: their nested sync and run calls never overlap")
+    func nestedSiblingsKeepExclusion() async throws {
+        let executor = ThreadPool(name: KernelThreads.uniqueName("TQsib"), size: 8)
+        defer { executor.dispose() }
+        // No gap: only the exclusion keeps the siblings apart.
+        let queue = ThrottledQueue(label: "TQ siblings", interval: .zero)
+        let inside = Counter()
+        let overlaps = Counter()
+        let ran = Counter()
+        @Sendable func exclusiveWork() {
+            if inside.increment() > 1 { overlaps.increment() }
+            usleep(5_000)
+            inside.increment(by: -1)
+            ran.increment()
+        }
+        let outcome = await Self.finishes(within: .seconds(20), on: executor) {
+            try await queue.run {
+                await withTaskGroup(of: Void.self) { group in
+                    for index in 0..<8 {
+                        group.addTask {
+                            if index.isMultiple(of: 2) {
+                                queue.sync { exclusiveWork() }
+                            } else {
+                                _ = try? await queue.run { exclusiveWork() }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        guard case .success? = outcome else {
+            Issue.record("run with nested siblings did not finish: \(String(describing: outcome))")
+            queue.cancelAll()
+            return
+        }
+        #expect(ran.value == 8)
+        #expect(overlaps.value == 0)
+    }
+
     @Test("Issue 7.11: run from inside run's async work runs nested (gap waited, ahead of queued tasks) instead of hanging")
     func runInsideRunIsNested() async throws {
         let executor = ThreadPool(name: KernelThreads.uniqueName("TQr"), size: 2)

@@ -21,7 +21,8 @@ extension ThrottledQueue {
     final class Hold: @unchecked Sendable {
         // Sendable: `startedAt` is written only before the hold is shared: by the thread it
         // belongs to, just before the task's work (``withThreadHold(_:_:)``), or at init for
-        // `run`'s work; a thread's hold is only ever read by that thread. The rest is constant.
+        // `run`'s work; a thread's hold is only ever read by that thread. `hasNestedTaskRunning`
+        // is guarded by the queue's mutex. The rest is constant.
 
         /// The queue whose task runs.
         let queue: ThrottledQueue
@@ -34,6 +35,10 @@ extension ThrottledQueue {
         let ticket: Ticket?
         /// The hold this one is nested in.
         let outer: Hold?
+        /// Whether a task nested in this one runs now (a `sync` or `run` on the same queue from
+        /// inside it, or from a child task of `run`'s work). Guarded by the queue's mutex: nested
+        /// tasks of one holder run one at a time, so concurrent child tasks keep the exclusion.
+        var hasNestedTaskRunning = false
 
         init(queue: ThrottledQueue, pool: ThreadPool?, ticket: Ticket?, outer: Hold?, startedAt: MonotonicInstant = .now()) {
             self.queue = queue

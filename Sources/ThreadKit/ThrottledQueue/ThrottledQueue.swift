@@ -267,6 +267,9 @@ public final class ThrottledQueue: @unchecked Sendable {
         var phase = Phase.new
         /// A `run` caller's, resumed when the worker starts it.
         var continuation: CheckedContinuation<Void, any Error>?
+        /// For a nested `run`, the running task it is nested in, which it waits for if another task
+        /// nested in it runs (see ``Hold/hasNestedTaskRunning``).
+        var nestedIn: Hold?
 
         func takeContinuation() -> CheckedContinuation<Void, any Error>? {
             defer { continuation = nil }
@@ -372,8 +375,10 @@ public final class ThrottledQueue: @unchecked Sendable {
         mutex.lock()
         worker = .driving
         while queuedForWorker > 0 {
-            guard case .startAt(let allowed) = schedule.nextStart(), schedule.next?.isSync == false else {
-                // A task runs, or a `sync` caller is next and starts its own turn: both end with a signal.
+            guard case .startAt(let allowed) = schedule.nextStart(), schedule.next?.isSync == false,
+                  !nextRunWaitsForSibling else {
+                // A task runs, or a `sync` caller is next and starts its own turn, or a nested `run`
+                // waits for a sibling nested in the same task to end: each ends with a signal.
                 _blockingWaitForChange()
                 continue
             }
@@ -386,6 +391,7 @@ public final class ThrottledQueue: @unchecked Sendable {
                 work = closure
             case .run(let ticket):
                 ticket.phase = .granted
+                ticket.nestedIn?.hasNestedTaskRunning = true
                 granted = ticket.takeContinuation()
             case .sync:
                 preconditionFailure("ThrottledQueue '\(label)': the worker started a sync caller's turn")
@@ -507,15 +513,16 @@ public final class ThrottledQueue: @unchecked Sendable {
         let threadHold = Hold.ofThread, taskHold = Hold.ofTask
         mutex.lock()
         let context = SerialContext(.throttled(self))
-        if let holder = held(thread: threadHold, task: taskHold) {
+        let holder = held(thread: threadHold, task: taskHold)
+        if let holder {
             // Nested in this queue's running task, which waits for it: it starts ahead of the queue,
             // its gap counted from the running task's own code.
             schedule.began(at: holder.startedAt)
-            _blockingWaitForNestedStart(gap: gap)
+            _blockingWaitForNestedStart(in: holder, gap: gap)
         } else if ExecutionContexts.holds(context) {
             // Run for a thread that holds this queue and is blocked waiting for this one (through a
             // dedicated thread, a DispatchMethod.sync, …): nested too.
-            _blockingWaitForNestedStart(gap: gap)
+            _blockingWaitForNestedStart(in: nil, gap: gap)
         } else {
             if let message = starvedPoolMessage(for: "sync", threadHold: threadHold) {
                 mutex.unlock()
@@ -527,7 +534,7 @@ public final class ThrottledQueue: @unchecked Sendable {
         }
         mutex.unlock()
         let hold = Hold(queue: self, pool: nil, ticket: nil, outer: threadHold)
-        defer { endTask(startedAt: hold.startedAt, ticket: nil) }
+        defer { endTask(startedAt: hold.startedAt, ticket: nil, nestedIn: holder) }
         return try Hold.withThreadHold(hold) { try work() }
     }
 
@@ -547,14 +554,27 @@ public final class ThrottledQueue: @unchecked Sendable {
         }
     }
 
-    /// Waits until a task nested in the running one may start, then starts it. Mutex held.
-    private func _blockingWaitForNestedStart(gap: Duration?) {
+    /// Waits until a task nested in the running one may start, then starts it: after its gap, and
+    /// once no other task nested in `holder` runs (concurrent child tasks of `run`'s work each get
+    /// the queue to themselves, one after another). Mutex held.
+    private func _blockingWaitForNestedStart(in holder: Hold?, gap: Duration?) {
         while true {
-            if let now = _blockingApproach(toStartAt: schedule.nestedStart(), on: progress) {
+            if holder?.hasNestedTaskRunning == true {
+                progress.wait(mutex)
+                continue
+            }
+            if let now = _blockingApproach(toStartAt: schedule.nestedStart(), on: progress), holder?.hasNestedTaskRunning != true {
                 schedule.startNested(at: now, gap: gap)
+                holder?.hasNestedTaskRunning = true
                 return
             }
         }
+    }
+
+    /// Whether the next task is a nested `run` whose holder runs another nested task. Mutex held.
+    private var nextRunWaitsForSibling: Bool {
+        guard case .run(let ticket)? = schedule.next else { return false }
+        return ticket.nestedIn?.hasNestedTaskRunning == true
     }
 
     /// Queues a `run` caller, which the worker resumes when its turn comes; nested in this queue's
@@ -566,6 +586,7 @@ public final class ThrottledQueue: @unchecked Sendable {
             guard ticket.phase == .new else { return CancellationError() }
             let holder = outer?.innermost(of: self)
             if let holder { schedule.began(at: holder.startedAt) }
+            ticket.nestedIn = holder
             do {
                 try enqueueForWorker(.run(ticket), gap: nil, nested: holder != nil)
             } catch {
@@ -602,11 +623,14 @@ public final class ThrottledQueue: @unchecked Sendable {
         }
     }
 
-    /// Records the end of a task that a caller ran itself, at once.
-    func endTask(startedAt: MonotonicInstant, ticket: Ticket?) {
+    /// Records the end of a task that a caller ran itself, at once; a task nested in `holder` lets
+    /// the next one nested in it start.
+    func endTask(startedAt: MonotonicInstant, ticket: Ticket?, nestedIn holder: Hold? = nil) {
         let now = MonotonicInstant.now()
         mutex.withLock {
             schedule.end(at: now, startedAt: startedAt)
+            (holder ?? ticket?.nestedIn)?.hasNestedTaskRunning = false
+            ticket?.nestedIn = nil
             ticket?.phase = .ended
             changed.signal()
             wakeWaiters()
