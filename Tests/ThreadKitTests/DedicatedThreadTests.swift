@@ -181,7 +181,7 @@ struct DedicatedThreadTests {
         #expect(thread.isPaused)
         for _ in 0..<10 { try thread.execute { _ = ran.increment() } }
         #expect(thread.pendingCount == 10)
-        let id = try #require(KernelThreads.ids(withPrefix: name).first)
+        let id = try #require(KernelThreads.ids(named: name).first)
         try await Task.sleep(for: .milliseconds(50))
         let before = try #require(KernelThreads.contextSwitches(ofThread: id))
         try await Task.sleep(for: .seconds(1))

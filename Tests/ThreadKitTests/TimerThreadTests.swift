@@ -708,7 +708,7 @@ import Musl
         // Only the far-future call is pending now: the thread sleeps through the next 1.5 s. The
         // kernel's count of its context switches, read from outside, must not move at all.
         try await Task.sleep(for: .milliseconds(50))
-        let thread = try #require(KernelThreads.ids(withPrefix: name).first)
+        let thread = try #require(KernelThreads.ids(named: name).first)
         let switchesBefore = try #require(KernelThreads.contextSwitches(ofThread: thread))
         try await Task.sleep(for: .milliseconds(1500))
         let switchesAfter = try #require(KernelThreads.contextSwitches(ofThread: thread))

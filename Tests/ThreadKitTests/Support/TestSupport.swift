@@ -72,6 +72,12 @@ enum KernelThreads {
         ids().filter { name(ofThread: $0)?.hasPrefix(prefix) ?? false }
     }
 
+    /// The ids of the live threads whose kernel name is `name` exactly (a prefix search for one
+    /// unique name would also find `<name>a`, a unique name made later from the same prefix).
+    static func ids(named name: String) -> [Int32] {
+        ids().filter { self.name(ofThread: $0) == name }
+    }
+
     /// How many live threads have a kernel name that starts with `prefix`.
     static func count(withPrefix prefix: String) -> Int {
         ids(withPrefix: prefix).count
