@@ -210,12 +210,17 @@ enum ExecutionContexts {
     /// One thread's held contexts, kept in a thread-specific slot from the first hold to the thread's end.
     ///
     /// The contexts sit in a buffer of the record's own that grows and never shrinks, so holding
-    /// and letting go allocate nothing once a thread has reached its usual depth.
+    /// and letting go allocate nothing once a thread has reached its usual depth. A buffer that was
+    /// outgrown is kept, contexts and all, until the thread ends: the registry may still read the
+    /// view a blocked thread left there (a `DispatchQueue.sync` that runs its work on the waiting
+    /// thread itself pushes onto the same record while the thread counts as blocked).
     final class Record {
         let threadName: String
         private var base: UnsafeMutablePointer<SerialContext>
         private var capacity = 4
         private var count = 0
+        /// Outgrown buffers and how many contexts each still holds.
+        private var outgrown: [(base: UnsafeMutablePointer<SerialContext>, count: Int)] = []
 
         private init() {
             threadName = NamedThread.currentName()
@@ -225,6 +230,10 @@ enum ExecutionContexts {
         deinit {
             base.deinitialize(count: count)
             base.deallocate()
+            for buffer in outgrown {
+                buffer.base.deinitialize(count: buffer.count)
+                buffer.base.deallocate()
+            }
         }
 
         /// What the thread holds now. Only the owning thread changes it; another thread may read it
@@ -254,8 +263,8 @@ enum ExecutionContexts {
             guard needed > capacity else { return }
             let newCapacity = max(needed, capacity * 2)
             let newBase = UnsafeMutablePointer<SerialContext>.allocate(capacity: newCapacity)
-            newBase.moveInitialize(from: base, count: count)
-            base.deallocate()
+            newBase.initialize(from: base, count: count)
+            outgrown.append((base, count))
             base = newBase
             capacity = newCapacity
         }
