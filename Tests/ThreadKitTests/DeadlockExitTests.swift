@@ -135,6 +135,30 @@ struct OwnWaitsDeadlockExitTests {
         #expect(output.contains(#"deadlock: thread "single Thread1" holds ThreadPool "single" and waits for DedicatedThread "db", held by thread "db", which waits for "single""#), "standard error was: \(output)")
         #endif
     }
+
+    @Test("ThrottledQueue.run's work holds its queue while it blocks: a step it waits for that syncs back onto the queue is reported")
+    func runWorkWaitCycle() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            DeadlockScenario.watchdog()
+            let db = DedicatedThread(name: "db")
+            let api = ThrottledQueue(label: "api", interval: .zero)
+            let runner = ThreadPool(name: "runner", size: 1)
+            Task(executorPreference: runner) {
+                try await api.run {
+                    let step = DispatchMethod.async(on: .thread(db)).execute {
+                        usleep(100_000)  // let the run's work block first
+                        api.sync {}
+                    }
+                    _ = try? step.wait()
+                }
+            }
+            DeadlockScenario.sleepForever()
+        }
+        #if DEBUG
+        let output = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+        #expect(output.contains(#"deadlock: thread "db" holds DedicatedThread "db" and waits for ThrottledQueue "api", held by thread "runner Thread1", which waits for "db""#), "standard error was: \(output)")
+        #endif
+    }
 }
 
 @Suite("Waits that can never end, through held contexts", .serialized)

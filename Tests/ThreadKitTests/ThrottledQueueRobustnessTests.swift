@@ -138,6 +138,33 @@ struct ThrottledQueueRobustnessTests {
         #expect(overlaps.value == 0)
     }
 
+    @Test("run's work holds its queue in every blocking wait: A.run → thread.sync / DispatchMethod.sync → A.sync runs nested")
+    func runWorkHandsItsQueueOn() async throws {
+        let executor = ThreadPool(name: KernelThreads.uniqueName("TQho"), size: 2)
+        defer { executor.dispose() }
+        let queue = ThrottledQueue(label: "TQ handover", interval: .zero)
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("TQhoD"))
+        defer { thread.dispose() }
+        let order = Recorder<String>()
+        let outcome = await Self.finishes(within: .seconds(10), on: executor) {
+            try await queue.run {
+                try? queue.async { order.append("queued") }
+                thread.sync { queue.sync { order.append("through the thread") } }
+                DispatchMethod.sync(on: .thread(thread)).execute {
+                    queue.sync { order.append("through DispatchMethod") }
+                }
+                order.append("run's work ends")
+            }
+        }
+        guard case .success? = outcome else {
+            Issue.record("a sync back onto the queue from run's work hung: \(String(describing: outcome))")
+            queue.cancelAll()
+            return
+        }
+        await ThrottledQueueTests.waitUntilIdle(queue)
+        #expect(order.values == ["through the thread", "through DispatchMethod", "run's work ends", "queued"])
+    }
+
     @Test("Issue 7.11: run from inside run's async work runs nested (gap waited, ahead of queued tasks) instead of hanging")
     func runInsideRunIsNested() async throws {
         let executor = ThreadPool(name: KernelThreads.uniqueName("TQr"), size: 2)

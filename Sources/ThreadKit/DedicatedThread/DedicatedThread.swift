@@ -324,16 +324,18 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
         if isCurrent || ExecutionContexts.holds(context) { return try work() }
         var result: Result<T, any Error>?
         var refusal: DedicatedThreadError?
-        let handover = ExecutionContexts.handover(in: nil)  // the thread holds its own context
-        withoutActuallyEscaping(work) { work in
-            let request = SyncRequest { handover.run { result = Result { try work() } } }
-            do throws(DedicatedThreadError) {
-                try submit(.sync(request))
-            } catch {
-                refusal = error
-                return
+        ExecutionContexts.includingTaskHolds {
+            let handover = ExecutionContexts.handover(in: nil)  // the thread holds its own context
+            withoutActuallyEscaping(work) { work in
+                let request = SyncRequest { handover.run { result = Result { try work() } } }
+                do throws(DedicatedThreadError) {
+                    try submit(.sync(request))
+                } catch {
+                    refusal = error
+                    return
+                }
+                ExecutionContexts.blocking(for: context) { _blockingWaitForSync(request) }
             }
-            ExecutionContexts.blocking(for: context) { _blockingWaitForSync(request) }
         }
         if let refusal { try refused(refusal) }
         switch result! {

@@ -94,11 +94,13 @@ extension DispatchTarget {
         }
         let context = serialContext
         if let context, ExecutionContexts.holds(context) { return work() }
-        let handover = ExecutionContexts.handover(in: context)
-        try withoutActuallyEscaping(work) { work in
-            let holding = { handover.run(work) }
-            guard let context else { return try runAndWaitElsewhere(holding) }
-            return try ExecutionContexts.blocking(for: context) { try runAndWaitElsewhere(holding) }
+        try ExecutionContexts.includingTaskHolds {
+            let handover = ExecutionContexts.handover(in: context)
+            try withoutActuallyEscaping(work) { work in
+                let holding = { handover.run(work) }
+                guard let context else { return try runAndWaitElsewhere(holding) }
+                return try ExecutionContexts.blocking(for: context) { try runAndWaitElsewhere(holding) }
+            }
         }
     }
 

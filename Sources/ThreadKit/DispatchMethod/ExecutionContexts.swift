@@ -92,9 +92,26 @@ enum ExecutionContexts {
     }
 
     /// What the calling thread, about to block until other work has run, hands on to that work:
-    /// the contexts it holds, plus `context`, the one the work runs in.
+    /// the contexts it holds, plus `context`, the one the work runs in. Call it inside
+    /// ``includingTaskHolds(_:)``, so that what the calling Swift task holds is handed on too.
     static func handover(in context: SerialContext?) -> Handover {
         Handover(caller: Record.current.map(Unmanaged.passUnretained), context: context)
+    }
+
+    /// Runs `body`, a blocking wait, with the calling thread also holding what the current Swift
+    /// task holds: the throttled queues whose ``ThrottledQueue/run(_:)`` work it runs. Async work
+    /// may move between threads, so it holds them in a task-local, not in the thread's record; a
+    /// blocking wait pins it to this thread until the wait ends, so for that long the thread holds
+    /// them. Outside `run`'s work this costs one task-local read.
+    static func includingTaskHolds<T>(_ body: () throws -> T) rethrows -> T {
+        guard let holds = ThrottledQueue.Hold.ofTask else { return try body() }
+        let contexts = holds.heldContexts()
+        guard !contexts.isEmpty else { return try body() }
+        let record = Record.currentOrNew()
+        let depth = record.held.count
+        for context in contexts { record.push(context) }
+        defer { record.pop(to: depth) }
+        return try body()
     }
 
     /// The contexts a blocked caller hands on to the thread that runs its work (see ``handover(in:)``).
@@ -139,6 +156,11 @@ enum ExecutionContexts {
     ///
     /// Call it only after the re-entry check (the thread does not hold `context`).
     static func blocking<T>(for context: SerialContext, _ wait: () throws -> T) rethrows -> T {
+        try includingTaskHolds { try register(waitFor: context, wait) }
+    }
+
+    /// ``blocking(for:_:)`` once the task's holds are on the thread's record.
+    private static func register<T>(waitFor context: SerialContext, _ wait: () throws -> T) rethrows -> T {
         guard let record = Record.current, record.held.count > 0 else { return try wait() }
         let thread = ThreadKey(record)
         // The registry keeps a view of the record's stack, which stays as it is while the thread is blocked.

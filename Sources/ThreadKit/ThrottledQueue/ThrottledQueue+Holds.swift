@@ -59,6 +59,19 @@ extension ThrottledQueue {
             return nil
         }
 
+        /// The queues whose running tasks this chain holds now, as serial contexts: each hold's
+        /// queue while its task runs (a task that outlived `run`'s work inherited a chain whose
+        /// tasks have ended, and holds nothing of it).
+        func heldContexts() -> [SerialContext] {
+            var contexts: [SerialContext] = []
+            var hold: Hold? = self
+            while let current = hold {
+                if current.queue.isRunning(current) { contexts.append(SerialContext(.throttled(current.queue))) }
+                hold = current.outer
+            }
+            return contexts
+        }
+
         /// The first hold in this chain whose task runs on a thread of `pool`.
         func first(onThreadOf pool: ThreadPool) -> Hold? {
             var hold: Hold? = self

@@ -498,6 +498,11 @@ public final class ThrottledQueue: @unchecked Sendable {
         thread?.innermost(of: self) ?? task?.innermost(of: self)
     }
 
+    /// Whether `hold`'s task still runs: a `run` caller's until its work has returned.
+    func isRunning(_ hold: Hold) -> Bool {
+        mutex.withLock { (hold.ticket?.phase ?? .granted) == .granted }
+    }
+
     /// Why a wait by the calling thread could never end, if it is the only thread of this queue's
     /// pool, running another queue's task, while the tasks queued here wait in that pool for the
     /// worker that needs that thread. Mutex held.
