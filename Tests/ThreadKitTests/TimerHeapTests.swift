@@ -39,7 +39,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
 
     /// What differs between `heap` and `model`, in words: count, emptiness and the first entry, and
     /// with `bookkeeping`, the index of every item ever made (items in the heap hold distinct indices
-    /// `0..<count`, the others hold `nil`).
+    /// within the heap's storage, the others hold `nil`) and the storage bound.
     static func differences(_ heap: TimerHeap<Item>, _ model: Model, allItems: [Item], bookkeeping: Bool) -> [String] {
         var found: [String] = []
         if heap.count != model.count { found.append("count \(heap.count), model \(model.count)") }
@@ -57,7 +57,14 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
                 found.append("\(item) out of the heap has heapIndex \(index)")
             }
         }
-        if indices.sorted() != Array(0..<model.count) { found.append("heap indices are not 0..<\(model.count)") }
+        // Removed elements may leave marked entries behind: the live ones hold distinct indices
+        // within the storage, which never exceeds twice the live count (plus one).
+        if Set(indices).count != indices.count || indices.contains(where: { $0 >= heap.storedCount }) {
+            found.append("heap indices \(indices.sorted()) are not distinct within 0..<\(heap.storedCount)")
+        }
+        if heap.storedCount > 2 * heap.count + 1 {
+            found.append("\(heap.storedCount) entries stored for \(heap.count) elements")
+        }
         return found
     }
 
@@ -135,6 +142,32 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
         let last = heap.popFirst(dueAt: at(.max))
         #expect(last == nil)
         Self.check(heap, model, allItems: allItems)
+    }
+
+    @Test("removal is lazy but bounded: cancelling most of 100,000 elements in random order keeps storage within twice the live count")
+    func lazyRemovalIsBounded() {
+        var random = SplitMix64(seed: 0x5EED)
+        var heap = TimerHeap<Item>()
+        let items = (0..<100_000).map(Item.init)
+        for item in items { heap.insert(item, deadline: at(UInt64.random(in: 0..<1_000_000, using: &random))) }
+        var worstRatio = 0.0
+        var order = items
+        order.shuffle(using: &random)
+        let survivors = order.suffix(1_000)
+        for item in order.dropLast(1_000) {
+            let removed = heap.remove(item)
+            #expect(removed)
+            worstRatio = max(worstRatio, Double(heap.storedCount) / Double(heap.count + 1))
+        }
+        #expect(heap.count == 1_000)
+        #expect(worstRatio <= 2.0)
+        #expect(heap.storedCount <= 2 * heap.count + 1)
+        // The survivors come out in deadline order, each once, and nothing else does.
+        var popped: [Item] = []
+        while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item) }
+        #expect(Set(popped.map(ObjectIdentifier.init)) == Set(survivors.map(ObjectIdentifier.init)))
+        #expect(popped.count == 1_000)
+        #expect(heap.isEmpty && heap.storedCount == 0)
     }
 
     @Test("equal deadlines come out in insertion order, also after removals")
