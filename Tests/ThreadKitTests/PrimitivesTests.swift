@@ -293,3 +293,37 @@ struct MutexConditionTests {
         for at in wokenAt.values { #expect(broadcastAt.duration(to: at) < .seconds(2)) }
     }
 }
+
+/// The spin budget's rule, over made-up sleeps: no threads, no clock.
+@Suite("SpinBudget")
+struct SpinBudgetTests {
+    @Test("It starts at its ceiling and keeps it while work comes back within the ceiling")
+    func shortSleepsKeepTheCeiling() {
+        var budget = SpinBudget(ceiling: .microseconds(50))
+        #expect(budget.current == .microseconds(50))
+        for _ in 0..<10 { budget.slept(for: .microseconds(49)) }
+        #expect(budget.current == .microseconds(50))
+    }
+
+    @Test("Each long sleep halves it; below 2 µs it is zero: sparse work pays no spin")
+    func longSleepsShrinkItToNothing() {
+        var budget = SpinBudget(ceiling: .microseconds(50))
+        var seen: [Duration] = []
+        for _ in 0..<6 {
+            budget.slept(for: .milliseconds(1))
+            seen.append(budget.current)
+        }
+        #expect(seen == [.microseconds(25), .nanoseconds(12_500), .nanoseconds(6_250), .nanoseconds(3_125), .zero, .zero])
+    }
+
+    @Test("A sleep ended within the ceiling restores it at once, from zero too; exactly the ceiling counts as long")
+    func aShortSleepRestoresIt() {
+        var budget = SpinBudget(ceiling: .microseconds(50))
+        for _ in 0..<8 { budget.slept(for: .seconds(1)) }
+        #expect(budget.current == .zero)
+        budget.slept(for: .microseconds(10))
+        #expect(budget.current == .microseconds(50))
+        budget.slept(for: .microseconds(50))
+        #expect(budget.current == .microseconds(25))
+    }
+}

@@ -241,6 +241,8 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
         var hasExited = false
         /// The thread is watching `workNudge` before it sleeps.
         var isSpinning = false
+        /// How long the thread watches for work before it sleeps, learned from its last sleeps.
+        var spinBudget = SpinBudget(ceiling: DedicatedThread.spinBeforeSleeping)
         /// The thread sleeps on `workArrived`.
         var isSleeping = false
     }
@@ -276,9 +278,11 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
         }
     }
 
-    /// How long a `sync` caller, and the thread when it runs out of work, watch for the other side
-    /// before sleeping: a round trip between two awake threads costs well under a microsecond, a
-    /// wakeup several. Both sides yield the core while they watch (see ``spinBriefly(for:until:)``).
+    /// How long a `sync` caller, and (at most) the thread when it runs out of work, watch for the
+    /// other side before sleeping: a round trip between two awake threads costs well under a
+    /// microsecond, a wakeup several. Both sides yield the core while they watch (see
+    /// ``spinBriefly(for:until:)``); the thread's spin shrinks to nothing while work keeps coming
+    /// later than this (see ``SpinBudget``).
     static let spinBeforeSleeping = Duration.microseconds(20)
 
     /// The dedicated thread running now, if the calling thread is one.
@@ -389,16 +393,19 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
             case .spin:
                 state.isSpinning = true
                 let nudge = workNudge.load(ordering: .acquiring)
+                let budget = state.spinBudget.current
                 mutex.unlock()
-                _ = spinBriefly(for: Self.spinBeforeSleeping) { workNudge.load(ordering: .acquiring) != nudge }
+                _ = spinBriefly(for: budget) { workNudge.load(ordering: .acquiring) != nudge }
                 mutex.lock()
                 state.isSpinning = false
                 mutex.unlock()
                 hasSpun = true
             case .sleep:
                 state.isSleeping = true
+                let asleepSince = MonotonicInstant.now(), isWaitingForWork = !state.isPaused
                 _blockingWaitForWork()
                 state.isSleeping = false
+                if isWaitingForWork { state.spinBudget.slept(for: asleepSince.duration(to: .now())) }
                 mutex.unlock()
                 hasSpun = false
             case .exit:
@@ -429,7 +436,7 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
         }
         if !batchIsEmpty { return .runBatch }
         guard case .running = state.lifecycle else { return .exit }
-        return hasSpun ? .sleep : .spin
+        return hasSpun || state.spinBudget.current == .zero ? .sleep : .spin
     }
 
     /// Runs `item`; returns the `sync` request whose caller is to be told.

@@ -24,3 +24,39 @@ func spinBriefly(for limit: Duration, until condition: () -> Bool) -> Bool {
         if MonotonicInstant.now() >= deadline { return false }
     }
 }
+
+/// How long a thread that ran out of work watches for more before it sleeps, learned from how soon
+/// work came the last times.
+///
+/// Spinning pays when work comes back within the spin (a stream of short items: no wakeup to pay
+/// for) and wastes CPU when it does not (one item every millisecond: a full spin per item, for
+/// nothing). So the budget starts at its ceiling and stays there while work comes back soon; each
+/// spin that found nothing, followed by a sleep longer than the ceiling, halves it, down to no spin
+/// at all after a few; a sleep that ends within the ceiling (a spin would have caught that work)
+/// restores it. A spin that finds work changes nothing. A pure value: the caller reports each sleep,
+/// with its own clock readings.
+struct SpinBudget: Sendable {
+    /// The longest spin.
+    let ceiling: Duration
+    /// How long to spin next time; zero means sleep at once.
+    private(set) var current: Duration
+
+    /// Below this, a spin is not worth its setup: the budget drops to zero.
+    static let floor = Duration.microseconds(2)
+
+    init(ceiling: Duration) {
+        self.ceiling = ceiling
+        current = ceiling
+    }
+
+    /// The thread slept for `slept` before work came (or it gave up waiting): a short sleep says a
+    /// spin would have caught the work, a long one that the spin was wasted.
+    mutating func slept(for slept: Duration) {
+        if slept < ceiling {
+            current = ceiling
+        } else {
+            let half = current / 2
+            current = half < Self.floor ? .zero : half
+        }
+    }
+}

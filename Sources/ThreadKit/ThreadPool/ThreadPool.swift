@@ -287,6 +287,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         var idleWorkers = IdleWorkers()
         /// Workers briefly spinning for more work before they sleep (at most one at a time).
         var spinningWorkers = 0
+        /// How long the next worker to run out of work spins, learned from the last sleeps.
+        var spinBudget = SpinBudget(ceiling: ThreadPool.spinBeforeSleeping)
         var threads = 0
         var peakThreads = 0
         var threadsStarted = 0
@@ -597,12 +599,13 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         case shutDown
     }
 
-    /// How long a worker that ran out of work watches for more before it sleeps.
+    /// The longest a worker that ran out of work watches for more before it sleeps.
     ///
     /// Waking a sleeping thread costs a system call for the submitter and several microseconds for
     /// the thread; a stream of short tasks would pay that per task. The spin is bounded, yields the
     /// core to any other runnable thread, and only one worker spins at a time, so an idle pool
-    /// still settles into sleep at once.
+    /// still settles into sleep at once. It shrinks to nothing while work keeps coming later than
+    /// this (see ``SpinBudget``): sparse tasks do not pay a spin each.
     static let spinBeforeSleeping = Duration.microseconds(50)
 
     /// The next claimed work for `worker`, waiting while idle; `nil` when the thread should exit.
@@ -612,11 +615,12 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             mutex.unlock()
             return work
         }
-        if case .running = state.lifecycle, state.spinningWorkers == 0 {
+        if case .running = state.lifecycle, state.spinningWorkers == 0, state.spinBudget.current > .zero {
             state.spinningWorkers += 1
             let nudge = spinnerNudge.load(ordering: .acquiring)
+            let budget = state.spinBudget.current
             mutex.unlock()
-            _spinBrieflyForWork(since: nudge)
+            _spinBrieflyForWork(since: nudge, for: budget)
             mutex.lock()
             state.spinningWorkers -= 1
             if let work = popQueuedWork() {
@@ -628,7 +632,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         if case .running = state.lifecycle {
             let idleSince = MonotonicInstant.now()
             state.idleWorkers.add(worker)
-            if let work = _blockingWaitForWork(worker, until: collection.retirement(idleSince: idleSince)) {
+            let work = _blockingWaitForWork(worker, until: collection.retirement(idleSince: idleSince))
+            state.spinBudget.slept(for: idleSince.duration(to: .now()))
+            if let work {
                 mutex.unlock()
                 return work
             }
@@ -667,8 +673,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     }
 
     /// Watches, without the mutex, for a nudge from a submitter or a shutdown, for a few microseconds.
-    private func _spinBrieflyForWork(since nudge: Int) {
-        _ = spinBriefly(for: Self.spinBeforeSleeping) { spinnerNudge.load(ordering: .acquiring) != nudge }
+    private func _spinBrieflyForWork(since nudge: Int, for budget: Duration) {
+        _ = spinBriefly(for: budget) { spinnerNudge.load(ordering: .acquiring) != nudge }
     }
 
     /// Sleeps until `worker` is handed work (returned), the pool shuts down, or `retirement` comes
