@@ -14,6 +14,7 @@ final class Soak: Sendable {
     let pools = Ledger("pools")
     let timers = Ledger("timers")
     let queues = Ledger("throttled queues")
+    let dedicated = Ledger("dedicated threads")
     let logs = Ledger("log")
     /// Runs the workers of several throttled queues, and the tasks timer calls hand on.
     let sharedPool = ThreadPool(
@@ -29,7 +30,7 @@ final class Soak: Sendable {
         logBook = LogBook(ledger: logs)
     }
 
-    var parts: [Ledger] { [pools, timers, queues, logs] }
+    var parts: [Ledger] { [pools, timers, queues, dedicated, logs] }
 
     /// Whether the drivers should stop and quiesce.
     var isStopping: Bool { stopping.load(ordering: .acquiring) }
@@ -131,6 +132,7 @@ final class Soak: Sendable {
             ThrottleDriver(name: "queues-1", seed: seeds.next(), logger: 4),
             ThrottleDriver(name: "queues-2", seed: seeds.next(), logger: 5),
             LogDriver(name: "log", seed: seeds.next(), logger: 6),
+            DedicatedDriver(name: "dedicated", seed: seeds.next(), logger: 7),
         ]
     }
 

@@ -1,0 +1,211 @@
+// Dedicated threads and dispatch methods: a DedicatedThread driven with `execute` (each closure
+// checks that it runs on its thread, in the order submitted), `sync` (nested ones too, through
+// `DispatchMethod.sync`), `run` from Swift tasks, `pause()`/`resume()`, and replaced every second
+// or so by `dispose()` or `disposeNow()`; and ExecutionChains whose steps hop between the thread,
+// the soak's shared pool and a serial DispatchQueue, some of them cancelled midway.
+import Dispatch
+import Synchronization
+import ThreadKit
+
+/// Drives one dedicated thread at a time, replacing it when its time is up, and chains over it.
+struct DedicatedDriver: Driver {
+    let name: String
+    let seed: UInt64
+    let logger: Int
+
+    func drive(_ soak: Soak, _ heartbeat: Heartbeat) {
+        var random = SplitMix64(seed: seed)
+        var sequence = LogSequence(logger: logger)
+        var generation = 1
+        let queue = DispatchQueue(label: "Soak \(name) serial")
+        var thread = ThreadUnderTest(name: "Soak \(name)#\(generation)", soak: soak, random: &random)
+        heartbeat.doing("driving \(thread)")
+        while !soak.isStopping {
+            if ContinuousClock.now >= thread.retireAt {
+                heartbeat.doing("retiring \(thread)")
+                thread.retire(&random)
+                Log.log(.soak, sequence.next(soak.logs))
+                generation += 1
+                thread = ThreadUnderTest(name: "Soak \(name)#\(generation)", soak: soak, random: &random)
+                heartbeat.doing("driving \(thread)")
+            } else if random.chance(0.1) {
+                heartbeat.doing("a chain over \(thread), the shared pool and a serial queue")
+                thread.chain(queue: queue, &random)
+                heartbeat.doing("driving \(thread)")
+            } else {
+                thread.step(&random)
+            }
+            heartbeat.beat()
+        }
+        heartbeat.doing("retiring \(thread)")
+        thread.retire(&random)
+        heartbeat.finish()
+    }
+}
+
+/// What runs on one dedicated thread and nowhere else: the submission order it has seen.
+private final class ThreadOrder: @unchecked Sendable {
+    // Sendable: `lastSeen` is read and written only by closures running on the one thread, one at a time.
+    var lastSeen = -1
+}
+
+/// One dedicated thread, from its creation to its checked end. Owned by one driver thread.
+private struct ThreadUnderTest: CustomStringConvertible {
+    let thread: DedicatedThread
+    let retireAt: ContinuousClock.Instant
+    private let ledger: Ledger
+    private let soak: Soak
+    private let order = ThreadOrder()
+    private var nextNumber = 0
+    /// Swift tasks calling `run` that have not returned.
+    private let inFlight = InFlight()
+
+    init(name: String, soak: Soak, random: inout SplitMix64) {
+        thread = DedicatedThread(name: name)
+        retireAt = .now + random.milliseconds(200...2_000)
+        ledger = Ledger("DedicatedThread '\(name)'", parent: soak.dedicated)
+        self.soak = soak
+        tally.add("dedicated threads made")
+    }
+
+    var description: String { "DedicatedThread '\(thread.name)'" }
+
+    private enum Operation { case execute, sync, nestedSync, run, pause, rest }
+
+    mutating func step(_ random: inout SplitMix64) {
+        switch random.weighted([Operation.execute: 50, .sync: 12, .nestedSync: 4, .run: 10, .pause: 2, .rest: 22]) {
+        case .execute:
+            guard thread.pendingCount < 64 else { return }
+            for _ in 0..<Int.random(in: 1...8, using: &random) {
+                execute(.random(&random, longestNap: .microseconds(100)))
+            }
+        case .sync:
+            let unit = Unit(ledger)
+            thread.sync { [thread, description] in
+                if !thread.isCurrent { violations.report("\(description): a sync closure ran off the thread") }
+                unit.end(.ran)
+            }
+        case .nestedSync:
+            execute(.nothing) { [thread, ledger, description] in
+                // From the thread itself: both run inline, at once.
+                let inner = Unit(ledger), chained = Unit(ledger)
+                thread.sync { inner.end(.ran) }
+                DispatchMethod.sync(on: .thread(thread)).execute { chained.end(.ran) }
+                if !thread.isCurrent { violations.report("\(description): a nested sync moved off the thread") }
+            }
+        case .run:
+            run()
+        case .pause:
+            thread.pause()
+            sleep(random.microseconds(0...2_000))
+            thread.resume()
+        case .rest:
+            sleep(random.microseconds(50...1_000))
+        }
+    }
+
+    /// Submits a closure that checks its thread and its place in the submission order.
+    private mutating func execute(_ chore: Chore, then more: (@Sendable () -> Void)? = nil) {
+        let unit = Unit(ledger)
+        let number = nextNumber
+        nextNumber += 1
+        do {
+            try thread.execute { [thread, order, soak, description] in
+                if !thread.isCurrent { violations.report("\(description): an execute closure ran off the thread") }
+                if number <= order.lastSeen {
+                    violations.report("\(description): closure \(number) ran after closure \(order.lastSeen)")
+                }
+                order.lastSeen = number
+                unit.end(.ran)
+                chore.perform(in: soak)
+                more?()
+            }
+        } catch {
+            unit.end(.refused)
+            violations.report("\(description) refused a closure before it was disposed: \(error)")
+        }
+    }
+
+    private func run() {
+        guard inFlight.count < 16 else { return }
+        let unit = Unit(ledger)
+        inFlight.enter()
+        Task.detached { [thread, inFlight, description] in
+            defer { inFlight.leave() }
+            do {
+                try await thread.run {
+                    if !thread.isCurrent { violations.report("\(description): run's work ran off the thread") }
+                    unit.end(.ran)
+                }
+            } catch DedicatedThreadError.disposed {
+                unit.end(.handedBack, alreadyCounted: true)  // dropped by disposeNow(), which counted it
+            } catch {
+                unit.end(.refused)
+                violations.report("\(description): run threw \(error)")
+            }
+        }
+    }
+
+    /// A chain of three steps over the thread, the shared pool and `queue`, passing a value along,
+    /// each step counted; or, sometimes, one cancelled once its first step has started, whose steps
+    /// are not counted but must not start after `cancel()` returned. Waits for the chain's end.
+    func chain(queue: DispatchQueue, _ random: inout SplitMix64) {
+        let willCancel = random.chance(0.3)
+        let steps = willCancel ? nil : (Unit(ledger), Unit(ledger), Unit(ledger))
+        let cancelled = Atomic<Bool>(false)
+        let firstStarted = Atomic<Bool>(false)
+        let description = description
+        @Sendable func starting(_ unit: Unit?) {
+            if cancelled.load(ordering: .acquiring) {
+                violations.report("\(description): a chain step started after cancel() returned")
+            }
+            unit?.end(.ran)
+        }
+        let last = DispatchMethod.async(on: .thread(thread)).execute { () -> Int in
+            starting(steps?.0)
+            firstStarted.store(true, ordering: .releasing)
+            return 1
+        }
+        .then(.async(on: .pool(soak.sharedPool))) { value -> Int in
+            starting(steps?.1)
+            return value + 1
+        }
+        .then(.sync(on: .serialQueue(queue))) { value -> Int in
+            starting(steps?.2)
+            return value * 10
+        }
+        if willCancel {
+            _ = poll(timeout: .seconds(20)) { firstStarted.load(ordering: .acquiring) }
+            last.cancel()
+            cancelled.store(true, ordering: .releasing)
+        }
+        do {
+            let value = try last.wait()
+            if value != 20 { violations.report("\(description): a chain ended with \(value), not 20") }
+        } catch is CancellationError where willCancel {
+            tally.add("chains cancelled midway")
+        } catch {
+            violations.report("\(description): a chain failed with \(error)")
+        }
+    }
+
+    /// Waits for the `run` callers, disposes the thread (draining its queue, or dropping it and
+    /// counting the drops) and checks that every closure it accepted ran or was dropped.
+    mutating func retire(_ random: inout SplitMix64) {
+        if random.chance(0.5) {
+            thread.dispose()
+        } else {
+            // Dropped closures never run; dropped run callers end as handed back themselves.
+            ledger.record(.handedBack, count: thread.disposeNow())
+        }
+        guard thread.awaitTermination(timeout: .seconds(20)) else {
+            violations.report("\(self): the thread did not end within 20 s of its dispose")
+            return
+        }
+        guard inFlight.waitUntilNone(timeout: .seconds(20)) else {
+            violations.report("\(self): \(inFlight.count) run calls did not return within 20 s")
+            return
+        }
+        if thread.pendingCount != 0 { violations.report("\(self): pendingCount is \(thread.pendingCount) after its end") }
+    }
+}
