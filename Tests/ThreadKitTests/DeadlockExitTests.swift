@@ -136,6 +136,41 @@ struct OwnWaitsDeadlockExitTests {
         #endif
     }
 
+    @Test("Child tasks of run's work: one nested in the queue waits for a queue the other holds, which waits for its turn: reported")
+    func siblingsWaitCycle() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            DeadlockScenario.watchdog()
+            let api = ThrottledQueue(label: "api", interval: .zero)
+            let cache = ThrottledQueue(label: "cache", interval: .zero)
+            let runner = ThreadPool(name: "runner", size: 4)
+            let nestedStarted = Latch()
+            Task(executorPreference: runner) {
+                try await api.run {
+                    await withTaskGroup(of: Void.self) { group in
+                        group.addTask {
+                            api.sync {
+                                nestedStarted.countDown()
+                                usleep(100_000)  // let the sibling take "cache" and wait for its turn on "api"
+                                cache.sync {}
+                            }
+                        }
+                        group.addTask {
+                            nestedStarted.wait()
+                            _ = try? await cache.run { api.sync {} }
+                        }
+                    }
+                }
+            }
+            DeadlockScenario.sleepForever()
+        }
+        #if DEBUG
+        let output = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+        #expect(output.contains("deadlock: thread"), "standard error was: \(output)")
+        #expect(output.contains(#"waits for ThrottledQueue "cache""#), "standard error was: \(output)")
+        #expect(output.contains(#"which waits for "api""#), "standard error was: \(output)")
+        #endif
+    }
+
     @Test("ThrottledQueue.run's work holds its queue while it blocks: a step it waits for that syncs back onto the queue is reported")
     func runWorkWaitCycle() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

@@ -165,6 +165,32 @@ struct ThrottledQueueRobustnessTests {
         #expect(order.values == ["through the thread", "through DispatchMethod", "run's work ends", "queued"])
     }
 
+    @Test("A task that outlived run's work holds nothing of it: its sync and waitUntilIdle on the queue wait their turn and return")
+    func outlivingTaskHoldsNothing() async throws {
+        let executor = ThreadPool(name: KernelThreads.uniqueName("TQout"), size: 2)
+        defer { executor.dispose() }
+        let queue = ThrottledQueue(label: "TQ outliving", interval: .zero)
+        let ran = Counter()
+        let outcome = await Self.finishes(within: .seconds(10), on: executor) { () -> Int in
+            let late = try await queue.run {
+                // Inherits the run's hold, and runs after the run's work has returned.
+                Task(executorPreference: executor) {
+                    try await Task.sleep(for: .milliseconds(20))
+                    queue.sync { _ = ran.increment() }
+                    queue.waitUntilIdle()
+                }
+            }
+            try await late.value
+            return ran.value
+        }
+        guard case .success(let count)? = outcome else {
+            Issue.record("a sync from a task that outlived run's work did not return: \(String(describing: outcome))")
+            queue.cancelAll()
+            return
+        }
+        #expect(count == 1)
+    }
+
     @Test("Issue 7.11: run from inside run's async work runs nested (gap waited, ahead of queued tasks) instead of hanging")
     func runInsideRunIsNested() async throws {
         let executor = ThreadPool(name: KernelThreads.uniqueName("TQr"), size: 2)

@@ -170,6 +170,25 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
         #expect(heap.isEmpty && heap.storedCount == 0)
     }
 
+    @Test("the storage bound holds when calls fire after later ones were cancelled")
+    func boundHoldsAcrossPops() {
+        var heap = TimerHeap<Item>()
+        let early = (0..<100).map(Item.init), late = (100..<200).map(Item.init), far = Item(200)
+        for (index, item) in early.enumerated() { heap.insert(item, deadline: at(UInt64(index))) }
+        for (index, item) in late.enumerated() { heap.insert(item, deadline: at(1_000 + UInt64(index))) }
+        heap.insert(far, deadline: at(1_000_000))
+        // Cancel the late calls (marked, fewer than the live ones), then let the early ones fire.
+        for item in late { heap.remove(item) }
+        var fired = 0
+        while heap.popFirst(dueAt: at(999)) != nil {
+            fired += 1
+            #expect(heap.storedCount <= 2 * heap.count + 1, "\(heap.storedCount) stored for \(heap.count) live after \(fired) pops")
+        }
+        #expect(fired == 100)
+        #expect(heap.count == 1 && heap.storedCount <= 3)
+        #expect(heap.popFirst(dueAt: at(.max)) === far)
+    }
+
     @Test("equal deadlines come out in insertion order, also after removals")
     func equalDeadlinesKeepInsertionOrder() {
         var random = SplitMix64(seed: 42)

@@ -30,7 +30,8 @@ public enum DispatchMethod: Sendable {
     /// disposed pool, thread or throttled queue) fails the chain with the refusal's error.
     ///
     /// Inlinable so that `.inline` and `.sync`, the calls that return a finished chain, are
-    /// specialized for `T` where they are made: they allocate only the returned link.
+    /// specialized for `T` where they are made: the chain costs them one finished link, with no
+    /// lock and no type metadata looked up (a `.sync` target still hands the work over its own way).
     @discardableResult @inlinable
     public func execute<T: Sendable>(_ work: @escaping @Sendable () throws -> T) -> ExecutionChain<T> {
         switch self {

@@ -103,21 +103,34 @@ enum ExecutionContexts {
     /// may move between threads, so it holds them in a task-local, not in the thread's record; a
     /// blocking wait pins it to this thread until the wait ends, so for that long the thread holds
     /// them. Outside `run`'s work this costs one task-local read.
-    static func includingTaskHolds<T>(_ body: () throws -> T) rethrows -> T {
-        guard let holds = ThrottledQueue.Hold.ofTask else { return try body() }
-        let contexts = holds.heldContexts()
+    ///
+    /// Takes no lock, so it may be called with any lock held, and does nothing when an enclosing
+    /// call has done it already: nothing is pushed while work that another thread runs for this
+    /// one may be reading the record.
+    ///
+    /// - Parameter waitedFor: A context left out: the one the wait is for. Child tasks of one
+    ///   `run`'s work share its hold, and one that waits for its siblings' turns on that queue must
+    ///   not count as its holder.
+    static func includingTaskHolds<T>(except waitedFor: SerialContext? = nil, _ body: () throws -> T) rethrows -> T {
+        guard let holds = ThrottledQueue.Hold.ofTask, Record.current?.holdsTaskHolds != true else { return try body() }
+        let contexts = holds.heldContexts().filter { $0 != waitedFor }
         guard !contexts.isEmpty else { return try body() }
         let record = Record.currentOrNew()
         let depth = record.held.count
         for context in contexts { record.push(context) }
-        defer { record.pop(to: depth) }
+        record.holdsTaskHolds = true
+        defer {
+            record.holdsTaskHolds = false
+            record.pop(to: depth)
+        }
         return try body()
     }
 
     /// The contexts a blocked caller hands on to the thread that runs its work (see ``handover(in:)``).
     ///
     /// It refers to the caller's record rather than copying it: the caller is blocked until the
-    /// work has run, so the record stays alive and unchanged while the work reads it.
+    /// work has run, so the record stays alive and unchanged while the work reads it (a caller
+    /// pushes the task's holds before it makes the handover, never after).
     struct Handover: @unchecked Sendable {
         // Sendable: the caller's record is read by the thread running the work while the caller
         // is blocked waiting for that work; the hand-off of the work orders the reads after the
@@ -156,14 +169,14 @@ enum ExecutionContexts {
     ///
     /// Call it only after the re-entry check (the thread does not hold `context`).
     static func blocking<T>(for context: SerialContext, _ wait: () throws -> T) rethrows -> T {
-        try includingTaskHolds { try register(waitFor: context, wait) }
+        try includingTaskHolds(except: context) { try register(waitFor: context, wait) }
     }
 
     /// ``blocking(for:_:)`` once the task's holds are on the thread's record.
     private static func register<T>(waitFor context: SerialContext, _ wait: () throws -> T) rethrows -> T {
         guard let record = Record.current, record.held.count > 0 else { return try wait() }
         let thread = ThreadKey(record)
-        // The registry keeps a view of the record's stack, which stays as it is while the thread is blocked.
+        // The registry keeps a view of the record's buffer (see `Record`).
         let held = record.held
         Registry.shared.withLock { graph in
             if let cycle = graph.cycle(if: thread, holding: held, waitsFor: context) {
@@ -171,7 +184,11 @@ enum ExecutionContexts {
             }
             graph.block(thread, holding: held, waitingFor: context)
         }
-        defer { Registry.shared.withLock { $0.unblock(thread) } }
+        record.registrationChanged(isRegistered: true)
+        defer {
+            Registry.shared.withLock { $0.unblock(thread) }
+            record.registrationChanged(isRegistered: false)
+        }
         return try wait()
     }
 
@@ -232,17 +249,23 @@ enum ExecutionContexts {
     /// One thread's held contexts, kept in a thread-specific slot from the first hold to the thread's end.
     ///
     /// The contexts sit in a buffer of the record's own that grows and never shrinks, so holding
-    /// and letting go allocate nothing once a thread has reached its usual depth. A buffer that was
-    /// outgrown is kept, contexts and all, until the thread ends: the registry may still read the
-    /// view a blocked thread left there (a `DispatchQueue.sync` that runs its work on the waiting
-    /// thread itself pushes onto the same record while the thread counts as blocked).
+    /// and letting go allocate nothing once a thread has reached its usual depth. Other threads
+    /// read a view of the buffer only while the owner is blocked: a ``Handover``, and the registry
+    /// under its lock. One case needs care: a `DispatchQueue.sync` that runs its work on the
+    /// waiting thread itself lets the owner push while its registry entry still views the buffer.
+    /// If the buffer must grow then, the old one is kept, contents and all, until the owner's entry
+    /// changes; otherwise it is freed at once.
     final class Record {
         let threadName: String
         private var base: UnsafeMutablePointer<SerialContext>
         private var capacity = 4
         private var count = 0
-        /// Outgrown buffers and how many contexts each still holds.
+        /// Buffers outgrown while the registry viewed them, and how many contexts each holds.
         private var outgrown: [(base: UnsafeMutablePointer<SerialContext>, count: Int)] = []
+        /// Whether the registry has an entry for this thread, viewing the buffer.
+        private var isRegistered = false
+        /// Whether ``includingTaskHolds(_:)`` has pushed the current task's holds.
+        var holdsTaskHolds = false
 
         private init() {
             threadName = NamedThread.currentName()
@@ -252,10 +275,7 @@ enum ExecutionContexts {
         deinit {
             base.deinitialize(count: count)
             base.deallocate()
-            for buffer in outgrown {
-                buffer.base.deinitialize(count: buffer.count)
-                buffer.base.deallocate()
-            }
+            releaseOutgrown()
         }
 
         /// What the thread holds now. Only the owning thread changes it; another thread may read it
@@ -281,14 +301,35 @@ enum ExecutionContexts {
             count = depth
         }
 
+        /// The owner's registry entry was made, replaced or removed: no entry views an outgrown
+        /// buffer any more. Call it after the registry's lock is let go: the contexts released here
+        /// may be the last references to their objects.
+        func registrationChanged(isRegistered: Bool) {
+            self.isRegistered = isRegistered
+            releaseOutgrown()
+        }
+
         private func reserve(_ needed: Int) {
             guard needed > capacity else { return }
             let newCapacity = max(needed, capacity * 2)
             let newBase = UnsafeMutablePointer<SerialContext>.allocate(capacity: newCapacity)
-            newBase.initialize(from: base, count: count)
-            outgrown.append((base, count))
+            if isRegistered {
+                newBase.initialize(from: base, count: count)
+                outgrown.append((base, count))
+            } else {
+                newBase.moveInitialize(from: base, count: count)
+                base.deallocate()
+            }
             base = newBase
             capacity = newCapacity
+        }
+
+        private func releaseOutgrown() {
+            for buffer in outgrown {
+                buffer.base.deinitialize(count: buffer.count)
+                buffer.base.deallocate()
+            }
+            outgrown.removeAll()
         }
 
         private static let key: pthread_key_t = {

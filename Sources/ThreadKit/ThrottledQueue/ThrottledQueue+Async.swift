@@ -25,7 +25,10 @@ extension ThrottledQueue {
             leave(ticket)?.resume(throwing: CancellationError())
         }
         let hold = Hold(queue: self, pool: nil, ticket: ticket, outer: outer)
-        defer { endTask(startedAt: hold.startedAt, ticket: ticket) }
+        defer {
+            hold.taskEnded()
+            endTask(startedAt: hold.startedAt, ticket: ticket)
+        }
         return try await Hold.$ofTask.withValue(hold) { try await work() }
     }
 }

@@ -1,3 +1,4 @@
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -39,6 +40,9 @@ extension ThrottledQueue {
         /// inside it, or from a child task of `run`'s work). Guarded by the queue's mutex: nested
         /// tasks of one holder run one at a time, so concurrent child tasks keep the exclusion.
         var hasNestedTaskRunning = false
+        /// Whether the task still runs: `false` once `run`'s work has returned. An atomic, so that
+        /// ``heldContexts()`` reads it without a lock, from inside any other lock.
+        private let taskRuns = Atomic<Bool>(true)
 
         init(queue: ThrottledQueue, pool: ThreadPool?, ticket: Ticket?, outer: Hold?, startedAt: MonotonicInstant = .now()) {
             self.queue = queue
@@ -62,14 +66,21 @@ extension ThrottledQueue {
         /// The queues whose running tasks this chain holds now, as serial contexts: each hold's
         /// queue while its task runs (a task that outlived `run`'s work inherited a chain whose
         /// tasks have ended, and holds nothing of it).
+        ///
+        /// Takes no lock: a blocking wait calls it with its own lock held.
         func heldContexts() -> [SerialContext] {
             var contexts: [SerialContext] = []
             var hold: Hold? = self
             while let current = hold {
-                if current.queue.isRunning(current) { contexts.append(SerialContext(.throttled(current.queue))) }
+                if current.taskRuns.load(ordering: .acquiring) { contexts.append(SerialContext(.throttled(current.queue))) }
                 hold = current.outer
             }
             return contexts
+        }
+
+        /// Marks the task ended, before the queue hears of it.
+        func taskEnded() {
+            taskRuns.store(false, ordering: .releasing)
         }
 
         /// The first hold in this chain whose task runs on a thread of `pool`.

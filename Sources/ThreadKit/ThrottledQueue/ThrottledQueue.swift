@@ -498,11 +498,6 @@ public final class ThrottledQueue: @unchecked Sendable {
         thread?.innermost(of: self) ?? task?.innermost(of: self)
     }
 
-    /// Whether `hold`'s task still runs: a `run` caller's until its work has returned.
-    func isRunning(_ hold: Hold) -> Bool {
-        mutex.withLock { (hold.ticket?.phase ?? .granted) == .granted }
-    }
-
     /// Why a wait by the calling thread could never end, if it is the only thread of this queue's
     /// pool, running another queue's task, while the tasks queued here wait in that pool for the
     /// worker that needs that thread. Mutex held.
@@ -565,7 +560,9 @@ public final class ThrottledQueue: @unchecked Sendable {
     private func _blockingWaitForNestedStart(in holder: Hold?, gap: Duration?) {
         while true {
             if holder?.hasNestedTaskRunning == true {
-                progress.wait(mutex)
+                // A sibling's nested task runs: a wait for this queue, which may close a cycle
+                // through what that sibling waits for.
+                ExecutionContexts.blocking(for: SerialContext(.throttled(self))) { progress.wait(mutex) }
                 continue
             }
             if let now = _blockingApproach(toStartAt: schedule.nestedStart(), on: progress), holder?.hasNestedTaskRunning != true {

@@ -71,6 +71,7 @@ struct TimerHeap<Element: TimerHeapElement> {
         guard let first = entries.first, first.deadline <= now else { return nil }
         let element = remove(at: 0)
         dropRemovedFromTop()
+        if removedCount > count { compact() }  // a pop leaves fewer live entries beside the marked ones
         return element
     }
 
