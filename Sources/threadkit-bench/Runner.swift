@@ -1,0 +1,105 @@
+// How a run is made: every round of every contender in a fresh process (the benchmark runs
+// itself with `--child WORKLOAD --implementation NAME`), rounds in rotated contender order, so that
+// no workload and no contender runs in the state another one left behind.
+import Foundation
+
+/// Runs workloads, one process per contender and round, and collects what they measured.
+struct Runner {
+    let options: Options
+    let scale: Scale
+    let log: (String) -> Void
+
+    /// The path of this program, to run it again.
+    private static let executable: String = {
+        let path = CommandLine.arguments[0]
+        if path.contains("/") { return URL(fileURLWithPath: path).standardizedFileURL.path }
+        return Bundle.main.executablePath ?? path
+    }()
+
+    /// Runs `scale.rounds` rounds of `workload` (only its id and contender names are used here). In
+    /// round `r` the contenders start with the one at `r mod n`.
+    func run(_ workload: Workload) throws -> WorkloadResult {
+        let started = ContinuousClock.now
+        let names = workload.contenders.map(\.name)
+        var results = names.map { ContenderResult(name: $0) }
+        for round in 0..<scale.rounds {
+            let order = (0..<names.count).map { (round + $0) % names.count }
+            if workload.contendersRunTogether {
+                let children = try order.map { try startChild(workload.id, names[$0], round: round) }
+                for (index, child) in zip(order, children) {
+                    results[index].rounds.append(try child.finish())
+                }
+            } else {
+                for index in order {
+                    let measurement = try startChild(workload.id, names[index], round: round).finish()
+                    results[index].rounds.append(measurement)
+                }
+            }
+            let summary = order.map { index in
+                "\(names[index]) \(Self.describe(results[index].rounds.last!, workload.metrics))"
+            }.joined(separator: "; ")
+            log("\(workload.id) round \(round + 1)/\(scale.rounds): \(summary)")
+        }
+        var result = WorkloadResult(id: workload.id, metrics: workload.metrics, contenders: results)
+        result.seconds = (ContinuousClock.now - started).nanoseconds / 1e9
+        log(String(format: "%@ done in %.1f s", workload.id, result.seconds))
+        return result
+    }
+
+    private func startChild(_ workload: String, _ implementation: String, round: Int) throws -> Child {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.executable)
+        var arguments = ["--child", workload, "--implementation", implementation, "--round", String(round)]
+        if scale.isQuick { arguments.append("--quick") }
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.standardError
+        try process.run()
+        return Child(process: process, output: output, label: "\(workload) \(implementation) round \(round + 1)")
+    }
+
+    /// A running child process and the pipe its measurement arrives on.
+    private struct Child {
+        let process: Process
+        let output: Pipe
+        let label: String
+
+        struct Failure: Error, CustomStringConvertible {
+            let description: String
+        }
+
+        /// Waits for the child and decodes its measurement (the last line of its standard output).
+        func finish() throws -> Measurement {
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+                throw Failure(description: "\(label) exited with status \(process.terminationStatus)")
+            }
+            do {
+                return try JSONDecoder().decode(Measurement.self, from: data)
+            } catch {
+                throw Failure(description: "\(label) wrote no measurement: \(error)")
+            }
+        }
+    }
+
+    static func describe(_ measurement: Measurement, _ metrics: [Metric]) -> String {
+        metrics.compactMap { metric in
+            measurement[metric.name].map { "\(metric.name) \(Format.value($0, metric))" }
+        }.joined(separator: ", ")
+    }
+
+    /// The child's side: runs one round of one contender of `workload` in this process (its warm-up
+    /// first) and writes the measurement to standard output as JSON.
+    static func runChild(_ workload: Workload, implementation: String) throws {
+        defer { workload.finish() }
+        guard let contender = workload.contenders.first(where: { $0.name == implementation }) else {
+            throw Child.Failure(description: "\(workload.id) has no contender '\(implementation)'")
+        }
+        try contender.warmUp?()
+        let measurement = try contender.run()
+        let data = try JSONEncoder().encode(measurement)
+        FileHandle.standardOutput.write(data)
+    }
+}
