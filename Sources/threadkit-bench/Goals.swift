@@ -70,7 +70,7 @@ struct Goal {
         ratio("pool.memory", "heap after drain", "GCD", 1.1),
         ratio("pool.fairness", "share spread", "GCD", 1.0),
         Goal(workload: "pool.idle", metric: "idle CPU", kind: .atMost(0, unit: "ms")),
-        ratio("pool.idle", "first task latency", "GCD", 1.0),
+        ratio("pool.cold", "first task latency", "GCD", 1.0),
         ratio("pool.executor", "wall per task", "default executor", 1.0),
     ]
 

@@ -16,6 +16,7 @@ enum PoolChoiceWorkloads {
         ("pool.memory", memory),
         ("pool.blocking", blocking),
         ("pool.fairness", fairness),
+        ("pool.cold", cold),
         ("pool.idle", idle),
         ("pool.executor", executor),
     ]
@@ -166,15 +167,15 @@ enum PoolChoiceWorkloads {
     // MARK: - Blocking tasks
 
     /// `pool.blocking`: 1,000 tasks that each sleep 1 ms, submitted at once; the wall time per task
-    /// and how many threads the process gained. ThreadKit stays at its 2 threads; GCD adds threads
-    /// while its workers block. No goal: these are two different promises.
+    /// and how many threads the process gained. ThreadKit and `OperationQueue` stay at 2 running
+    /// tasks; GCD adds threads while its workers block. No goal: these are different promises.
     static func blocking(scale: Scale) -> Workload {
         let tasks = scale.size(1_000)
         let (pool, submitters) = pools("bench.blocking")
         return Workload(
             id: "pool.blocking",
             metrics: [Metric(name: "wall per task", unit: "µs"), Metric(name: "threads used", unit: "count")],
-            contenders: submitters.prefix(2).map { name, submitter in
+            contenders: submitters.map { name, submitter in
                 Contender(name: name) {
                     let threadsBefore = Memory.threadCount()
                     let countdown = Countdown(tasks)
@@ -269,13 +270,10 @@ enum PoolChoiceWorkloads {
 
     // MARK: - Idle
 
-    /// `pool.idle`: a cold pool in a fresh process: how long its first task takes to start (the
-    /// pool starts its thread), then the CPU time of every thread but the measuring one over 10 s
-    /// with the pool idle (from 100 ms after that task; threads that exit meanwhile are not seen). The contenders run side by side: idle processes do not disturb
-    /// each other.
-    static func idle(scale: Scale) -> Workload {
-        let pool = ThreadPool(name: "bench.idle", size: poolSize)
-        let quiet = scale.duration(.seconds(10))
+    /// `pool.cold`: a cold pool in a fresh process: how long its first task takes to start, from
+    /// the submit call (the pool starts its first thread).
+    static func cold(scale: Scale) -> Workload {
+        let pool = ThreadPool(name: "bench.cold", size: poolSize)
         func measure(_ submitter: some PoolSubmitter) throws -> Measurement {
             let started = InstantBuffer(count: 1)
             let countdown = Countdown(1)
@@ -285,19 +283,40 @@ enum PoolChoiceWorkloads {
                 countdown.tick()
             }
             countdown.waitForAll()
-            var measurement = Measurement()
-            measurement["first task latency"] = (started[0] - submitted).microseconds
+            return Measurement(values: ["first task latency": (started[0] - submitted).microseconds])
+        }
+        return Workload(
+            id: "pool.cold",
+            metrics: [Metric(name: "first task latency", unit: "µs")],
+            contenders: [
+                Contender(name: "ThreadKit") { try measure(ThreadKitExecute(pool: pool)) },
+                Contender(name: "GCD") { try measure(GCDAsync()) },
+            ],
+            finish: { shutDown(pool) })
+    }
+
+    /// `pool.idle`: the CPU time of every thread but the measuring one over 10 s with the pool idle,
+    /// from 100 ms after one task ran (threads that exit meanwhile are not seen). The contenders run
+    /// side by side, each in its own process, after 300 ms for both to finish starting: idle
+    /// processes do not disturb each other.
+    static func idle(scale: Scale) -> Workload {
+        let pool = ThreadPool(name: "bench.idle", size: poolSize)
+        let quiet = scale.duration(.seconds(10))
+        func measure(_ submitter: some PoolSubmitter) throws -> Measurement {
+            Thread.sleep(forTimeInterval: 0.3)
+            let countdown = Countdown(1)
+            try submitter.submit { countdown.tick() }
+            countdown.waitForAll()
             Thread.sleep(forTimeInterval: 0.1)
             let before = ThreadCPU.others()
             Thread.sleep(forTimeInterval: quiet.nanoseconds / 1e9)
             let after = ThreadCPU.others()
             let used = after.reduce(0.0) { sum, entry in sum + entry.value - (before[entry.key] ?? 0) }
-            measurement["idle CPU"] = used / 1e6
-            return measurement
+            return Measurement(values: ["idle CPU": used / 1e6])
         }
         return Workload(
             id: "pool.idle",
-            metrics: [Metric(name: "first task latency", unit: "µs"), Metric(name: "idle CPU", unit: "ms")],
+            metrics: [Metric(name: "idle CPU", unit: "ms")],
             contenders: [
                 Contender(name: "ThreadKit") { try measure(ThreadKitExecute(pool: pool)) },
                 Contender(name: "GCD") { try measure(GCDAsync()) },

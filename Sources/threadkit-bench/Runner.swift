@@ -76,8 +76,9 @@ struct Runner {
             guard process.terminationReason == .exit, process.terminationStatus == 0 else {
                 throw Failure(description: "\(label) exited with status \(process.terminationStatus)")
             }
+            let lastLine = data.split(separator: UInt8(ascii: "\n")).last ?? Data()
             do {
-                return try JSONDecoder().decode(Measurement.self, from: data)
+                return try JSONDecoder().decode(Measurement.self, from: Data(lastLine))
             } catch {
                 throw Failure(description: "\(label) wrote no measurement: \(error)")
             }
@@ -99,7 +100,8 @@ struct Runner {
         }
         try contender.warmUp?()
         let measurement = try contender.run()
+        // On a line of its own, last: anything else the process printed comes before it.
         let data = try JSONEncoder().encode(measurement)
-        FileHandle.standardOutput.write(data)
+        FileHandle.standardOutput.write(Data("\n".utf8) + data + Data("\n".utf8))
     }
 }

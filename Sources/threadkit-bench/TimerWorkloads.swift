@@ -330,7 +330,8 @@ enum TimerWorkloads {
     /// `timer.repeat`: a call every 10 ms for 10 s at a fixed rate: how far its runs fall behind
     /// the grid start + k × 10 ms, and how late the last one is (its drift). ThreadKit's
     /// `schedule(every:)` against a repeating `DispatchSourceTimer`. The two run side by side, each
-    /// in its own process: both leave the machine idle between runs.
+    /// in its own process, after 300 ms for both to finish starting: both leave the machine idle
+    /// between runs.
     static func repeating(scale: Scale) -> Workload {
         let interval = Duration.milliseconds(10)
         let runs = Int(scale.duration(.seconds(10)) / interval)
@@ -363,6 +364,7 @@ enum TimerWorkloads {
         runs: Int, interval: Duration,
         start: (ContinuousClock.Instant, @escaping @Sendable () -> Void) throws -> () -> Void
     ) throws -> Measurement {
+        Thread.sleep(forTimeInterval: 0.3)
         let fired = InstantBuffer(count: runs)
         let next = RunCounter()
         let countdown = Countdown(runs)
