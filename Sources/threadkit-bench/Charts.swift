@@ -211,7 +211,7 @@ struct Summary {
 
 /// The charts a run writes, by file name.
 enum ChartFiles {
-    static func render(_ results: [WorkloadResult], rows: [Row]) -> [(name: String, caption: String, svg: String)] {
+    static func render(_ results: [WorkloadResult], rows: [Row], scale: Scale) -> [(name: String, caption: String, svg: String)] {
         var files: [(name: String, caption: String, svg: String)] = []
         let rounds = results.first?.contenders.first?.rounds.count ?? 0
         let pools = results.filter { $0.id.hasPrefix("pool.throughput.") || $0.id == "pool.schedule.p1" || $0.id.hasPrefix("floor.") }
@@ -241,7 +241,7 @@ enum ChartFiles {
             else { continue }
             files.append((curve.file, curve.caption, svg))
         }
-        files += GrowthCharts.render(rows)
+        files += GrowthCharts.render(rows, scale: scale)
         return files
     }
 }

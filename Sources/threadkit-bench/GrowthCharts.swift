@@ -12,16 +12,16 @@ struct GrowthSeries {
     /// (x value, workload id) for each point.
     let points: [(x: Double, workload: String)]
 
-    /// Every curve family the benchmark draws.
-    static let all: [GrowthSeries] = [
+    /// Every curve family the benchmark draws, with the pending-call counts of `scale`.
+    static func all(scale: Scale) -> [GrowthSeries] { [
         GrowthSeries(
             file: "benchmark-timer-insert-growth.svg", caption: "Timer insert cost by pending calls",
             title: "timer.pending: insert per call by pending calls", xLabel: "pending calls",
-            metric: "insert per call", points: TimerWorkloads.pendingSizes.map { (Double($0), TimerWorkloads.pendingID($0)) }),
+            metric: "insert per call", points: TimerWorkloads.pendingSizes.map { (Double(scale.size($0)), TimerWorkloads.pendingID($0)) }),
         GrowthSeries(
             file: "benchmark-timer-cancel-growth.svg", caption: "Timer cancel cost by pending calls",
             title: "timer.pending: cancel per call by pending calls", xLabel: "pending calls",
-            metric: "cancel per call", points: TimerWorkloads.pendingSizes.map { (Double($0), TimerWorkloads.pendingID($0)) }),
+            metric: "cancel per call", points: TimerWorkloads.pendingSizes.map { (Double(scale.size($0)), TimerWorkloads.pendingID($0)) }),
         GrowthSeries(
             file: "benchmark-pool-threads-growth.svg", caption: "Pool throughput by pool threads",
             title: "pool.threads: wall per item by pool threads (1 producer)", xLabel: "pool threads",
@@ -30,12 +30,12 @@ struct GrowthSeries {
             file: "benchmark-pool-producers-growth.svg", caption: "Pool throughput by producer threads",
             title: "pool.throughput: wall per item by producer threads (2 pool threads)", xLabel: "producer threads",
             metric: "wall per item", points: PoolWorkloads.producerCounts.map { (Double($0), "pool.throughput.p\($0)") }),
-    ]
+    ] }
 }
 
 enum GrowthCharts {
-    static func render(_ rows: [Row]) -> [(name: String, caption: String, svg: String)] {
-        GrowthSeries.all.compactMap { series in
+    static func render(_ rows: [Row], scale: Scale) -> [(name: String, caption: String, svg: String)] {
+        GrowthSeries.all(scale: scale).compactMap { series in
             chart(series, rows: rows).map { (series.file, series.caption, $0) }
         }
     }

@@ -105,7 +105,7 @@ do {
     }
     var charts: [(caption: String, path: String)] = []
     if let svgDirectory {
-        let files = ChartFiles.render(results, rows: rows)
+        let files = ChartFiles.render(results, rows: rows, scale: scale)
         try FileManager.default.createDirectory(atPath: svgDirectory, withIntermediateDirectories: true)
         for file in files {
             let path = (svgDirectory as NSString).appendingPathComponent(file.name)
