@@ -27,6 +27,7 @@ struct SVG {
         elements.append("<polyline points=\"\(list)\" fill=\"none\" stroke=\"\(stroke)\" stroke-width=\"\(n(width))\" stroke-linejoin=\"round\"/>")
     }
 
+    /// Where a text sits relative to its x.
     enum Anchor: String { case start, middle, end }
 
     mutating func text(_ string: String, x: Double, y: Double, size: Double = 12, anchor: Anchor = .start,
@@ -55,6 +56,7 @@ struct SVG {
     }
 }
 
+/// The bar and percentile charts, and the colour of each implementation.
 enum Charts {
     /// One colour per implementation, the same in every chart.
     static func colour(_ implementation: String) -> String {
@@ -113,7 +115,9 @@ enum Charts {
         return svg.document
     }
 
+    /// One metric of one workload: a bar per implementation.
     private struct BarGroup {
+        /// One implementation's median, with its rounds' range.
         struct Bar {
             let name: String
             let summary: Summary

@@ -2,6 +2,7 @@
 
 /// A target for one ThreadKit metric.
 struct Goal {
+    /// What the goal compares.
     enum Kind {
         /// ThreadKit at most `factor` × the peer, judged on paired rounds: the median of the
         /// per-round ratios (for a percentile: the ratio of the pooled percentiles), with its

@@ -33,6 +33,7 @@ struct GrowthSeries {
     ] }
 }
 
+/// Draws the cost-growth curves.
 enum GrowthCharts {
     static func render(_ rows: [Row], scale: Scale) -> [(name: String, caption: String, svg: String)] {
         GrowthSeries.all(scale: scale).compactMap { series in

@@ -278,3 +278,12 @@ final class ProducerThreads: Sendable {
         for _ in 0..<count { gate.signal() }
     }
 }
+
+/// Hands out 0, 1, 2 … to whoever asks (the runs of a repeating call, starting tasks).
+final class RunCounter: Sendable {
+    private let value = Atomic<Int>(0)
+
+    func take() -> Int {
+        value.add(1, ordering: .relaxed).oldValue
+    }
+}

@@ -43,6 +43,7 @@ struct Options {
         --child WORKLOAD --implementation NAME [--quick], which prints one measurement as JSON.
         """
 
+    /// A command line the benchmark does not understand (empty for `--help`).
     struct UsageError: Error, CustomStringConvertible {
         let description: String
     }

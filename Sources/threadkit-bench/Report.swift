@@ -61,6 +61,7 @@ struct Row {
     }
 }
 
+/// How numbers are written in the table, the markdown and the charts.
 enum Format {
     /// A value with about three significant digits: 1234, 123, 12.3, 1.23, 0.123; whole numbers bare.
     static func plain(_ value: Double) -> String {
@@ -163,7 +164,9 @@ struct Report {
 
     // MARK: - JSON
 
+    /// The JSON file: the run, its machine, every row, every verdict.
     private struct JSONDocument: Encodable {
+        /// A row: today's fields, each round's value, and the verdict on ThreadKit's rows with a goal.
         struct JSONRow: Encodable {
             let workload, implementation, metric: String
             let median, min, max: Double
@@ -174,6 +177,7 @@ struct Report {
             let ratio, ratioLow, ratioHigh: Double?
             let verdict: Outcome?
         }
+        /// A goal's verdict with its interval.
         struct JSONGoal: Encodable {
             let workload, metric, goal: String
             let estimate: Double

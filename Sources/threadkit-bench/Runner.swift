@@ -65,6 +65,7 @@ struct Runner {
         let output: Pipe
         let label: String
 
+        /// A child that failed, or printed no measurement.
         struct Failure: Error, CustomStringConvertible {
             let description: String
         }

@@ -50,6 +50,7 @@ enum Outcome: String, Codable {
     case inconclusive
 }
 
+/// Medians, bootstrap intervals and verdicts.
 enum Stats {
     /// Bootstrap resamples behind every interval.
     static let resamples = 2_000

@@ -2,7 +2,6 @@
 // DispatchSourceTimer per call.
 import Dispatch
 import Foundation
-import Synchronization
 import ThreadKit
 
 /// A way to run a closure once, after a delay counted from the call.
@@ -382,14 +381,5 @@ enum TimerWorkloads {
         measurement.addLatencyPercentiles("lateness", samples: lateness)
         measurement["drift at end"] = lateness.last!
         return measurement
-    }
-}
-
-/// Hands out 0, 1, 2 … to the runs of a repeating call.
-final class RunCounter: Sendable {
-    private let value = Atomic<Int>(0)
-
-    func take() -> Int {
-        value.add(1, ordering: .relaxed).oldValue
     }
 }
