@@ -98,6 +98,8 @@ struct Report {
     let rows: [Row]
     /// Seconds per workload, process starts included.
     let seconds: [(workload: String, seconds: Double)]
+    /// Workloads left out because a child process failed or hung, with why.
+    let failures: [String]
 
     var verdicts: [(row: Row, verdict: Verdict)] {
         rows.compactMap { row in row.verdict.map { (row, $0) } }
@@ -159,6 +161,7 @@ struct Report {
         for cells in lines { text += cells.isEmpty ? "\n" : render(cells) + "\n" }
         text += "\nThreadKit: \(tally) (\(scale.rounds) rounds; ratio = median of paired per-round ratios, "
         text += "or of pooled percentiles, with a 95 % bootstrap interval).\n"
+        for failure in failures { text += "Left out, its process failed: \(failure)\n" }
         return text
     }
 
@@ -191,6 +194,7 @@ struct Report {
         let rows: [JSONRow]
         let goals: [JSONGoal]
         let workloadSeconds: [String: Double]
+        let failures: [String]
     }
 
     func json() throws -> Data {
@@ -210,7 +214,8 @@ struct Report {
                       estimate: verdict.estimate, low: verdict.interval?.low, high: verdict.interval?.high,
                       verdict: verdict.outcome, met: verdict.outcome == .met)
             },
-            workloadSeconds: Dictionary(seconds.map { ($0.workload, $0.seconds) }, uniquingKeysWith: { a, _ in a }))
+            workloadSeconds: Dictionary(seconds.map { ($0.workload, $0.seconds) }, uniquingKeysWith: { a, _ in a }),
+            failures: failures)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         return try encoder.encode(document)
@@ -250,6 +255,7 @@ struct Report {
             text += "| " + emphasised.joined(separator: " | ") + " |\n"
         }
         text += "\nThreadKit: **\(tally)**.\n"
+        for failure in failures { text += "\nLeft out, its process failed: \(failure)\n" }
         for chart in charts {
             text += "\n![\(chart.caption)](\(chart.path))\n"
         }

@@ -56,13 +56,25 @@ struct Runner {
         process.standardOutput = output
         process.standardError = FileHandle.standardError
         try process.run()
-        return Child(process: process, output: output, label: "\(workload) \(implementation) round \(round + 1)")
+        // A child that hangs (a lost wake-up in the code measured) is killed, and the workload
+        // fails, rather than the run waiting for ever.
+        let pid = process.processIdentifier
+        let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + Self.childTimeout.dispatchInterval, execute: watchdog)
+        return Child(
+            process: process, output: output, watchdog: watchdog,
+            label: "\(workload) \(implementation) round \(round + 1)")
     }
+
+    /// How long one child may run: ten times the longest round of a full run.
+    static let childTimeout = Duration.seconds(300)
 
     /// A running child process and the pipe its measurement arrives on.
     private struct Child {
         let process: Process
         let output: Pipe
+        /// Kills the child when it runs past ``Runner/childTimeout``; cancelled once it has exited.
+        let watchdog: DispatchWorkItem
         let label: String
 
         /// A child that failed, or printed no measurement.
@@ -74,7 +86,12 @@ struct Runner {
         func finish() throws -> Measurement {
             let data = output.fileHandleForReading.readDataToEndOfFile()
             process.waitUntilExit()
-            guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+            watchdog.cancel()
+            guard process.terminationReason == .exit else {
+                let killed = process.terminationStatus == SIGKILL ? " (killed after \(Runner.childTimeout))" : ""
+                throw Failure(description: "\(label) ended by signal \(process.terminationStatus)\(killed)")
+            }
+            guard process.terminationStatus == 0 else {
                 throw Failure(description: "\(label) exited with status \(process.terminationStatus)")
             }
             let lastLine = data.split(separator: UInt8(ascii: "\n")).last ?? Data()

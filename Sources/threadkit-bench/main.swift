@@ -75,17 +75,19 @@ let started = ContinuousClock.now
 
 let runner = Runner(options: options, scale: scale, log: progress)
 var results: [WorkloadResult] = []
-do {
-    for entry in selected {
-        var workload = entry.make(scale)
-        defer { workload.finish() }
-        workload.contenders.removeAll { !options.selects(implementation: $0.name) }
-        guard !workload.contenders.isEmpty else { continue }
+// A workload whose child fails or hangs is reported and left out; the others still run.
+var failures: [String] = []
+for entry in selected {
+    var workload = entry.make(scale)
+    defer { workload.finish() }
+    workload.contenders.removeAll { !options.selects(implementation: $0.name) }
+    guard !workload.contenders.isEmpty else { continue }
+    do {
         results.append(try runner.run(workload))
+    } catch {
+        progress("\(entry.id) failed, left out: \(error)")
+        failures.append("\(entry.id): \(error)")
     }
-} catch {
-    progress("a workload failed: \(error)")
-    exit(1)
 }
 machine.loadAverageAtEnd = Machine.loadAverage()
 machine.cpuPressureAtEnd = Machine.cpuPressure()
@@ -95,7 +97,7 @@ var rows = results.flatMap(Row.rows)
 Row.addFloors(&rows)
 let report = Report(
     machine: machine, isQuick: options.isQuick, scale: scale, command: options.measuringCommand,
-    rows: rows, seconds: results.map { ($0.id, $0.seconds) })
+    rows: rows, seconds: results.map { ($0.id, $0.seconds) }, failures: failures)
 print(report.table())
 
 do {
@@ -123,5 +125,9 @@ do {
     }
 } catch {
     progress("could not write the results: \(error)")
+    exit(1)
+}
+if !failures.isEmpty {
+    for failure in failures { progress("failed: \(failure)") }
     exit(1)
 }
