@@ -18,6 +18,12 @@ struct Goal {
     let metric: String
     let kind: Kind
 
+    /// The peer of a ratio goal.
+    var peer: String? {
+        if case .ratio(let peer, _) = kind { return peer }
+        return nil
+    }
+
     /// The goal as the table shows it, e.g. "≤ 0.35× GCD".
     var text: String {
         switch kind {
@@ -82,6 +88,20 @@ struct Goal {
 
 /// How ThreadKit fared against one goal in one run.
 struct Verdict {
+    /// ThreadKit / `peer` on paired rounds: the median of the per-round ratios, or for a percentile
+    /// the ratio of the pooled percentiles, with the 95 % bootstrap interval; `nil` when the two did
+    /// not run the same rounds.
+    static func ratio(_ metric: Metric, _ threadKit: ContenderResult, to peer: ContenderResult) -> (estimate: Double, interval: Interval)? {
+        if let percentile = metric.percentileOf {
+            let mine = threadKit.samples(percentile.samples), theirs = peer.samples(percentile.samples)
+            guard !mine.isEmpty, mine.count == theirs.count else { return nil }
+            return Stats.pooledPercentileRatio(PooledSamples(mine), PooledSamples(theirs), percent: percentile.percent)
+        }
+        let mine = threadKit.values(metric.name), theirs = peer.values(metric.name)
+        guard !mine.isEmpty, mine.count == theirs.count else { return nil }
+        return Stats.pairedRatio(mine, theirs)
+    }
+
     let goal: Goal
     /// For ratio goals: ThreadKit / peer (median of paired per-round ratios, or the ratio of pooled
     /// percentiles); for `atMost`: ThreadKit's median; for `zero`: the sum over rounds.
@@ -97,18 +117,8 @@ struct Verdict {
         self.goal = goal
         switch goal.kind {
         case .ratio(let peerName, let factor):
-            guard let peer = result.contenders.first(where: { $0.name == peerName }) else { return nil }
-            let judged: (estimate: Double, interval: Interval)
-            if let percentile = metric.percentileOf {
-                let mine = threadKit.samples(percentile.samples), theirs = peer.samples(percentile.samples)
-                guard !mine.isEmpty, mine.count == theirs.count else { return nil }
-                judged = Stats.pooledPercentileRatio(
-                    PooledSamples(mine), PooledSamples(theirs), percent: percentile.percent)
-            } else {
-                let mine = threadKit.values(goal.metric), theirs = peer.values(goal.metric)
-                guard !mine.isEmpty, mine.count == theirs.count else { return nil }
-                judged = Stats.pairedRatio(mine, theirs)
-            }
+            guard let peer = result.contenders.first(where: { $0.name == peerName }),
+                  let judged = Self.ratio(metric, threadKit, to: peer) else { return nil }
             estimate = judged.estimate
             interval = judged.interval
             outcome = Stats.judge(judged.interval, atMost: factor)

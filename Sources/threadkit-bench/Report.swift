@@ -15,6 +15,8 @@ struct Row {
     let isCount: Bool
     /// ThreadKit's verdict, on ThreadKit's rows that have a goal.
     var verdict: Verdict?
+    /// On ThreadKit's rows without a goal: ThreadKit / the workload's first peer, on paired rounds.
+    var comparison: (peer: String, estimate: Double, interval: Interval)?
     /// This row's median over the floor's (the same metric of the matching `floor.*` workload).
     var timesFloor: Double?
 
@@ -34,8 +36,13 @@ struct Row {
                 var row = Row(
                     workload: result.id, implementation: contender.name, metric: metric.name,
                     unit: metric.unit, median: median, rounds: values, isCount: metric.isCount)
-                if contender.name == "ThreadKit", let goal = Goal.forRow(workload: result.id, metric: metric.name) {
-                    row.verdict = Verdict(goal, in: result)
+                if contender.name == "ThreadKit" {
+                    if let goal = Goal.forRow(workload: result.id, metric: metric.name) {
+                        row.verdict = Verdict(goal, in: result)
+                    } else if let peer = result.contenders.first(where: { $0.name != "ThreadKit" }),
+                              let ratio = Verdict.ratio(metric, contender, to: peer) {
+                        row.comparison = (peer.name, ratio.estimate, ratio.interval)
+                    }
                 }
                 return row
             }
@@ -116,6 +123,11 @@ struct Report {
         return "\(value(verdict.estimate)) [\(value(interval.low)), \(value(interval.high))]"
     }
 
+    /// "0.61× [0.55×, 0.70×] GCD" for a row without a goal.
+    static func comparisonText(_ comparison: (peer: String, estimate: Double, interval: Interval)) -> String {
+        "\(Format.ratio(comparison.estimate)) [\(Format.ratio(comparison.interval.low)), \(Format.ratio(comparison.interval.high))] \(comparison.peer)"
+    }
+
     static func outcomeText(_ outcome: Outcome, emphasis: Bool) -> String {
         switch outcome {
         case .met: "met"
@@ -146,6 +158,8 @@ struct Report {
                 cells[5] = Self.ratioText(verdict)
                 cells[6] = verdict.goal.text
                 cells[7] = Self.outcomeText(verdict.outcome, emphasis: false)
+            } else if let comparison = row.comparison {
+                cells[5] = Self.comparisonText(comparison)
             }
             lines.append(cells)
         }
@@ -177,6 +191,8 @@ struct Report {
             let rounds: [Double]
             let timesFloor: Double?
             let goal: String?
+            /// The peer of `ratio`: the goal's, or on a ThreadKit row without a goal, the first peer.
+            let peer: String?
             let ratio, ratioLow, ratioHigh: Double?
             let verdict: Outcome?
         }
@@ -206,7 +222,10 @@ struct Report {
                     workload: row.workload, implementation: row.implementation, metric: row.metric,
                     median: row.median, min: row.min, max: row.max, unit: row.unit, rounds: row.rounds,
                     timesFloor: row.timesFloor, goal: verdict?.goal.text,
-                    ratio: verdict?.estimate, ratioLow: verdict?.interval?.low, ratioHigh: verdict?.interval?.high,
+                    peer: verdict?.goal.peer ?? row.comparison?.peer,
+                    ratio: verdict?.estimate ?? row.comparison?.estimate,
+                    ratioLow: verdict?.interval?.low ?? row.comparison?.interval.low,
+                    ratioHigh: verdict?.interval?.high ?? row.comparison?.interval.high,
                     verdict: verdict?.outcome)
             },
             goals: verdicts.map { row, verdict in
@@ -244,11 +263,12 @@ struct Report {
         text += "|---|---|---|--:|--:|--:|--:|---|---|\n"
         for row in rows {
             let verdict = row.verdict
-            let cells = [
+            let ratioCell: String = verdict.map(Self.ratioText) ?? row.comparison.map(Self.comparisonText) ?? ""
+            let cells: [String] = [
                 "`\(row.workload)`", row.implementation, row.metric, row.text(row.median),
                 "\(Format.plain(row.min)) – \(Format.plain(row.max))",
                 row.timesFloor.map(Format.ratio) ?? "",
-                verdict.map(Self.ratioText) ?? "", verdict?.goal.text ?? "",
+                ratioCell, verdict?.goal.text ?? "",
                 verdict.map { Self.outcomeText($0.outcome, emphasis: true) } ?? "",
             ]
             let emphasised = row.implementation == "ThreadKit" ? cells.enumerated().map { $0 == 1 ? "**\($1)**" : $1 } : cells
