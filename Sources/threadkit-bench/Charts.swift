@@ -218,7 +218,9 @@ enum ChartFiles {
     static func render(_ results: [WorkloadResult], rows: [Row], scale: Scale) -> [(name: String, caption: String, svg: String)] {
         var files: [(name: String, caption: String, svg: String)] = []
         let rounds = results.first?.contenders.first?.rounds.count ?? 0
-        let pools = results.filter { $0.id.hasPrefix("pool.throughput.") || $0.id == "pool.schedule.p1" || $0.id.hasPrefix("floor.") }
+        let barIDs = ["floor.spsc.shared", "floor.spsc.free", "pool.throughput.p1", "pool.throughput.p2",
+                      "pool.throughput.free.p1", "pool.throughput.free.p2", "pool.schedule.p1"]
+        let pools = barIDs.compactMap { id in results.first { $0.id == id } }
         if let svg = Charts.bars(
             title: "ThreadPool vs GCD vs OperationQueue: cost per item, 2 threads",
             subtitle: "Bars: median of \(rounds) rounds; whiskers: min to max. Shorter is better. Each group has its own scale.",
