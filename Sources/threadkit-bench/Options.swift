@@ -40,7 +40,8 @@ struct Options {
           --list           print the workload ids and exit
 
         Every round of every implementation runs in a fresh process: the benchmark runs itself with
-        --child WORKLOAD --implementation NAME [--quick], which prints one measurement as JSON.
+        --child WORKLOAD --implementation NAME [--quick], which prints one measurement as JSON on a
+        line that starts with "threadkit-bench measurement: ".
         """
 
     /// A command line the benchmark does not understand (empty for `--help`).

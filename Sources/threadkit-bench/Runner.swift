@@ -82,7 +82,8 @@ struct Runner {
             let description: String
         }
 
-        /// Waits for the child and decodes its measurement (the last line of its standard output).
+        /// Waits for the child and decodes its measurement (the last line of its standard output that
+        /// starts with ``Runner/measurementMarker``).
         func finish() throws -> Measurement {
             let data = output.fileHandleForReading.readDataToEndOfFile()
             process.waitUntilExit()
@@ -94,14 +95,18 @@ struct Runner {
             guard process.terminationStatus == 0 else {
                 throw Failure(description: "\(label) exited with status \(process.terminationStatus)")
             }
-            let lastLine = data.split(separator: UInt8(ascii: "\n")).last ?? Data()
+            let marker = Array(Runner.measurementMarker.utf8)
+            let line = data.split(separator: UInt8(ascii: "\n")).last { $0.starts(with: marker) }
             do {
-                return try JSONDecoder().decode(Measurement.self, from: Data(lastLine))
+                return try JSONDecoder().decode(Measurement.self, from: Data(line?.dropFirst(marker.count) ?? Data()))
             } catch {
                 throw Failure(description: "\(label) wrote no measurement: \(error)")
             }
         }
     }
+
+    /// What starts the line a child prints its measurement on.
+    static let measurementMarker = "threadkit-bench measurement: "
 
     static func describe(_ measurement: Measurement, _ metrics: [Metric]) -> String {
         metrics.compactMap { metric in
@@ -118,8 +123,9 @@ struct Runner {
         }
         try contender.warmUp?()
         let measurement = try contender.run()
-        // On a line of its own, last: anything else the process printed comes before it.
+        // On a line of its own that starts with the marker, whatever else the process prints.
         let data = try JSONEncoder().encode(measurement)
-        FileHandle.standardOutput.write(Data("\n".utf8) + data + Data("\n".utf8))
+        print("\n" + Self.measurementMarker + String(decoding: data, as: UTF8.self))
+        fflush(nil)
     }
 }
