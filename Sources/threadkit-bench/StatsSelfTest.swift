@@ -80,6 +80,33 @@ enum StatsSelfTest {
         let doubled = PooledSamples(rounds.map { $0.map { $0 * 2 } })
         let twice = Stats.pooledPercentileRatio(doubled, pooled, percent: 50)
         check(close(twice.estimate, 2) && close(twice.interval.low, 2) && close(twice.interval.high, 2), "doubled samples give 2")
+        // Verdicts on a made-up workload: ThreadKit at half GCD's cost in every round meets "≤ 0.6×",
+        // misses "≤ 0.4×", and a pooled percentile is judged on the pooled samples.
+        func measuredRounds(_ values: [Double], samples: (Int) -> [Double]) -> [Measurement] {
+            values.enumerated().map { index, value in
+                var measurement = Measurement(values: ["wall per item": value])
+                measurement.addLatencyPercentiles("lateness", samples: samples(index))
+                return measurement
+            }
+        }
+        let peerValues = (0..<15).map { 100 + Double($0 % 5) * 10 }
+        let result = WorkloadResult(
+            id: "self.test", metrics: [Metric(name: "wall per item", unit: "ns")] + Metric.percentiles("lateness"),
+            contenders: [
+                ContenderResult(name: "ThreadKit", rounds: measuredRounds(peerValues.map { $0 / 2 }) { round in (1...100).map { Double($0 + round) } }),
+                ContenderResult(name: "GCD", rounds: measuredRounds(peerValues) { round in (1...100).map { Double(($0 + round) * 4) } }),
+            ])
+        func verdict(_ metric: String, _ factor: Double) -> Verdict? {
+            Verdict(Goal(workload: "self.test", metric: metric, kind: .ratio(peer: "GCD", factor: factor)), in: result)
+        }
+        check(verdict("wall per item", 0.6)?.outcome == .met, "half the cost meets ≤ 0.6×")
+        check(verdict("wall per item", 0.4)?.outcome == .missed, "half the cost misses ≤ 0.4×")
+        check(verdict("wall per item", 0.5)?.outcome == .met, "exactly half meets ≤ 0.5× (the interval is [0.5, 0.5])")
+        check(close(verdict("lateness p99", 0.3)?.estimate ?? 0, 0.25), "a quarter of the pooled p99: 0.25×")
+        check(verdict("lateness p99", 0.3)?.outcome == .met && verdict("lateness p99", 0.2)?.outcome == .missed,
+              "a pooled p99 of a quarter meets ≤ 0.3× and misses ≤ 0.2×")
+        check(Verdict(Goal(workload: "self.test", metric: "wall per item", kind: .ratio(peer: "nobody", factor: 1)), in: result) == nil,
+              "no verdict without the peer")
         return failures
     }
 }
