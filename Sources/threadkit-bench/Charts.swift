@@ -27,6 +27,7 @@ struct SVG {
         elements.append("<polyline points=\"\(list)\" fill=\"none\" stroke=\"\(stroke)\" stroke-width=\"\(n(width))\" stroke-linejoin=\"round\"/>")
     }
 
+    /// Where a text sits relative to its x.
     enum Anchor: String { case start, middle, end }
 
     mutating func text(_ string: String, x: Double, y: Double, size: Double = 12, anchor: Anchor = .start,
@@ -55,6 +56,7 @@ struct SVG {
     }
 }
 
+/// The bar and percentile charts, and the colour of each implementation.
 enum Charts {
     /// One colour per implementation, the same in every chart.
     static func colour(_ implementation: String) -> String {
@@ -76,8 +78,9 @@ enum Charts {
         for result in results {
             for name in metrics {
                 guard let metric = result.metrics.first(where: { $0.name == name }) else { continue }
-                let bars = result.contenders.compactMap { contender in
-                    contender.values[name].map { BarGroup.Bar(name: contender.name, summary: Summary($0)) }
+                let bars = result.contenders.compactMap { contender -> BarGroup.Bar? in
+                    let values = contender.values(name)
+                    return values.isEmpty ? nil : BarGroup.Bar(name: contender.name, summary: Summary(values))
                 }
                 if !bars.isEmpty { groups.append(BarGroup(title: "\(result.id) — \(name)", unit: metric.unit, bars: bars)) }
             }
@@ -112,7 +115,9 @@ enum Charts {
         return svg.document
     }
 
+    /// One metric of one workload: a bar per implementation.
     private struct BarGroup {
+        /// One implementation's median, with its rounds' range.
         struct Bar {
             let name: String
             let summary: Summary
@@ -124,13 +129,12 @@ enum Charts {
 
     // MARK: - Percentile curves
 
-    /// The latency distribution of each implementation in `result` as a percentile curve: at each
-    /// percentile, the median over the repetitions of that repetition's percentile (so one
-    /// disturbed repetition does not make the curve, as in the table). x is the percentile on a log
-    /// scale of 1 / (1 − q) (p0, p90, p99, p99.9 …, so the tail gets room), y the value on a log scale.
-    static func percentiles(title: String, subtitle: String, unit: String, result: WorkloadResult) -> String? {
-        let series = result.contenders.filter { !$0.samples.isEmpty }.map { contender in
-            (name: contender.name, curve: MedianCurve(contender.samples.map(Distribution.init)))
+    /// The latency distribution of each implementation in `result` as a percentile curve over
+    /// every round's samples pooled (as in the table). x is the percentile on a log scale of
+    /// 1 / (1 − q) (p0, p90, p99, p99.9 …, so the tail gets room), y the value on a log scale.
+    static func percentiles(title: String, subtitle: String, unit: String, samples: String, result: WorkloadResult) -> String? {
+        let series = result.contenders.filter { !$0.samples(samples).isEmpty }.map { contender in
+            (name: contender.name, curve: PooledSamples(contender.samples(samples)).pooled)
         }
         guard !series.isEmpty else { return nil }
         let width = 820.0, height = 460.0
@@ -139,7 +143,7 @@ enum Charts {
         let bottom = 46.0 + legendHeight
         let plotWidth = width - left - right, plotHeight = height - top - bottom
 
-        let fewest = series.map(\.curve.fewestSamples).min()!
+        let fewest = series.map(\.curve.count).min()!
         let xMax = min(5, max(2, floor(log10(Double(fewest)))))
         let lowest = series.map { $0.curve.quantile(0.01) }.min()!
         let highest = series.map { $0.curve.quantile(1) }.max()!
@@ -187,7 +191,7 @@ enum Charts {
         for (name, curve) in series {
             svg.line(left, legendY - 4, left + 24, legendY - 4, stroke: colour(name), width: 3)
             let figures = "p50 \(Format.plain(curve.quantile(0.5))), p99 \(Format.plain(curve.quantile(0.99))), "
-                + "max \(Format.plain(curve.quantile(1))) \(unit) (medians of \(curve.repetitions) repetitions)"
+                + "max \(Format.plain(curve.quantile(1))) \(unit) (\(curve.count) samples)"
             svg.text("\(name): \(figures)", x: left + 32, y: legendY, size: 12)
             legendY += 18
         }
@@ -195,50 +199,55 @@ enum Charts {
     }
 }
 
-/// A percentile curve made of several repetitions: at each quantile, the median of theirs.
-struct MedianCurve {
-    let distributions: [Distribution]
+/// A median with the minimum and maximum of the rounds, for a bar and its whisker.
+struct Summary {
+    let median: Double
+    let min: Double
+    let max: Double
 
-    init(_ distributions: [Distribution]) {
-        self.distributions = distributions
-    }
-
-    var repetitions: Int { distributions.count }
-    var fewestSamples: Int { distributions.map(\.count).min() ?? 0 }
-
-    func quantile(_ q: Double) -> Double {
-        Distribution(distributions.map { $0.quantile(q) }).median
+    init(_ rounds: [Double]) {
+        let distribution = Distribution(rounds)
+        median = distribution.median
+        min = distribution.min
+        max = distribution.max
     }
 }
 
 /// The charts a run writes, by file name.
 enum ChartFiles {
-    static func render(_ results: [WorkloadResult], repetitions: Int) -> [(name: String, caption: String, svg: String)] {
+    static func render(_ results: [WorkloadResult], rows: [Row], scale: Scale) -> [(name: String, caption: String, svg: String)] {
         var files: [(name: String, caption: String, svg: String)] = []
-        let pools = results.filter { ["pool.throughput.p1", "pool.throughput.p2", "pool.schedule.p1"].contains($0.id) }
+        let rounds = results.first?.contenders.first?.rounds.count ?? 0
+        let barIDs = ["floor.spsc.shared", "floor.spsc.free", "pool.throughput.p1", "pool.throughput.p2",
+                      "pool.throughput.free.p1", "pool.throughput.free.p2", "pool.schedule.p1"]
+        let pools = barIDs.compactMap { id in results.first { $0.id == id } }
         if let svg = Charts.bars(
             title: "ThreadPool vs GCD vs OperationQueue: cost per item, 2 threads",
-            subtitle: "Bars: median of \(repetitions) repetitions; whiskers: min to max. Shorter is better. Each group has its own scale.",
+            subtitle: "Bars: median of \(rounds) rounds; whiskers: min to max. Shorter is better. Each group has its own scale.",
             results: pools, metrics: ["wall per item", "CPU per item"]) {
             files.append(("benchmark-pool-throughput.svg", "Pool throughput: ns per item", svg))
         }
-        let curves: [(id: String, file: String, caption: String, title: String, subtitle: String)] = [
-            ("timer.fire", "benchmark-timer-lateness.svg", "Timer lateness distribution",
+        let curves: [(id: String, samples: String, file: String, caption: String, title: String, subtitle: String)] = [
+            ("timer.fire", "lateness", "benchmark-timer-lateness.svg", "Timer lateness distribution",
              "timer.fire: how late one-shot calls run",
-             "Lateness = run time − deadline; each point is the median over \(repetitions) repetitions. Lower is better."),
-            ("pool.wake", "benchmark-pool-wake.svg", "Pool wake-up latency distribution",
+             "Lateness = run time − deadline, samples of \(rounds) rounds pooled. Lower is better."),
+            ("timer.fire.work", "lateness", "benchmark-timer-lateness-work.svg", "Timer lateness with 15 µs of work per call",
+             "timer.fire.work: how late one-shot calls run when each works 15 µs",
+             "Lateness = run time − deadline, samples of \(rounds) rounds pooled. Lower is better."),
+            ("pool.wake", "start latency", "benchmark-pool-wake.svg", "Pool wake-up latency distribution",
              "pool.wake: submit to start on an idle pool",
-             "One submission per millisecond; each point is the median over \(repetitions) repetitions. Lower is better."),
-            ("throttle.precision", "benchmark-throttle-error.svg", "Throttle start-to-start error distribution",
+             "One submission per millisecond, samples of \(rounds) rounds pooled. Lower is better."),
+            ("throttle.precision", "error", "benchmark-throttle-error.svg", "Throttle start-to-start error distribution",
              "throttle.precision: |start-to-start gap − 10 ms|",
-             "1 ms tasks at a 10 ms interval; each point is the median over \(repetitions) repetitions. Lower is better."),
+             "1 ms tasks at a 10 ms interval, samples of \(rounds) rounds pooled. Lower is better."),
         ]
         for curve in curves {
             guard let result = results.first(where: { $0.id == curve.id }),
-                  let svg = Charts.percentiles(title: curve.title, subtitle: curve.subtitle, unit: "µs", result: result)
+                  let svg = Charts.percentiles(title: curve.title, subtitle: curve.subtitle, unit: "µs", samples: curve.samples, result: result)
             else { continue }
             files.append((curve.file, curve.caption, svg))
         }
+        files += GrowthCharts.render(rows, scale: scale)
         return files
     }
 }

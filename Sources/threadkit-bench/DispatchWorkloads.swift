@@ -16,6 +16,7 @@ struct SerialQueueAsync: PoolSubmitter {
     func submit(_ work: @escaping @Sendable () -> Void) { queue.async(execute: work) }
 }
 
+/// `dedicated.*` and `dispatch.sync.held`: DedicatedThread and DispatchMethod against a serial queue.
 enum DispatchWorkloads {
     static let perCall = [Metric(name: "per call", unit: "ns")]
 
@@ -27,12 +28,8 @@ enum DispatchWorkloads {
         return Workload(
             id: "dedicated.throughput", metrics: PoolWorkloads.throughputMetrics,
             contenders: [
-                Contender(name: "ThreadKit") {
-                    try PoolWorkloads.measureThroughput(DedicatedExecute(thread: thread), items: items, producers: 1)
-                },
-                Contender(name: "GCD serial") {
-                    try PoolWorkloads.measureThroughput(SerialQueueAsync(queue: queue), items: items, producers: 1)
-                },
+                PoolWorkloads.throughputContender("ThreadKit", DedicatedExecute(thread: thread), items: items, producers: 1, capture: .shared),
+                PoolWorkloads.throughputContender("GCD serial", SerialQueueAsync(queue: queue), items: items, producers: 1, capture: .shared),
             ],
             finish: { shutDown(thread) })
     }
@@ -45,8 +42,12 @@ enum DispatchWorkloads {
         return Workload(
             id: "dedicated.sync", metrics: perCall,
             contenders: [
-                Contender(name: "ThreadKit") { timePerCall(calls) { thread.sync { blackHole() } } },
-                Contender(name: "GCD serial") { timePerCall(calls) { queue.sync { blackHole() } } },
+                Contender(name: "ThreadKit", warmUp: { _ = timePerCall(calls / 10) { thread.sync { blackHole() } } }) {
+                    timePerCall(calls) { thread.sync { blackHole() } }
+                },
+                Contender(name: "GCD serial", warmUp: { _ = timePerCall(calls / 10) { queue.sync { blackHole() } } }) {
+                    timePerCall(calls) { queue.sync { blackHole() } }
+                },
             ],
             finish: { shutDown(thread) })
     }
@@ -67,8 +68,12 @@ enum DispatchWorkloads {
         return Workload(
             id: "dispatch.sync.held", metrics: perCall,
             contenders: [
-                Contender(name: "ThreadKit") { holdingTwo { timePerCall(calls) { method.execute { blackHole() } } } },
-                Contender(name: "GCD serial") { holdingTwo { timePerCall(calls) { queue.sync { blackHole() } } } },
+                Contender(name: "ThreadKit", warmUp: { _ = holdingTwo { timePerCall(calls / 10) { method.execute { blackHole() } } } }) {
+                    holdingTwo { timePerCall(calls) { method.execute { blackHole() } } }
+                },
+                Contender(name: "GCD serial", warmUp: { _ = holdingTwo { timePerCall(calls / 10) { queue.sync { blackHole() } } } }) {
+                    holdingTwo { timePerCall(calls) { queue.sync { blackHole() } } }
+                },
             ],
             finish: {
                 shutDown(outer)

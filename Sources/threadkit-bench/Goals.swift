@@ -1,19 +1,28 @@
-// ThreadKit's goals from the benchmark's specification, and how a result is judged against them.
+// ThreadKit's goals, and how a run's rounds are judged against them.
 
 /// A target for one ThreadKit metric.
 struct Goal {
+    /// What the goal compares.
     enum Kind {
-        /// ThreadKit's median at most `factor` × the peer's median in the same run.
+        /// ThreadKit at most `factor` × the peer, judged on paired rounds: the median of the
+        /// per-round ratios (for a percentile: the ratio of the pooled percentiles), with its
+        /// bootstrap interval.
         case ratio(peer: String, factor: Double)
-        /// ThreadKit's median at most `limit` (in `unit`).
+        /// ThreadKit's median at most `limit` (in `unit`), with the median's bootstrap interval.
         case atMost(Double, unit: String)
-        /// Zero in every repetition (the maximum over repetitions is 0).
+        /// Zero in every round.
         case zero
     }
 
     let workload: String
     let metric: String
     let kind: Kind
+
+    /// The peer of a ratio goal.
+    var peer: String? {
+        if case .ratio(let peer, _) = kind { return peer }
+        return nil
+    }
 
     /// The goal as the table shows it, e.g. "≤ 0.35× GCD".
     var text: String {
@@ -24,27 +33,52 @@ struct Goal {
         }
     }
 
+    private static func ratio(_ workload: String, _ metric: String, _ peer: String, _ factor: Double) -> Goal {
+        Goal(workload: workload, metric: metric, kind: .ratio(peer: peer, factor: factor))
+    }
+
     static let all: [Goal] = [
-        Goal(workload: "pool.throughput.p1", metric: "wall per item", kind: .ratio(peer: "GCD", factor: 0.35)),
-        Goal(workload: "pool.throughput.p1", metric: "CPU per item", kind: .ratio(peer: "GCD", factor: 0.5)),
-        Goal(workload: "pool.throughput.p2", metric: "wall per item", kind: .ratio(peer: "GCD", factor: 0.5)),
-        Goal(workload: "pool.schedule.p1", metric: "wall per item", kind: .ratio(peer: "GCD", factor: 0.6)),
-        Goal(workload: "pool.wake", metric: "start latency p50", kind: .ratio(peer: "GCD", factor: 1.0)),
-        Goal(workload: "pool.wake", metric: "start latency p99", kind: .ratio(peer: "GCD", factor: 1.0)),
-        Goal(workload: "timer.fire", metric: "lateness p50", kind: .ratio(peer: "GCD asyncAfter", factor: 0.5)),
-        Goal(workload: "timer.fire", metric: "lateness p99", kind: .ratio(peer: "GCD asyncAfter", factor: 1.0)),
-        Goal(workload: "timer.fire", metric: "process CPU", kind: .ratio(peer: "GCD asyncAfter", factor: 0.5)),
+        // Issue 10's goals, on today's shared-capture items.
+        ratio("pool.throughput.p1", "wall per item", "GCD", 0.35),
+        ratio("pool.throughput.p1", "CPU per item", "GCD", 0.5),
+        ratio("pool.throughput.p2", "wall per item", "GCD", 0.5),
+        ratio("pool.throughput.p8", "wall per item", "GCD", 0.5),
+        ratio("pool.schedule.p1", "wall per item", "GCD", 0.4),
+        ratio("pool.wake", "start latency p50", "GCD", 1.0),
+        ratio("pool.wake", "start latency p99", "GCD", 1.0),
+        ratio("pool.wake", "CPU per wake", "GCD", 1.0),
+        ratio("timer.fire", "lateness p50", "GCD asyncAfter", 0.5),
+        ratio("timer.fire", "lateness p99", "GCD asyncAfter", 0.5),
+        ratio("timer.fire", "process CPU", "GCD asyncAfter", 0.5),
         Goal(workload: "timer.fire", metric: "early calls", kind: .zero),
-        Goal(workload: "timer.pending", metric: "insert per call", kind: .ratio(peer: "GCD asyncAfter", factor: 0.3)),
-        Goal(workload: "timer.pending", metric: "resident per call", kind: .ratio(peer: "GCD asyncAfter", factor: 0.25)),
-        Goal(workload: "timer.pending", metric: "cancel per call", kind: .ratio(peer: "GCD asyncAfter", factor: 0.5)),
-        Goal(workload: "throttle.precision", metric: "error p50", kind: .ratio(peer: "GCD chain", factor: 0.6)),
-        Goal(workload: "throttle.precision", metric: "error p99", kind: .ratio(peer: "GCD chain", factor: 1.0)),
+        ratio("timer.fire.work", "lateness p99", "GCD asyncAfter", 1.0),
+        Goal(workload: "timer.fire.work", metric: "early calls", kind: .zero),
+        ratio("timer.fire.burst", "lateness p99", "GCD asyncAfter", 1.0),
+        Goal(workload: "timer.fire.burst", metric: "early calls", kind: .zero),
+        // Against the peer whose cancel really removes the call.
+        ratio("timer.pending", "insert per call", "DispatchSourceTimer", 0.3),
+        ratio("timer.pending", "heap per call", "DispatchSourceTimer", 0.25),
+        ratio("timer.pending", "cancel per call", "DispatchSourceTimer", 0.5),
+        ratio("timer.concurrent", "schedule per call", "GCD asyncAfter", 1.0),
+        ratio("timer.concurrent", "lateness p99", "GCD asyncAfter", 1.0),
+        ratio("timer.repeat", "drift at end", "DispatchSourceTimer", 1.0),
+        ratio("throttle.precision", "error p50", "GCD chain", 0.2),
+        ratio("throttle.precision", "error p99", "GCD chain", 1.0),
         Goal(workload: "throttle.precision", metric: "early starts", kind: .zero),
         Goal(workload: "log.disabled", metric: "per call", kind: .atMost(2, unit: "ns")),
-        Goal(workload: "dedicated.throughput", metric: "wall per item", kind: .ratio(peer: "GCD serial", factor: 0.5)),
-        Goal(workload: "dedicated.sync", metric: "per call", kind: .ratio(peer: "GCD serial", factor: 1.0)),
-        Goal(workload: "dispatch.sync.held", metric: "per call", kind: .ratio(peer: "GCD serial", factor: 1.5)),
+        ratio("dedicated.throughput", "wall per item", "GCD serial", 0.5),
+        ratio("dedicated.sync", "per call", "GCD serial", 1.0),
+        ratio("dispatch.sync.held", "per call", "GCD serial", 1.5),
+        // Issue 13, item 3: what users choose a pool by.
+        ratio("pool.latency.u70.t10", "start latency p99", "GCD", 1.0),
+        ratio("pool.latency.u70.t100", "start latency p99", "GCD", 1.0),
+        ratio("pool.latency.u95.t10", "start latency p99", "GCD", 1.0),
+        ratio("pool.latency.u95.t100", "start latency p99", "GCD", 1.0),
+        ratio("pool.memory", "heap after drain", "GCD", 1.1),
+        ratio("pool.fairness", "share spread", "GCD", 1.0),
+        Goal(workload: "pool.idle", metric: "idle CPU", kind: .atMost(0, unit: "ms")),
+        ratio("pool.cold", "first task latency", "GCD", 1.0),
+        ratio("pool.executor", "wall per task", "default executor", 1.0),
     ]
 
     static func forRow(workload: String, metric: String) -> Goal? {
@@ -52,32 +86,55 @@ struct Goal {
     }
 }
 
-/// How ThreadKit's row fared against its goal.
+/// How ThreadKit fared against one goal in one run.
 struct Verdict {
-    let goal: Goal
-    /// ThreadKit's median over the peer's, for ratio goals.
-    let ratio: Double?
-    let isMet: Bool
+    /// ThreadKit / `peer` on paired rounds: the median of the per-round ratios, or for a percentile
+    /// the ratio of the pooled percentiles, with the 95 % bootstrap interval; `nil` when the two did
+    /// not run the same rounds.
+    static func ratio(_ metric: Metric, _ threadKit: ContenderResult, to peer: ContenderResult) -> (estimate: Double, interval: Interval)? {
+        if let percentile = metric.percentileOf {
+            let mine = threadKit.samples(percentile.samples), theirs = peer.samples(percentile.samples)
+            guard !mine.isEmpty, mine.count == theirs.count else { return nil }
+            return Stats.pooledPercentileRatio(PooledSamples(mine), PooledSamples(theirs), percent: percentile.percent)
+        }
+        let mine = threadKit.values(metric.name), theirs = peer.values(metric.name)
+        guard !mine.isEmpty, mine.count == theirs.count else { return nil }
+        return Stats.pairedRatio(mine, theirs)
+    }
 
-    /// Judges ThreadKit's `row` against its goal, with `rows` holding the peers of the same run.
-    init?(for row: Row, among rows: [Row]) {
-        guard row.implementation == "ThreadKit",
-              let goal = Goal.forRow(workload: row.workload, metric: row.metric) else { return nil }
+    let goal: Goal
+    /// For ratio goals: ThreadKit / peer (median of paired per-round ratios, or the ratio of pooled
+    /// percentiles); for `atMost`: ThreadKit's median; for `zero`: the sum over rounds.
+    let estimate: Double
+    /// The 95 % bootstrap interval of `estimate` (`nil` for `zero` goals).
+    let interval: Interval?
+    let outcome: Outcome
+
+    /// Judges ThreadKit's rounds in `result` against `goal`; `nil` when a side did not run.
+    init?(_ goal: Goal, in result: WorkloadResult) {
+        guard let metric = result.metrics.first(where: { $0.name == goal.metric }),
+              let threadKit = result.contenders.first(where: { $0.name == "ThreadKit" }) else { return nil }
         self.goal = goal
         switch goal.kind {
-        case .ratio(let peer, let factor):
-            guard let peerRow = rows.first(where: {
-                $0.workload == row.workload && $0.metric == row.metric && $0.implementation == peer
-            }) else { return nil }
-            let ratio = row.summary.median / peerRow.summary.median
-            self.ratio = ratio
-            isMet = ratio.isFinite ? ratio <= factor : row.summary.median <= 0
+        case .ratio(let peerName, let factor):
+            guard let peer = result.contenders.first(where: { $0.name == peerName }),
+                  let judged = Self.ratio(metric, threadKit, to: peer) else { return nil }
+            estimate = judged.estimate
+            interval = judged.interval
+            outcome = Stats.judge(judged.interval, atMost: factor)
         case .atMost(let limit, _):
-            ratio = nil
-            isMet = row.summary.median <= limit
+            let values = threadKit.values(goal.metric)
+            guard !values.isEmpty else { return nil }
+            estimate = Stats.median(values)
+            let interval = Stats.medianInterval(values)
+            self.interval = interval
+            outcome = Stats.judge(interval, atMost: limit)
         case .zero:
-            ratio = nil
-            isMet = row.summary.max == 0
+            let values = threadKit.values(goal.metric)
+            guard !values.isEmpty else { return nil }
+            estimate = values.reduce(0, +)
+            interval = nil
+            outcome = estimate == 0 ? .met : .missed
         }
     }
 }

@@ -25,6 +25,17 @@ final class Countdown: Sendable {
         remaining = Atomic(count)
     }
 
+    /// A countdown with nothing to count until ``arm(_:)``.
+    init() {
+        remaining = Atomic(0)
+    }
+
+    /// Starts counting `count` items down: only when no item of an earlier count is still to tick.
+    func arm(_ count: Int) {
+        precondition(count > 0, "a countdown needs at least one item, got \(count)")
+        remaining.store(count, ordering: .releasing)
+    }
+
     /// Marks one item done; the last one wakes the waiter.
     @inline(__always)
     func tick() {
@@ -37,6 +48,11 @@ final class Countdown: Sendable {
     func waitForAll() {
         done.wait()
     }
+}
+
+/// The one countdown that capture-free items tick: a closure that names a global captures nothing.
+enum GlobalCountdown {
+    static let shared = Countdown()
 }
 
 // MARK: - Sample buffers
@@ -105,6 +121,28 @@ enum ProcessCPU {
     }
 }
 
+/// The CPU time of each of the process's threads, read through Linux's per-thread CPU clocks.
+enum ThreadCPU {
+    /// Nanoseconds of CPU time used so far by each thread of this process but the calling one, by
+    /// thread id. A thread's clock is `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)` of the kernel:
+    /// `(~tid << 3) | 6`, which `clock_gettime` accepts for any thread of the process.
+    static func others() -> [Int32: Double] {
+        // The calling thread's id: `/proc/thread-self` links to `<pid>/task/<tid>`.
+        let link = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
+        let me = Int32(link.split(separator: "/").last ?? "") ?? -1
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return [:] }
+        var times: [Int32: Double] = [:]
+        for entry in entries {
+            guard let tid = Int32(entry), tid != me else { continue }
+            var time = timespec()
+            if clock_gettime(clockid_t((~tid) << 3 | 6), &time) == 0 {
+                times[tid] = Double(time.tv_sec) * 1e9 + Double(time.tv_nsec)
+            }
+        }
+        return times
+    }
+}
+
 /// Wall time and process CPU time over one stretch of work.
 struct Stopwatch {
     private let wallStart = ContinuousClock.now
@@ -146,6 +184,7 @@ extension timespec {
 
 // MARK: - Memory
 
+/// The process's memory, as the kernel and the C heap see it.
 enum Memory {
     private static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
 
@@ -168,28 +207,46 @@ enum Memory {
         return unsafeBitCast(address, to: MallocTrim.self)
     }()
 
+    /// `mallinfo2()`, which the Glibc module does not import (it lives in `<malloc.h>`). It returns
+    /// a 80-byte struct, which the x86-64 System V ABI returns through a hidden pointer: the caller
+    /// passes the destination in the first argument register and gets it back in `rax`, exactly
+    /// the ABI of `void *f(void *destination)`, the type it is called through here. Other
+    /// architectures pass that pointer elsewhere (`x8` on arm64), so there it is not called.
+    private typealias MallInfo2 = @convention(c) (UnsafeMutableRawPointer) -> UnsafeMutableRawPointer?
+    private static let mallInfo2: MallInfo2? = {
+        #if arch(x86_64)
+        guard let address = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallinfo2") else { return nil }
+        return unsafeBitCast(address, to: MallInfo2.self)
+        #else
+        return nil
+        #endif
+    }()
+
+    /// Bytes the C heap has handed out and not had back: `uordblks + hblkhd` of `mallinfo2()`
+    /// (small blocks in use, and blocks mapped on their own). Unlike the resident set it does not
+    /// depend on what earlier frees left mapped. `nil` where `mallinfo2` cannot be called.
+    static func heapInUse() -> Int? {
+        guard let mallInfo2 else { return nil }
+        // struct mallinfo2: arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost.
+        let fields = UnsafeMutablePointer<Int>.allocate(capacity: 10)
+        defer { fields.deallocate() }
+        fields.initialize(repeating: 0, count: 10)
+        _ = mallInfo2(UnsafeMutableRawPointer(fields))
+        return fields[7] + fields[4]
+    }
+
+    /// The number of threads of this process (`Threads:` of `/proc/self/status`).
+    static func threadCount() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix("Threads:") {
+            return Int(line.dropFirst("Threads:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+        }
+        return 0
+    }
+
     /// Gives freed heap memory back to the kernel (`malloc_trim(0)`), where the C library has it.
     static func trim() {
         _ = mallocTrim?(0)
-    }
-}
-
-// MARK: - Random numbers
-
-/// SplitMix64: a small seeded generator, so every implementation gets exactly the same inputs.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 
@@ -222,20 +279,11 @@ final class ProducerThreads: Sendable {
     }
 }
 
-// MARK: - Calibration
+/// Hands out 0, 1, 2 … to whoever asks (the runs of a repeating call, starting tasks).
+final class RunCounter: Sendable {
+    private let value = Atomic<Int>(0)
 
-enum Calibration {
-    /// Nanoseconds per ``Countdown/tick()`` when two threads tick one counter as fast as they can:
-    /// the most that completion counting can add to an item, as the counter's cache line moves
-    /// between cores on every tick.
-    static func countingCost(ticks: Int) -> Double {
-        let countdown = Countdown(ticks)
-        let threads = ProducerThreads(count: 2) { index in
-            for _ in 0..<(ticks / 2 + (index < ticks % 2 ? 1 : 0)) { countdown.tick() }
-        }
-        let stopwatch = Stopwatch()
-        threads.start()
-        countdown.waitForAll()
-        return stopwatch.wallNanoseconds / Double(ticks)
+    func take() -> Int {
+        value.add(1, ordering: .relaxed).oldValue
     }
 }

@@ -8,6 +8,7 @@ let benchLogSource = Log.Source(
     ProcessInfo.processInfo.environment["THREADKIT_BENCH_LOG_SOURCE"]
         ?? "bench:" + (CommandLine.arguments.first ?? "threadkit-bench"))
 
+/// `log.disabled`: what a log call on a disabled source costs.
 enum LogWorkloads {
     /// `log.disabled`: a hundred million `Log.log` calls whose message interpolates the loop index.
     static func disabled(scale: Scale) -> Workload {

@@ -2,6 +2,7 @@
 import Foundation
 import Glibc
 
+/// The machine a run was made on, and how busy it was.
 struct Machine: Codable {
     let cpu: String
     let cores: Int
@@ -18,13 +19,18 @@ struct Machine: Codable {
     /// the machine shows here.
     let loadAverageAtStart: String
     var loadAverageAtEnd: String?
+    /// `/proc/pressure/cpu` ("some avg10=… avg60=… avg300=…") when the run started and ended: the
+    /// share of time runnable threads waited for a core.
+    let cpuPressureAtStart: String
+    var cpuPressureAtEnd: String?
 
     static func current() -> Machine {
         Machine(
             cpu: cpuModel(), cores: ProcessInfo.processInfo.activeProcessorCount,
             memoryBytes: ProcessInfo.processInfo.physicalMemory, kernel: kernel(),
             swift: swiftVersion, build: build, revision: gitRevision(),
-            date: ISO8601DateFormatter().string(from: Date()), loadAverageAtStart: loadAverage())
+            date: ISO8601DateFormatter().string(from: Date()), loadAverageAtStart: loadAverage(),
+            cpuPressureAtStart: cpuPressure())
     }
 
     private static func gitRevision() -> String {
@@ -52,6 +58,13 @@ struct Machine: Codable {
     static func loadAverage() -> String {
         guard let text = try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8) else { return "unknown" }
         return text.split(separator: " ").prefix(3).joined(separator: " ")
+    }
+
+    /// The `some` line of `/proc/pressure/cpu` without its total, e.g. "some avg10=0.00 avg60=1.20 avg300=0.80".
+    static func cpuPressure() -> String {
+        guard let text = try? String(contentsOfFile: "/proc/pressure/cpu", encoding: .utf8),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("some") }) else { return "unavailable" }
+        return line.split(separator: " ").filter { !$0.hasPrefix("total=") }.joined(separator: " ")
     }
 
     /// "16.0 GiB".

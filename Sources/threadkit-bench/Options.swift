@@ -1,7 +1,16 @@
 // The command line.
 
+/// What the command line asks for.
 struct Options {
     var isQuick = false
+    /// Measured rounds per workload, when not the default (15, or 3 with `--quick`).
+    var rounds: Int?
+    /// In a child process: the one workload to run, for the one `implementations` entry.
+    var child: String?
+    /// In a child process: which round this is (for its log lines).
+    var round = 0
+    var runsSelfTest = false
+    var listsWorkloads = false
     /// Run only the workloads whose id starts with one of these.
     var only: [String] = []
     /// Run only these implementations (all when empty): for profiling one of them.
@@ -12,9 +21,11 @@ struct Options {
     var writesDocsByDefault = true
 
     static let usage = """
-        usage: threadkit-bench [--quick] [--only PREFIX]... [--implementation NAME]... [--json PATH] [--markdown PATH] [--svg-dir DIR] [--no-docs]
+        usage: threadkit-bench [--quick] [--rounds N] [--only PREFIX]... [--implementation NAME]... [--json PATH] [--markdown PATH] [--svg-dir DIR] [--no-docs]
+               threadkit-bench --self-test | --list
 
-          --quick          every workload at a tenth of its size (for CI; asserts no speed, exits 0)
+          --quick          every workload at a tenth of its size, 3 rounds (for CI; asserts no speed, exits 0)
+          --rounds N       measured rounds per workload (default 15; 3 with --quick)
           --only PREFIX    run only workloads whose id starts with PREFIX (repeatable, or comma-separated),
                            e.g. --only pool. or --only timer.fire,log.
           --implementation NAME
@@ -25,12 +36,15 @@ struct Options {
           --svg-dir DIR    write the charts to DIR (default: the markdown file's directory)
           --no-docs        a full run from the package root writes Docs/benchmarks.md and Docs/*.svg
                            unless this is given
+          --self-test      check the statistics (percentiles, bootstrap, verdicts) and exit
+          --list           print the workload ids and exit
 
-        Workloads: pool.throughput.p1, pool.throughput.p2, pool.schedule.p1, pool.wake, timer.fire,
-        timer.pending, throttle.precision, log.disabled, dedicated.throughput, dedicated.sync,
-        dispatch.sync.held.
+        Every round of every implementation runs in a fresh process: the benchmark runs itself with
+        --child WORKLOAD --implementation NAME [--quick], which prints one measurement as JSON on a
+        line that starts with "threadkit-bench measurement: ".
         """
 
+    /// A command line the benchmark does not understand (empty for `--help`).
     struct UsageError: Error, CustomStringConvertible {
         let description: String
     }
@@ -45,6 +59,15 @@ struct Options {
         while let argument = remaining.popFirst() {
             switch argument {
             case "--quick": options.isQuick = true
+            case "--rounds":
+                guard let rounds = Int(try value(for: argument)), rounds >= 1 else {
+                    throw UsageError(description: "--rounds needs a whole number of at least 1")
+                }
+                options.rounds = rounds
+            case "--child": options.child = try value(for: argument)
+            case "--round": options.round = Int(try value(for: argument)) ?? 0
+            case "--self-test": options.runsSelfTest = true
+            case "--list": options.listsWorkloads = true
             case "--only": options.only += try value(for: argument).split(separator: ",").map(String.init)
             case "--implementation": options.implementations.append(try value(for: argument))
             case "--json": options.jsonPath = try value(for: argument)
@@ -62,6 +85,7 @@ struct Options {
     var measuringCommand: String {
         var words = ["threadkit-bench"]
         if isQuick { words.append("--quick") }
+        if let rounds { words += ["--rounds", String(rounds)] }
         words += only.flatMap { ["--only", $0] }
         words += implementations.flatMap { ["--implementation", "'\($0)'"] }
         return words.joined(separator: " ")

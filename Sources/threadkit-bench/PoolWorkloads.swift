@@ -43,33 +43,71 @@ struct OperationQueueAdd: PoolSubmitter {
     func submit(_ work: @escaping @Sendable () -> Void) { queue.addOperation(work) }
 }
 
+/// The pool workloads of the specification: throughput (shared capture and capture-free), the
+/// handle-returning API, and wake-up latency on an idle pool.
 enum PoolWorkloads {
     /// Threads in every pool: the spec's size, and this machine's core count.
     static let poolSize = 2
+    /// Producer threads of the `pool.throughput.pN` items.
+    static let producerCounts = [1, 2, 4, 8, 16]
+    /// Pool threads of the `pool.threads.tN` items.
+    static let threadCounts = [1, 2, 4, 8, 16]
 
     static let throughputMetrics = [
         Metric(name: "wall per item", unit: "ns"),
         Metric(name: "CPU per item", unit: "ns"),
     ]
 
-    /// `pool.throughput.p1` / `.p2`: a million empty closures from `producers` threads.
-    static func throughput(scale: Scale, producers: Int) -> Workload {
+    /// What each item captures: today's one shared counter, or nothing.
+    enum Capture {
+        /// Every closure captures the same `Countdown`: its reference count moves between cores on
+        /// every item, as in a program whose tasks share an object.
+        case shared
+        /// The closures capture nothing (no context to allocate or retain); they tick a global counter.
+        case free
+    }
+
+    /// `pool.throughput.pN` (shared capture) and `pool.throughput.free.pN` (capture-free): a
+    /// million empty closures from `producers` threads to a pool of 2 threads.
+    static func throughput(scale: Scale, producers: Int, capture: Capture) -> Workload {
         let items = scale.size(1_000_000)
         let pool = ThreadPool(name: "bench.throughput", size: poolSize)
         var contenders = [
-            Contender(name: "ThreadKit") { try measureThroughput(ThreadKitExecute(pool: pool), items: items, producers: producers) },
-            Contender(name: "GCD") { try measureThroughput(GCDAsync(), items: items, producers: producers) },
+            throughputContender("ThreadKit", ThreadKitExecute(pool: pool), items: items, producers: producers, capture: capture),
+            throughputContender("GCD", GCDAsync(), items: items, producers: producers, capture: capture),
         ]
-        if producers == 1 {
+        if producers == 1 && capture == .shared {
             let operations = OperationQueue()
             operations.maxConcurrentOperationCount = poolSize
-            contenders.append(Contender(name: "OperationQueue") {
-                try measureThroughput(OperationQueueAdd(queue: operations), items: items, producers: producers)
-            })
+            contenders.append(throughputContender(
+                "OperationQueue", OperationQueueAdd(queue: operations), items: items, producers: producers, capture: capture))
         }
+        let id = capture == .shared ? "pool.throughput.p\(producers)" : "pool.throughput.free.p\(producers)"
+        return Workload(id: id, metrics: throughputMetrics, contenders: contenders, finish: { shutDown(pool) })
+    }
+
+    /// `pool.threads.tN`: half a million empty closures from one producer to a pool of `threads`
+    /// threads (GCD's global queue, whose width the program does not choose, beside it).
+    static func threads(scale: Scale, threads: Int) -> Workload {
+        let items = scale.size(500_000)
+        let pool = ThreadPool(name: "bench.threads", size: threads)
         return Workload(
-            id: "pool.throughput.p\(producers)", metrics: throughputMetrics, contenders: contenders,
+            id: "pool.threads.t\(threads)", metrics: throughputMetrics,
+            contenders: [
+                throughputContender("ThreadKit", ThreadKitExecute(pool: pool), items: items, producers: 1, capture: .shared),
+                throughputContender("GCD", GCDAsync(), items: items, producers: 1, capture: .shared),
+            ],
             finish: { shutDown(pool) })
+    }
+
+    /// A contender that warms up with a tenth of the items, then measures them all.
+    static func throughputContender<Submitter: PoolSubmitter>(
+        _ name: String, _ submitter: Submitter, items: Int, producers: Int, capture: Capture
+    ) -> Contender {
+        Contender(
+            name: name,
+            warmUp: { _ = try measureThroughput(submitter, items: max(items / 10, 1), producers: producers, capture: capture) },
+            run: { try measureThroughput(submitter, items: items, producers: producers, capture: capture) })
     }
 
     /// `pool.schedule.p1`: as `pool.throughput.p1`, through the APIs that return a handle.
@@ -79,45 +117,60 @@ enum PoolWorkloads {
         return Workload(
             id: "pool.schedule.p1", metrics: throughputMetrics,
             contenders: [
-                Contender(name: "ThreadKit") { try measureThroughput(ThreadKitSchedule(pool: pool), items: items, producers: 1) },
-                Contender(name: "GCD") { try measureThroughput(GCDWorkItem(), items: items, producers: 1) },
+                throughputContender("ThreadKit", ThreadKitSchedule(pool: pool), items: items, producers: 1, capture: .shared),
+                throughputContender("GCD", GCDWorkItem(), items: items, producers: 1, capture: .shared),
             ],
             finish: { shutDown(pool) })
     }
 
-    /// `pool.wake`: one submission per millisecond to an idle pool; the time until each closure starts.
+    /// `pool.wake`: one submission per millisecond to an idle pool; the time until each closure
+    /// starts, and the process's CPU time per wake (a worker that spins before it sleeps shows here).
     static func wake(scale: Scale) -> Workload {
-        let submissions = scale.size(2_000)
+        let submissions = scale.size(1_000)
         let pool = ThreadPool(name: "bench.wake", size: poolSize)
+        func contender(_ name: String, _ submitter: some PoolSubmitter) -> Contender {
+            Contender(
+                name: name,
+                warmUp: { _ = try measureWake(submitter, submissions: max(submissions / 10, 1)) },
+                run: { try measureWake(submitter, submissions: submissions) })
+        }
         return Workload(
             id: "pool.wake",
-            metrics: ["p50", "p99", "max"].map { Metric(name: "start latency \($0)", unit: "µs") },
-            contenders: [
-                Contender(name: "ThreadKit") { try measureWake(ThreadKitExecute(pool: pool), submissions: submissions) },
-                Contender(name: "GCD") { try measureWake(GCDAsync(), submissions: submissions) },
-            ],
+            metrics: Metric.percentiles("start latency") + [Metric(name: "CPU per wake", unit: "µs")],
+            contenders: [contender("ThreadKit", ThreadKitExecute(pool: pool)), contender("GCD", GCDAsync())],
             finish: { shutDown(pool) })
     }
 
     /// Submits `items` closures from `producers` threads (the calling thread when 1) and waits
     /// until the last one has run. Wall and CPU time run from the first submission to that moment.
     static func measureThroughput<Submitter: PoolSubmitter>(
-        _ submitter: Submitter, items: Int, producers: Int
+        _ submitter: Submitter, items: Int, producers: Int, capture: Capture = .shared
     ) throws -> Measurement {
-        let countdown = Countdown(items)
+        let countdown: Countdown
+        switch capture {
+        case .shared: countdown = Countdown(items)
+        case .free:
+            countdown = GlobalCountdown.shared
+            countdown.arm(items)
+        }
+        /// Submits `count` items: each a new closure, as a program makes one per task.
+        @Sendable func submit(_ count: Int) throws {
+            switch capture {
+            case .shared:
+                for _ in 0..<count { try submitter.submit { countdown.tick() } }
+            case .free:
+                for _ in 0..<count { try submitter.submit { GlobalCountdown.shared.tick() } }
+            }
+        }
         let stopwatch: Stopwatch
         if producers == 1 {
             stopwatch = Stopwatch()
-            for _ in 0..<items {
-                try submitter.submit { countdown.tick() }
-            }
+            try submit(items)
         } else {
             let threads = ProducerThreads(count: producers) { index in
                 let share = items / producers + (index < items % producers ? 1 : 0)
                 do {
-                    for _ in 0..<share {
-                        try submitter.submit { countdown.tick() }
-                    }
+                    try submit(share)
                 } catch {
                     fatalError("producer \(index + 1) could not submit: \(error)")
                 }
@@ -139,6 +192,7 @@ enum PoolWorkloads {
         let started = InstantBuffer(count: submissions)
         let countdown = Countdown(submissions)
         let period = 1_000_000
+        let stopwatch = Stopwatch()
         var tick = monotonicNow().advanced(byNanoseconds: period)
         for index in 0..<submissions {
             sleep(untilMonotonic: tick)
@@ -150,9 +204,11 @@ enum PoolWorkloads {
             }
         }
         countdown.waitForAll()
+        let cpu = stopwatch.cpuNanoseconds
         var measurement = Measurement()
         let latencies = (0..<submissions).map { (started[$0] - submitted[$0]).microseconds }
         measurement.addLatencyPercentiles("start latency", samples: latencies)
+        measurement["CPU per wake"] = cpu / 1e3 / Double(submissions)
         return measurement
     }
 

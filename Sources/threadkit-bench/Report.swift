@@ -2,24 +2,62 @@
 // JSON, and the generated section of Docs/benchmarks.md.
 import Foundation
 
-/// One line of the results: a metric of one implementation in one workload, over the repetitions.
+/// One line of the results: a metric of one implementation in one workload, over the rounds.
 struct Row {
     let workload: String
     let implementation: String
     let metric: String
     let unit: String
-    let summary: Summary
+    /// The median of the rounds; for a percentile, that percentile of every round's samples pooled.
+    let median: Double
+    /// The metric in each round (for a percentile: each round's own).
+    let rounds: [Double]
     let isCount: Bool
+    /// ThreadKit's verdict, on ThreadKit's rows that have a goal.
+    var verdict: Verdict?
+    /// On ThreadKit's rows without a goal: ThreadKit / the workload's first peer, on paired rounds.
+    var comparison: (peer: String, estimate: Double, interval: Interval)?
+    /// This row's median over the floor's (the same metric of the matching `floor.*` workload).
+    var timesFloor: Double?
+
+    var min: Double { rounds.min() ?? median }
+    var max: Double { rounds.max() ?? median }
 
     static func rows(of result: WorkloadResult) -> [Row] {
         result.contenders.flatMap { contender in
-            result.metrics.compactMap { metric in
-                contender.values[metric.name].map { values in
-                    Row(
-                        workload: result.id, implementation: contender.name, metric: metric.name,
-                        unit: metric.unit, summary: Summary(values), isCount: metric.isCount)
+            result.metrics.compactMap { metric -> Row? in
+                let values = contender.values(metric.name)
+                guard !values.isEmpty else { return nil }
+                var median = Stats.median(values)
+                if let percentile = metric.percentileOf {
+                    let samples = contender.samples(percentile.samples)
+                    if !samples.isEmpty { median = PooledSamples(samples).pooled.percentile(percentile.percent) }
                 }
+                var row = Row(
+                    workload: result.id, implementation: contender.name, metric: metric.name,
+                    unit: metric.unit, median: median, rounds: values, isCount: metric.isCount)
+                if contender.name == "ThreadKit" {
+                    if let goal = Goal.forRow(workload: result.id, metric: metric.name) {
+                        row.verdict = Verdict(goal, in: result)
+                    } else if let peer = result.contenders.first(where: { $0.name != "ThreadKit" }),
+                              let ratio = Verdict.ratio(metric, contender, to: peer) {
+                        row.comparison = (peer.name, ratio.estimate, ratio.interval)
+                    }
+                }
+                return row
             }
+        }
+    }
+
+    /// Fills in `timesFloor` for the pool rows, from the floor rows among `rows`.
+    static func addFloors(_ rows: inout [Row]) {
+        let floors = Dictionary(
+            rows.filter { $0.workload.hasPrefix("floor.") }.map { ("\($0.workload)/\($0.metric)", $0.median) },
+            uniquingKeysWith: { first, _ in first })
+        for index in rows.indices {
+            guard let floor = FloorWorkloads.floor(for: rows[index].workload),
+                  let value = floors["\(floor)/\(rows[index].metric)"], value > 0 else { continue }
+            rows[index].timesFloor = rows[index].median / value
         }
     }
 
@@ -30,6 +68,7 @@ struct Row {
     }
 }
 
+/// How numbers are written in the table, the markdown and the charts.
 enum Format {
     /// A value with about three significant digits: 1234, 123, 12.3, 1.23, 0.123; whole numbers bare.
     static func plain(_ value: Double) -> String {
@@ -64,36 +103,69 @@ struct Report {
     let scale: Scale
     let command: String
     let rows: [Row]
-    /// Nanoseconds per `Countdown.tick()` with two threads ticking one counter flat out.
-    let countingCost: Double?
+    /// Seconds per workload, process starts included.
+    let seconds: [(workload: String, seconds: Double)]
+    /// Workloads left out because a child process failed or hung, with why.
+    let failures: [String]
 
     var verdicts: [(row: Row, verdict: Verdict)] {
-        rows.compactMap { row in Verdict(for: row, among: rows).map { (row, $0) } }
+        rows.compactMap { row in row.verdict.map { (row, $0) } }
+    }
+
+    /// "0.61× [0.55, 0.70]".
+    static func ratioText(_ verdict: Verdict) -> String {
+        let value: (Double) -> String
+        switch verdict.goal.kind {
+        case .ratio: value = { Format.ratio($0) }
+        case .atMost, .zero: value = { Format.plain($0) }
+        }
+        guard let interval = verdict.interval else { return value(verdict.estimate) }
+        return "\(value(verdict.estimate)) [\(value(interval.low)), \(value(interval.high))]"
+    }
+
+    /// "0.61× [0.55×, 0.70×] GCD" for a row without a goal.
+    static func comparisonText(_ comparison: (peer: String, estimate: Double, interval: Interval)) -> String {
+        "\(Format.ratio(comparison.estimate)) [\(Format.ratio(comparison.interval.low)), \(Format.ratio(comparison.interval.high))] \(comparison.peer)"
+    }
+
+    static func outcomeText(_ outcome: Outcome, emphasis: Bool) -> String {
+        switch outcome {
+        case .met: "met"
+        case .missed: emphasis ? "**MISSED**" : "MISSED"
+        case .inconclusive: emphasis ? "*inconclusive*" : "inconclusive"
+        }
+    }
+
+    private var tally: String {
+        let verdicts = self.verdicts.map(\.verdict.outcome)
+        return "met \(verdicts.count { $0 == .met }), missed \(verdicts.count { $0 == .missed }), "
+            + "inconclusive \(verdicts.count { $0 == .inconclusive }) of \(verdicts.count) goals"
     }
 
     // MARK: - Text table
 
     /// The table for standard output, one block per workload.
     func table() -> String {
-        let header = ["workload", "implementation", "metric", "median [min .. max]", "ratio", "goal", ""]
+        let header = ["workload", "implementation", "metric", "median [min .. max]", "× floor", "ThreadKit/peer [95% CI]", "goal", "verdict"]
         var lines: [[String]] = []
         var previous: String?
         for row in rows {
             if let previous, previous != row.workload { lines.append([]) }
             previous = row.workload
-            let summary = row.summary
-            let range = "\(row.text(summary.median)) [\(Format.plain(summary.min)) .. \(Format.plain(summary.max))]"
-            var cells = [row.workload, row.implementation, row.metric, range, "", "", ""]
-            if let verdict = Verdict(for: row, among: rows) {
-                cells[4] = verdict.ratio.map(Format.ratio) ?? ""
-                cells[5] = verdict.goal.text
-                cells[6] = verdict.isMet ? "met" : "NOT met"
+            let range = "\(row.text(row.median)) [\(Format.plain(row.min)) .. \(Format.plain(row.max))]"
+            var cells = [row.workload, row.implementation, row.metric, range, row.timesFloor.map(Format.ratio) ?? "", "", "", ""]
+            if let verdict = row.verdict {
+                cells[5] = Self.ratioText(verdict)
+                cells[6] = verdict.goal.text
+                cells[7] = Self.outcomeText(verdict.outcome, emphasis: false)
+            } else if let comparison = row.comparison {
+                cells[5] = Self.comparisonText(comparison)
             }
             lines.append(cells)
         }
         var widths = header.map(\.count)
         for cells in lines where !cells.isEmpty {
-            for (index, cell) in cells.enumerated() { widths[index] = max(widths[index], cell.count) }
+            for (index, cell) in cells.enumerated() { widths[index] = Swift.max(widths[index], cell.count) }
         }
         func render(_ cells: [String]) -> String {
             zip(cells, widths).map { cell, width in cell.padding(toLength: width, withPad: " ", startingAt: 0) }
@@ -101,44 +173,68 @@ struct Report {
         }
         var text = render(header) + "\n" + String(repeating: "-", count: widths.reduce(0, +) + 2 * (widths.count - 1)) + "\n"
         for cells in lines { text += cells.isEmpty ? "\n" : render(cells) + "\n" }
-        let verdicts = self.verdicts
-        text += "\nThreadKit goals met: \(verdicts.count { $0.verdict.isMet }) of \(verdicts.count)"
-        text += " (ratio = ThreadKit median / peer median in this run).\n"
+        text += "\nThreadKit: \(tally) (\(scale.rounds) rounds; ratio = median of paired per-round ratios, "
+        text += "or of pooled percentiles, with a 95 % bootstrap interval).\n"
+        for failure in failures { text += "Left out, its process failed: \(failure)\n" }
         return text
     }
 
     // MARK: - JSON
 
+    /// The JSON file: the run, its machine, every row, every verdict.
     private struct JSONDocument: Encodable {
+        /// A row: today's fields, each round's value, and the verdict on ThreadKit's rows with a goal.
         struct JSONRow: Encodable {
             let workload, implementation, metric: String
             let median, min, max: Double
             let unit: String
+            let rounds: [Double]
+            let timesFloor: Double?
+            let goal: String?
+            /// The peer of `ratio`: the goal's, or on a ThreadKit row without a goal, the first peer.
+            let peer: String?
+            let ratio, ratioLow, ratioHigh: Double?
+            let verdict: Outcome?
         }
+        /// A goal's verdict with its interval.
         struct JSONGoal: Encodable {
             let workload, metric, goal: String
-            let ratio: Double?
+            let estimate: Double
+            let low, high: Double?
+            let verdict: Outcome
             let met: Bool
         }
         let mode: String
+        let rounds: Int
         let machine: Machine
         let rows: [JSONRow]
         let goals: [JSONGoal]
-        let countingCostNanoseconds: Double?
+        let workloadSeconds: [String: Double]
+        let failures: [String]
     }
 
     func json() throws -> Data {
         let document = JSONDocument(
-            mode: isQuick ? "quick" : "full", machine: machine,
-            rows: rows.map {
-                .init(workload: $0.workload, implementation: $0.implementation, metric: $0.metric,
-                      median: $0.summary.median, min: $0.summary.min, max: $0.summary.max, unit: $0.unit)
+            mode: isQuick ? "quick" : "full", rounds: scale.rounds, machine: machine,
+            rows: rows.map { row in
+                let verdict = row.verdict
+                return .init(
+                    workload: row.workload, implementation: row.implementation, metric: row.metric,
+                    median: row.median, min: row.min, max: row.max, unit: row.unit, rounds: row.rounds,
+                    timesFloor: row.timesFloor, goal: verdict?.goal.text,
+                    peer: verdict?.goal.peer ?? row.comparison?.peer,
+                    ratio: verdict?.estimate ?? row.comparison?.estimate,
+                    ratioLow: verdict?.interval?.low ?? row.comparison?.interval.low,
+                    ratioHigh: verdict?.interval?.high ?? row.comparison?.interval.high,
+                    verdict: verdict?.outcome)
             },
-            goals: verdicts.map {
-                .init(workload: $0.row.workload, metric: $0.row.metric, goal: $0.verdict.goal.text,
-                      ratio: $0.verdict.ratio, met: $0.verdict.isMet)
+            goals: verdicts.map { row, verdict in
+                .init(workload: row.workload, metric: row.metric, goal: verdict.goal.text,
+                      estimate: verdict.estimate, low: verdict.interval?.low, high: verdict.interval?.high,
+                      verdict: verdict.outcome, met: verdict.outcome == .met)
             },
-            countingCostNanoseconds: countingCost)
+            workloadSeconds: Dictionary(seconds.map { ($0.workload, $0.seconds) }, uniquingKeysWith: { a, _ in a }),
+            failures: failures)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         return try encoder.encode(document)
@@ -153,32 +249,33 @@ struct Report {
     func markdownSection(charts: [(caption: String, path: String)]) -> String {
         var text = Self.beginMarker + "\n\n"
         text += "Measured \(machine.date) on \(machine.cpu), \(machine.cores) cores, \(machine.memoryText), "
-        text += "\(machine.kernel); Swift \(machine.swift), \(machine.build) build of revision `\(machine.revision)`; load average "
-        text += "\(machine.loadAverageAtStart) at the start, \(machine.loadAverageAtEnd ?? "?") at the end. "
-        text += "Command: `\(command)` (\(isQuick ? "quick mode, a tenth of the sizes" : "full size")). "
-        text += "\(scale.repetitions) repetitions after \(scale.warmUps) warm-up; each figure is the median of the "
-        text += "repetitions, with their minimum and maximum.\n\n"
-        text += "| workload | implementation | metric | median | min – max | ratio | goal | |\n"
-        text += "|---|---|---|--:|--:|--:|---|---|\n"
+        text += "\(machine.kernel); Swift \(machine.swift), \(machine.build) build of revision `\(machine.revision)`. "
+        text += "Load average \(machine.loadAverageAtStart) at the start, \(machine.loadAverageAtEnd ?? "?") at the end; "
+        text += "`/proc/pressure/cpu` \(machine.cpuPressureAtStart) at the start, \(machine.cpuPressureAtEnd ?? "?") at the end. "
+        text += "Command: `\(command)` (\(isQuick ? "quick mode, a tenth of the sizes" : "full size")), "
+        let total = seconds.map(\.seconds).reduce(0, +)
+        text += String(format: "%.0f s in all. ", total)
+        text += "\(scale.rounds) rounds per workload, every contender's round in a fresh process after a warm-up in it. "
+        text += "A figure is the median of the rounds (a percentile: of every round's samples pooled), with the "
+        text += "rounds' minimum and maximum; *ThreadKit/peer* is the median of the per-round ratios (for a "
+        text += "percentile, the ratio of the pooled percentiles) with its 95 % bootstrap interval.\n\n"
+        text += "| workload | implementation | metric | median | min – max | × floor | ThreadKit/peer [95 % CI] | goal | verdict |\n"
+        text += "|---|---|---|--:|--:|--:|--:|---|---|\n"
         for row in rows {
-            let verdict = Verdict(for: row, among: rows)
-            let summary = row.summary
-            let cells = [
-                "`\(row.workload)`", row.implementation, row.metric, row.text(summary.median),
-                "\(Format.plain(summary.min)) – \(Format.plain(summary.max))",
-                verdict?.ratio.map(Format.ratio) ?? "", verdict?.goal.text ?? "",
-                verdict.map { $0.isMet ? "met" : "**NOT met**" } ?? "",
+            let verdict = row.verdict
+            let ratioCell: String = verdict.map(Self.ratioText) ?? row.comparison.map(Self.comparisonText) ?? ""
+            let cells: [String] = [
+                "`\(row.workload)`", row.implementation, row.metric, row.text(row.median),
+                "\(Format.plain(row.min)) – \(Format.plain(row.max))",
+                row.timesFloor.map(Format.ratio) ?? "",
+                ratioCell, verdict?.goal.text ?? "",
+                verdict.map { Self.outcomeText($0.outcome, emphasis: true) } ?? "",
             ]
             let emphasised = row.implementation == "ThreadKit" ? cells.enumerated().map { $0 == 1 ? "**\($1)**" : $1 } : cells
             text += "| " + emphasised.joined(separator: " | ") + " |\n"
         }
-        let verdicts = self.verdicts
-        text += "\nThreadKit goals met: **\(verdicts.count { $0.verdict.isMet }) of \(verdicts.count)**. "
-        text += "Ratio = ThreadKit's median / the named peer's median in the same run.\n"
-        if let countingCost {
-            text += "Completion counting, measured alone with two threads ticking one counter flat out: "
-            text += "\(Format.plain(countingCost)) ns per tick (an upper bound for what it adds per item).\n"
-        }
+        text += "\nThreadKit: **\(tally)**.\n"
+        for failure in failures { text += "\nLeft out, its process failed: \(failure)\n" }
         for chart in charts {
             text += "\n![\(chart.caption)](\(chart.path))\n"
         }

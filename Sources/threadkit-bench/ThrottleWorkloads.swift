@@ -4,6 +4,7 @@ import Dispatch
 import Foundation
 import ThreadKit
 
+/// `throttle.precision`: ThrottledQueue against an asyncAfter chain and a sleeping serial queue.
 enum ThrottleWorkloads {
     static let interval = Duration.milliseconds(10)
     static let taskLength = Duration.milliseconds(1)
@@ -13,14 +14,22 @@ enum ThrottleWorkloads {
         let tasks = scale.size(300)
         return Workload(
             id: "throttle.precision",
-            metrics: ["p50", "p99", "max"].map { Metric(name: "error \($0)", unit: "µs") } + [
+            metrics: Metric.percentiles("error") + [
                 Metric(name: "early starts", unit: "count")
             ],
             contenders: [
-                Contender(name: "ThreadKit") { try measure(tasks: tasks, runner: throttledQueue) },
-                Contender(name: "GCD chain") { try measure(tasks: tasks, runner: asyncAfterChain) },
-                Contender(name: "sleep") { try measure(tasks: tasks, runner: sleepingSerialQueue) },
+                contender("ThreadKit", tasks: tasks, runner: throttledQueue),
+                contender("GCD chain", tasks: tasks, runner: asyncAfterChain),
+                contender("sleep", tasks: tasks, runner: sleepingSerialQueue),
             ])
+    }
+
+    /// A contender that warms up with 10 tasks (100 ms), then runs `tasks`.
+    private static func contender(_ name: String, tasks: Int, runner: @escaping (Int, PacedTask) throws -> Void) -> Contender {
+        Contender(
+            name: name,
+            warmUp: { _ = try measure(tasks: 10, runner: runner) },
+            run: { try measure(tasks: tasks, runner: runner) })
     }
 
     /// Runs `tasks` tasks through `runner` and measures the gaps between consecutive starts.

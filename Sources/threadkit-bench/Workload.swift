@@ -1,45 +1,72 @@
-// What a workload is, and the loop that runs it: a warm-up, then repetitions, with the
-// implementations taking turns inside each repetition so that drift in the machine's state
-// (frequency, other load) falls on all of them alike.
+// What a workload is: the metrics it reports, and the contenders that each do the same work.
+// Every contender's round runs in a process of its own (see Runner.swift).
 import Foundation
 
 /// One number a workload reports, e.g. "wall per item" in "ns".
 struct Metric {
     let name: String
     let unit: String
+    /// For a percentile of a latency distribution: the sample set's name and the percentile
+    /// (100 for the maximum). The report pools these samples over every round.
+    var percentileOf: (samples: String, percent: Double)?
+
+    init(name: String, unit: String) {
+        self.name = name
+        self.unit = unit
+    }
+
+    /// The metrics `<samples> p50`, `<samples> p99` and `<samples> max` of a latency distribution.
+    static func percentiles(_ samples: String, unit: String = "µs") -> [Metric] {
+        [("p50", 50.0), ("p99", 99.0), ("max", 100.0)].map { label, percent in
+            var metric = Metric(name: "\(samples) \(label)", unit: unit)
+            metric.percentileOf = (samples, percent)
+            return metric
+        }
+    }
 
     /// Whether the metric counts events (formatted as a whole number).
     var isCount: Bool { unit == "count" }
 }
 
-/// What one run of one implementation measured.
-struct Measurement {
+/// What one round of one contender measured: what a child process hands back to the runner.
+struct Measurement: Codable {
     /// The value of each of the workload's metrics, by metric name.
     var values: [String: Double] = [:]
-    /// The raw samples behind a latency metric (µs), for the charts.
-    var samples: [Double] = []
+    /// Raw latency samples by sample-set name (e.g. "lateness"), pooled over rounds by the report.
+    var samples: [String: [Double]] = [:]
 
     subscript(metric: String) -> Double? {
         get { values[metric] }
         set { values[metric] = newValue }
     }
 
-    /// Adds `<prefix> p50`, `<prefix> p99` and `<prefix> max` from `samples`, and keeps the samples.
-    mutating func addLatencyPercentiles(_ prefix: String, samples: [Double]) {
+    /// Keeps `samples` as the set `name` and adds this round's `<name> p50`, `p99` and `max`.
+    mutating func addLatencyPercentiles(_ name: String, samples: [Double]) {
         let distribution = Distribution(samples)
-        values["\(prefix) p50"] = distribution.percentile(50)
-        values["\(prefix) p99"] = distribution.percentile(99)
-        values["\(prefix) max"] = distribution.max
-        self.samples = samples
+        values["\(name) p50"] = distribution.percentile(50)
+        values["\(name) p99"] = distribution.percentile(99)
+        values["\(name) max"] = distribution.max
+        self.samples[name] = samples
     }
 }
 
 /// One implementation taking part in a workload.
 struct Contender {
-    /// `ThreadKit`, `GCD`, `OperationQueue`, `GCD asyncAfter`, `DispatchSourceTimer`, `GCD chain` or `sleep`.
+    /// `ThreadKit`, `GCD`, `OperationQueue`, `GCD asyncAfter`, `DispatchSourceTimer`, `GCD chain`,
+    /// `sleep`, `GCD serial`, `default executor` or `floor`.
     let name: String
+    /// Runs in the contender's process before the measured round, unrecorded: a smaller copy of
+    /// the work that starts the threads and fills the caches the measured round would find warm
+    /// in a long-running program. `nil` where a cold start is what is measured.
+    var warmUp: (() throws -> Void)?
     /// Runs the workload once and returns what it measured.
     let run: () throws -> Measurement
+
+    init(name: String, warmUp: (() throws -> Void)? = nil, run: @escaping () throws -> Measurement) {
+        self.name = name
+        self.warmUp = warmUp
+        self.run = run
+    }
 }
 
 /// A workload: the same work done by each contender, measured the same way.
@@ -48,65 +75,56 @@ struct Workload {
     let id: String
     let metrics: [Metric]
     var contenders: [Contender]
-    /// Releases what the workload made (pools, timers), after the last repetition.
+    /// Whether a round's contenders run side by side, each in its own process, rather than one
+    /// after another: only for workloads that leave the machine idle (idle CPU, a 10 ms timer), so
+    /// that their ten seconds are not paid once per contender.
+    var contendersRunTogether = false
+    /// Releases what the workload made (pools, timers), after the contender's round.
     var finish: () -> Void = {}
 }
 
 /// Run sizes: full, or a tenth for CI.
 struct Scale {
     let isQuick: Bool
-    let warmUps = 1
-    let repetitions = 5
+    /// Measured rounds per workload: at least 15 in a full run, so that a bootstrap interval of
+    /// the median of the paired ratios means something; 3 in quick mode, which only proves the
+    /// benchmark works.
+    let rounds: Int
+
+    init(isQuick: Bool, rounds: Int? = nil) {
+        self.isQuick = isQuick
+        self.rounds = rounds ?? (isQuick ? 3 : 15)
+    }
 
     /// `full`, or a tenth of it in quick mode.
-    func size(_ full: Int) -> Int { isQuick ? full / 10 : full }
+    func size(_ full: Int) -> Int { isQuick ? max(full / 10, 1) : full }
+
+    /// `full`, or a tenth of it in quick mode.
+    func duration(_ full: Duration) -> Duration { isQuick ? full / 10 : full }
 }
 
-/// Every repetition's measurements of one contender.
+/// Every round's measurement of one contender, rounds in order (round `i` of every contender of
+/// a workload ran in the same pass, so they pair up).
 struct ContenderResult {
     let name: String
-    /// Per metric name, one value per measured repetition.
-    var values: [String: [Double]] = [:]
-    /// Raw latency samples, one array per measured repetition.
-    var samples: [[Double]] = []
+    var rounds: [Measurement] = []
+
+    /// The metric's value in each round (rounds that lack it are left out).
+    func values(_ metric: String) -> [Double] {
+        rounds.compactMap { $0[metric] }
+    }
+
+    /// The sample set of every round, for pooled percentiles.
+    func samples(_ name: String) -> [[Double]] {
+        rounds.compactMap { $0.samples[name] }
+    }
 }
 
 /// A workload's results, contenders in the order they were listed.
 struct WorkloadResult {
     let id: String
     let metrics: [Metric]
-    let contenders: [ContenderResult]
-}
-
-/// Runs `workload`: `scale.warmUps` unrecorded rounds, then `scale.repetitions` recorded ones. Each
-/// round runs every contender once, in order.
-func run(_ workload: Workload, scale: Scale, log: (String) -> Void) throws -> WorkloadResult {
-    defer { workload.finish() }
-    var results = workload.contenders.map { ContenderResult(name: $0.name) }
-    let rounds = scale.warmUps + scale.repetitions
-    for round in 0..<rounds {
-        let isWarmUp = round < scale.warmUps
-        for (index, contender) in workload.contenders.enumerated() {
-            let started = ContinuousClock.now
-            let measurement = try contender.run()
-            let label = isWarmUp ? "warm-up" : "repetition \(round - scale.warmUps + 1)/\(scale.repetitions)"
-            log("\(workload.id) \(contender.name) \(label): \(describe(measurement, workload.metrics)) (\(elapsed(since: started)))")
-            guard !isWarmUp else { continue }
-            for metric in workload.metrics {
-                if let value = measurement[metric.name] { results[index].values[metric.name, default: []].append(value) }
-            }
-            if !measurement.samples.isEmpty { results[index].samples.append(measurement.samples) }
-        }
-    }
-    return WorkloadResult(id: workload.id, metrics: workload.metrics, contenders: results)
-}
-
-private func describe(_ measurement: Measurement, _ metrics: [Metric]) -> String {
-    metrics.compactMap { metric in
-        measurement[metric.name].map { "\(metric.name) \(Format.value($0, metric)) \(metric.unit)" }
-    }.joined(separator: ", ")
-}
-
-private func elapsed(since start: ContinuousClock.Instant) -> String {
-    String(format: "%.1f s", (ContinuousClock.now - start).nanoseconds / 1e9)
+    var contenders: [ContenderResult]
+    /// Seconds the workload took, process starts included.
+    var seconds: Double = 0
 }

@@ -1,28 +1,10 @@
 // threadkit-bench: ThreadKit against Dispatch and OperationQueue, workload by workload.
 //
 //   threadkit-bench                  full run; from the package root it also rewrites Docs/benchmarks.md
-//   threadkit-bench --quick          a tenth of the sizes, for CI
+//   threadkit-bench --quick          a tenth of the sizes and 3 rounds, for CI
 //   threadkit-bench --only pool.     a subset while developing
+//   threadkit-bench --self-test      checks the statistics
 import Foundation
-
-/// Every workload, in the order of the specification (and of the report).
-let workloads: [(id: String, make: (Scale) -> Workload)] = [
-    ("pool.throughput.p1", { PoolWorkloads.throughput(scale: $0, producers: 1) }),
-    ("pool.throughput.p2", { PoolWorkloads.throughput(scale: $0, producers: 2) }),
-    ("pool.schedule.p1", PoolWorkloads.schedule),
-    ("pool.wake", PoolWorkloads.wake),
-    ("timer.fire", TimerWorkloads.fire),
-    ("timer.pending", TimerWorkloads.pending),
-    ("throttle.precision", ThrottleWorkloads.precision),
-    ("log.disabled", LogWorkloads.disabled),
-    ("dedicated.throughput", DispatchWorkloads.dedicatedThroughput),
-    ("dedicated.sync", DispatchWorkloads.dedicatedSync),
-    ("dispatch.sync.held", DispatchWorkloads.syncWhileHolding),
-]
-
-/// `timer.pending` runs last: GCD keeps its cancelled calls until their deadline, an hour away,
-/// and they must not weigh on the other workloads.
-let runsLast: Set = ["timer.pending"]
 
 func progress(_ message: String) {
     FileHandle.standardError.write(Data("[bench] \(message)\n".utf8))
@@ -37,17 +19,44 @@ do {
     exit(error.description.isEmpty ? 0 : 2)
 }
 
-let scale = Scale(isQuick: options.isQuick)
-let selected = workloads.filter { options.selects($0.id) }
+if options.runsSelfTest {
+    let failures = StatsSelfTest.run()
+    for failure in failures { progress("self-test failed: \(failure)") }
+    print(failures.isEmpty ? "threadkit-bench self-test: all statistics checks pass" : "threadkit-bench self-test: \(failures.count) failures")
+    exit(failures.isEmpty ? 0 : 1)
+}
+if options.listsWorkloads {
+    for entry in Catalogue.workloads { print(entry.id) }
+    exit(0)
+}
+
+let scale = Scale(isQuick: options.isQuick, rounds: options.rounds)
+
+// A child: one round of one contender, its measurement on standard output.
+if let id = options.child {
+    guard let entry = Catalogue.workloads.first(where: { $0.id == id }), let implementation = options.implementations.first else {
+        progress("--child needs a known workload and one --implementation")
+        exit(2)
+    }
+    do {
+        try Runner.runChild(entry.make(scale), implementation: implementation)
+    } catch {
+        progress("\(id) \(implementation) failed: \(error)")
+        exit(1)
+    }
+    exit(0)
+}
+
+let selected = Catalogue.workloads.filter { options.selects($0.id) }
 guard !selected.isEmpty else {
     progress("no workload id starts with \(options.only.joined(separator: " or "))")
     exit(2)
 }
-let executionOrder = selected.filter { !runsLast.contains($0.id) } + selected.filter { runsLast.contains($0.id) }
 
 var markdownPath = options.markdownPath
 var svgDirectory = options.svgDirectory ?? markdownPath.map { ($0 as NSString).deletingLastPathComponent }
-if !options.isQuick, options.only.isEmpty, options.implementations.isEmpty, markdownPath == nil, svgDirectory == nil, options.writesDocsByDefault {
+if !options.isQuick, options.only.isEmpty, options.implementations.isEmpty, options.rounds == nil,
+   markdownPath == nil, svgDirectory == nil, options.writesDocsByDefault {
     var isDirectory: ObjCBool = false
     if FileManager.default.fileExists(atPath: "Package.swift"),
        FileManager.default.fileExists(atPath: "Docs", isDirectory: &isDirectory), isDirectory.boolValue {
@@ -60,32 +69,35 @@ if !options.isQuick, options.only.isEmpty, options.implementations.isEmpty, mark
 progress("warning: a debug build; measure with `swift build -c release`")
 #endif
 var machine = Machine.current()
-progress("\(options.isQuick ? "quick" : "full") run on \(machine.cpu), \(machine.cores) cores, \(machine.kernel), load \(machine.loadAverageAtStart)")
+progress("\(options.isQuick ? "quick" : "full") run, \(scale.rounds) rounds, on \(machine.cpu), \(machine.cores) cores, "
+    + "\(machine.kernel), load \(machine.loadAverageAtStart), cpu pressure \(machine.cpuPressureAtStart)")
 let started = ContinuousClock.now
 
-let countingCost = Calibration.countingCost(ticks: scale.size(2_000_000))
-progress(String(format: "completion counting alone: %.1f ns per tick (two threads, one counter)", countingCost))
-
-var results: [String: WorkloadResult] = [:]
-do {
-    for (id, make) in executionOrder {
-        var workload = make(scale)
-        workload.contenders.removeAll { !options.selects(implementation: $0.name) }
-        guard !workload.contenders.isEmpty else { continue }
-        results[id] = try run(workload, scale: scale, log: progress)
+let runner = Runner(options: options, scale: scale, log: progress)
+var results: [WorkloadResult] = []
+// A workload whose child fails or hangs is reported and left out; the others still run.
+var failures: [String] = []
+for entry in selected {
+    var workload = entry.make(scale)
+    defer { workload.finish() }
+    workload.contenders.removeAll { !options.selects(implementation: $0.name) }
+    guard !workload.contenders.isEmpty else { continue }
+    do {
+        results.append(try runner.run(workload))
+    } catch {
+        progress("\(entry.id) failed, left out: \(error)")
+        failures.append("\(entry.id): \(error)")
     }
-} catch {
-    progress("a workload failed: \(error)")
-    exit(1)
 }
-let ordered = selected.compactMap { results[$0.id] }
 machine.loadAverageAtEnd = Machine.loadAverage()
+machine.cpuPressureAtEnd = Machine.cpuPressure()
 progress(String(format: "done in %.0f s", (ContinuousClock.now - started).nanoseconds / 1e9))
 
+var rows = results.flatMap(Row.rows)
+Row.addFloors(&rows)
 let report = Report(
-    machine: machine, isQuick: options.isQuick, scale: scale,
-    command: options.measuringCommand,
-    rows: ordered.flatMap(Row.rows), countingCost: countingCost)
+    machine: machine, isQuick: options.isQuick, scale: scale, command: options.measuringCommand,
+    rows: rows, seconds: results.map { ($0.id, $0.seconds) }, failures: failures)
 print(report.table())
 
 do {
@@ -95,7 +107,7 @@ do {
     }
     var charts: [(caption: String, path: String)] = []
     if let svgDirectory {
-        let files = ChartFiles.render(ordered, repetitions: scale.repetitions)
+        let files = ChartFiles.render(results, rows: rows, scale: scale)
         try FileManager.default.createDirectory(atPath: svgDirectory, withIntermediateDirectories: true)
         for file in files {
             let path = (svgDirectory as NSString).appendingPathComponent(file.name)
@@ -113,5 +125,9 @@ do {
     }
 } catch {
     progress("could not write the results: \(error)")
+    exit(1)
+}
+if !failures.isEmpty {
+    for failure in failures { progress("failed: \(failure)") }
     exit(1)
 }

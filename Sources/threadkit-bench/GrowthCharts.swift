@@ -1,0 +1,102 @@
+// Cost-growth curves: how a cost grows with its work (pending timers, threads, producers), as
+// lines on log–log axes, one per implementation, drawn from the report's rows.
+import Foundation
+
+/// One curve family: the workloads that make its points, and the metric drawn.
+struct GrowthSeries {
+    let file: String
+    let caption: String
+    let title: String
+    let xLabel: String
+    let metric: String
+    /// (x value, workload id) for each point.
+    let points: [(x: Double, workload: String)]
+
+    /// Every curve family the benchmark draws, with the pending-call counts of `scale`.
+    static func all(scale: Scale) -> [GrowthSeries] { [
+        GrowthSeries(
+            file: "benchmark-timer-insert-growth.svg", caption: "Timer insert cost by pending calls",
+            title: "timer.pending: insert per call by pending calls", xLabel: "pending calls",
+            metric: "insert per call", points: TimerWorkloads.pendingSizes.map { (Double(scale.size($0)), TimerWorkloads.pendingID($0)) }),
+        GrowthSeries(
+            file: "benchmark-timer-cancel-growth.svg", caption: "Timer cancel cost by pending calls",
+            title: "timer.pending: cancel per call by pending calls", xLabel: "pending calls",
+            metric: "cancel per call", points: TimerWorkloads.pendingSizes.map { (Double(scale.size($0)), TimerWorkloads.pendingID($0)) }),
+        GrowthSeries(
+            file: "benchmark-pool-threads-growth.svg", caption: "Pool throughput by pool threads",
+            title: "pool.threads: wall per item by pool threads (1 producer)", xLabel: "pool threads",
+            metric: "wall per item", points: PoolWorkloads.threadCounts.map { (Double($0), "pool.threads.t\($0)") }),
+        GrowthSeries(
+            file: "benchmark-pool-producers-growth.svg", caption: "Pool throughput by producer threads",
+            title: "pool.throughput: wall per item by producer threads (2 pool threads)", xLabel: "producer threads",
+            metric: "wall per item", points: PoolWorkloads.producerCounts.map { (Double($0), "pool.throughput.p\($0)") }),
+    ] }
+}
+
+/// Draws the cost-growth curves.
+enum GrowthCharts {
+    static func render(_ rows: [Row], scale: Scale) -> [(name: String, caption: String, svg: String)] {
+        GrowthSeries.all(scale: scale).compactMap { series in
+            chart(series, rows: rows).map { (series.file, series.caption, $0) }
+        }
+    }
+
+    /// The lines of `series` from `rows`: each implementation's medians, whiskers from min to max.
+    static func chart(_ series: GrowthSeries, rows: [Row]) -> String? {
+        var lines: [(name: String, points: [(x: Double, row: Row)])] = []
+        for (x, workload) in series.points {
+            for row in rows where row.workload == workload && row.metric == series.metric {
+                if let index = lines.firstIndex(where: { $0.name == row.implementation }) {
+                    lines[index].points.append((x, row))
+                } else {
+                    lines.append((row.implementation, [(x, row)]))
+                }
+            }
+        }
+        lines.removeAll { $0.points.count < 2 }
+        guard !lines.isEmpty, let unit = lines.first?.points.first?.row.unit else { return nil }
+        let xs = lines.flatMap { $0.points.map(\.x) }
+        let values = lines.flatMap { $0.points.flatMap { [$0.row.min, $0.row.max] } }.filter { $0 > 0 }
+        guard let lowestX = xs.min(), let highestX = xs.max(), highestX > lowestX,
+              let lowest = values.min(), let highest = values.max() else { return nil }
+        let width = 820.0, height = 440.0, left = 78.0, right = 24.0, top = 64.0
+        let bottom = 56.0 + Double(lines.count) * 18
+        let plotWidth = width - left - right, plotHeight = height - top - bottom
+        let yMin = pow(10, floor(log10(lowest))), yMax = pow(10, ceil(log10(max(highest, yMin * 10))))
+        func px(_ x: Double) -> Double { left + plotWidth * (log10(x) - log10(lowestX)) / (log10(highestX) - log10(lowestX)) }
+        func py(_ y: Double) -> Double {
+            let clamped = min(max(y, yMin), yMax)
+            return top + plotHeight * (1 - (log10(clamped) - log10(yMin)) / (log10(yMax) - log10(yMin)))
+        }
+        var svg = SVG(width: width, height: height)
+        svg.text(series.title, x: 16, y: 26, size: 16, weight: "bold")
+        svg.text("Median of the rounds, whiskers min to max; both axes logarithmic. Lower is better.", x: 16, y: 46, size: 12, fill: "#57606a")
+        var decade = yMin
+        while decade <= yMax * 1.0001 {
+            svg.line(left, py(decade), left + plotWidth, py(decade), stroke: "#d0d7de", dashed: decade != yMin)
+            svg.text(Format.plain(decade), x: left - 6, y: py(decade) + 4, size: 11, anchor: .end, fill: "#57606a")
+            decade *= 10
+        }
+        for x in Set(xs).sorted() {
+            svg.line(px(x), top, px(x), top + plotHeight, stroke: "#d0d7de", dashed: true)
+            svg.text(Format.plain(x), x: px(x), y: top + plotHeight + 16, size: 11, anchor: .middle, fill: "#57606a")
+        }
+        svg.text(series.xLabel, x: left + plotWidth / 2, y: top + plotHeight + 34, size: 12, anchor: .middle, fill: "#57606a")
+        svg.text("\(series.metric) (\(unit))", x: 18, y: top + plotHeight / 2, size: 12, anchor: .middle, fill: "#57606a", rotate: true)
+        for line in lines {
+            let colour = Charts.colour(line.name)
+            svg.polyline(line.points.map { (px($0.x), py($0.row.median)) }, stroke: colour)
+            for point in line.points {
+                svg.line(px(point.x), py(point.row.min), px(point.x), py(point.row.max), stroke: colour)
+            }
+        }
+        var legendY = top + plotHeight + 56
+        for line in lines {
+            svg.line(left, legendY - 4, left + 24, legendY - 4, stroke: Charts.colour(line.name), width: 3)
+            let figures = line.points.map { "\(Format.plain($0.x)): \(Format.plain($0.row.median))" }.joined(separator: ", ")
+            svg.text("\(line.name) — \(figures) \(unit)", x: left + 32, y: legendY, size: 12)
+            legendY += 18
+        }
+        return svg.document
+    }
+}
