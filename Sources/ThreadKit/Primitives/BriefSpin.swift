@@ -16,14 +16,18 @@ import Darwin
 ///
 /// - Returns: Whether `condition` became true within `limit`.
 func spinBriefly(for limit: Duration, until condition: () -> Bool) -> Bool {
-    if condition() { return true }
     let deadline = MonotonicInstant.now().advanced(by: limit)
     while true {
+        // A few looks in a row catch a hand-over from another core within nanoseconds; the yield
+        // between rounds lets a thread waiting for this core run.
+        for _ in 0..<looksPerYield where condition() { return true }
         sched_yield()
-        if condition() { return true }
-        if MonotonicInstant.now() >= deadline { return false }
+        if MonotonicInstant.now() >= deadline { return condition() }
     }
 }
+
+/// How many times ``spinBriefly(for:until:)`` looks at its condition between two yields.
+private let looksPerYield = 32
 
 /// How long a thread that ran out of work watches for more before it sleeps, learned from how soon
 /// work came the last times.
