@@ -31,6 +31,33 @@ struct RingBufferTests {
         #expect(RingBuffer<Int>(minimumCapacity: 64).capacity == 64)
     }
 
+    @Test("A drained buffer shrinks back to its minimum capacity, halving once a quarter is used, and keeps its order meanwhile")
+    func shrinksAfterABurst() {
+        var buffer = RingBuffer<Int>(minimumCapacity: 16)
+        // Wrap the contents first, so that shrinking starts from a wrapped state.
+        for value in 0..<10 { buffer.append(value) }
+        for value in 0..<10 { #expect(buffer.popFirst() == value) }
+        for value in 0..<100_000 { buffer.append(value) }
+        #expect(buffer.capacity == 131_072)
+        var next = 0
+        var capacities: [Int] = []
+        while let value = buffer.popFirst() {
+            #expect(value == next)
+            next += 1
+            if capacities.last != buffer.capacity { capacities.append(buffer.capacity) }
+            // Never more than a quarter used before it halves, never less than an eighth after.
+            if buffer.capacity > 16 { #expect(buffer.count > buffer.capacity / 8) }
+        }
+        #expect(next == 100_000)
+        #expect(buffer.capacity == 16)
+        #expect(capacities.first == 131_072)
+        #expect(zip(capacities, capacities.dropFirst()).allSatisfy { $0 == 2 * $1 })
+        // It grows again as before.
+        for value in 0..<40 { buffer.append(value) }
+        #expect(buffer.capacity == 64)
+        #expect((0..<40).allSatisfy { buffer.popFirst() == $0 })
+    }
+
     @Test("Growing while the contents wrap around the end keeps their order")
     func growthWithWrapAround() {
         var buffer = RingBuffer<Int>(minimumCapacity: 4)

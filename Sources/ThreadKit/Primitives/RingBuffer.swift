@@ -1,16 +1,21 @@
 /// A first-in, first-out queue in one growable circular buffer.
 ///
 /// Appending and removing at either end is O(1) amortised and allocates only when the buffer grows
-/// (it doubles). Removed slots are cleared at once, so the buffer never keeps an element alive.
+/// (it doubles) or shrinks (it halves once no more than a quarter of it is used, down to its
+/// minimum capacity): a queue that drained after a burst gives the burst's memory back. Removed
+/// slots are cleared at once, so the buffer never keeps an element alive.
 struct RingBuffer<Element> {
     private var storage: ContiguousArray<Element?>
     private var head = 0
     private(set) var count = 0
+    /// The capacity it never shrinks below.
+    private let minimumCapacity: Int
 
     init(minimumCapacity: Int = 16) {
         var capacity = 1
         while capacity < max(minimumCapacity, 1) { capacity <<= 1 }
         storage = ContiguousArray(repeating: nil, count: capacity)
+        self.minimumCapacity = capacity
     }
 
     var isEmpty: Bool { count == 0 }
@@ -20,7 +25,7 @@ struct RingBuffer<Element> {
 
     /// Adds `element` at the back.
     mutating func append(_ element: Element) {
-        if count == storage.count { grow() }
+        if count == storage.count { resize(to: storage.count * 2) }
         storage[(head &+ count) & (storage.count &- 1)] = element
         count &+= 1
     }
@@ -31,6 +36,7 @@ struct RingBuffer<Element> {
         let element = storage[head].take()
         head = (head &+ 1) & (storage.count &- 1)
         count &-= 1
+        if count <= storage.count / 4, storage.count > minimumCapacity { resize(to: storage.count / 2) }
         return element
     }
 
@@ -62,7 +68,7 @@ struct RingBuffer<Element> {
     ///
     /// - Returns: The removed elements, in order.
     mutating func removeAll(where shouldRemove: (Element) -> Bool) -> [Element] {
-        var kept = RingBuffer(minimumCapacity: storage.count)
+        var kept = RingBuffer(minimumCapacity: minimumCapacity)
         var removed: [Element] = []
         while let element = popFirst() {
             if shouldRemove(element) { removed.append(element) } else { kept.append(element) }
@@ -79,12 +85,13 @@ struct RingBuffer<Element> {
         }
     }
 
-    private mutating func grow() {
-        var larger = ContiguousArray<Element?>(repeating: nil, count: storage.count * 2)
+    /// Moves the elements, in order, to a buffer of `capacity` slots (a power of two, at least `count`).
+    private mutating func resize(to capacity: Int) {
+        var resized = ContiguousArray<Element?>(repeating: nil, count: capacity)
         for offset in 0..<count {
-            larger[offset] = storage[(head + offset) & (storage.count - 1)].take()
+            resized[offset] = storage[(head + offset) & (storage.count - 1)].take()
         }
-        storage = larger
+        storage = resized
         head = 0
     }
 }
