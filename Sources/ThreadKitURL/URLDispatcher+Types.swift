@@ -160,11 +160,20 @@ public enum URLDispatcherError: Error, Equatable, CustomStringConvertible {
         case .longRequestLimit(let endpoint, let limit):
             "URLDispatcher: \(endpoint) already has its limit of \(limit) long request\(limit == 1 ? "" : "s") in flight or waiting"
         case .timedOut(let endpoint, let after, let phase):
-            "URLDispatcher: request to \(endpoint) timed out after \(after) \(phase)"
+            "URLDispatcher: request to \(endpoint) timed out after \(after.readable) \(phase)"
         case .disposed:
             "URLDispatcher: disposed; the request was refused or cancelled"
         case .notHTTP(let endpoint):
             "URLDispatcher: \(endpoint) answered with something that is not an HTTP response"
         }
+    }
+}
+
+extension Duration {
+    /// "300 ms", "1.5 s": for messages.
+    var readable: String {
+        let milliseconds = Double(components.seconds) * 1e3 + Double(components.attoseconds) / 1e15
+        if milliseconds < 1_000 { return "\(String(format: "%g", milliseconds)) ms" }
+        return "\(String(format: "%g", milliseconds / 1e3)) s"
     }
 }
