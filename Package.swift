@@ -17,7 +17,7 @@ let package = Package(
         .target(name: "ThreadKitURL", dependencies: ["ThreadKit"]),
         // The loopback HTTP/1.1 server that the tests, the demo and the benchmark share.
         .target(name: "LoopbackHTTPServer"),
-        .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit"]),
+        .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
         .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit"]),
         .executableTarget(name: "threadkit-soak", dependencies: ["ThreadKit"]),
         .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit"]),

@@ -14,7 +14,8 @@ import Darwin
 /// never (hang), with a body streamed in chunks, with a 429/503 and `Retry-After`, by closing the
 /// connection mid-response, or with bytes that are not HTTP. It counts the requests it is handling
 /// at once (``current``, ``peak``) and records when each arrived (``arrivals``). ``shutdown()``
-/// closes every socket and returns once every one of its threads has exited.
+/// closes every socket and returns once every one of its threads has exited; until then its
+/// threads keep the server alive, so call it when done.
 ///
 /// Without a handler, ``Reply/route(_:)`` answers from the request's path and query; see there.
 public final class LoopbackHTTPServer: @unchecked Sendable {
@@ -34,6 +35,8 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
         public let body: [UInt8]
         /// When its head had been read.
         public let arrival: ContinuousClock.Instant
+        /// How many requests the server was handling once this one arrived, this one included.
+        public var concurrent: Int = 1
     }
 
     /// How the server answers one request.
@@ -261,28 +264,37 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
             close(connection)
             threadExited()
         }
-        while let request = reader.readRequest() {
-            let reply = handler(request)
-            withState {
+        while var request = reader.readRequest() {
+            request.concurrent = withState {
                 $0.current += 1
                 $0.peak = max($0.peak, $0.current)
                 $0.total += 1
                 $0.arrivals.append(Arrival(time: request.arrival, target: request.path + reader.lastQuery))
+                return $0.current
             }
-            let keepOpen = answer(reply, on: connection)
-            withState { $0.current -= 1 }
+            let reply = handler(request)
+            var counted = true
+            // A request stops counting just before the last bytes of its answer go out: once the
+            // client has them it may send its next request, which must not find this one counted.
+            let finished = {
+                if counted { self.withState { $0.current -= 1 } }
+                counted = false
+            }
+            let keepOpen = answer(reply, on: connection, finished: finished)
+            finished()
             if !keepOpen || withState({ $0.stopping }) { return }
         }
     }
 
     /// Sends `reply`; returns whether the connection stays open for another request.
-    private func answer(_ reply: Reply, on connection: Int32) -> Bool {
+    private func answer(_ reply: Reply, on connection: Int32, finished: () -> Void) -> Bool {
         switch reply {
         case .respond(let status, let headers, let body, let delay):
             if delay > .zero, !sleep(delay, watching: connection) { return false }
             var head = "HTTP/1.1 \(status) \(Self.reason(status))\r\nContent-Length: \(body.count)\r\n"
             for (name, value) in headers.sorted(by: { $0.key < $1.key }) { head += "\(name): \(value)\r\n" }
             head += "\r\n"
+            finished()
             return send(Array(head.utf8) + body, on: connection)
         case .hang:
             while sleep(.milliseconds(100), watching: connection) {}
@@ -296,6 +308,7 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
                 guard send(Array("\(String(chunkSize, radix: 16))\r\n".utf8) + payload + Array("\r\n".utf8), on: connection) else { return false }
                 sent += 1
             }
+            finished()
             return send(Array("0\r\n\r\n".utf8), on: connection)
         case .closeMidResponse:
             _ = send(Array("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial".utf8), on: connection)

@@ -266,6 +266,22 @@ func dedicatedThreadTour() {
 }
 dedicatedThreadTour()
 
+// MARK: - URLDispatcher
+
+heading("URLDispatcher: a client that stays inside an API's rules")
+do {
+    let finished = DispatchSemaphore(value: 0)
+    Task.detached {
+        do {
+            try await urlDispatcherTour()
+        } catch {
+            print("  the URL tour failed: \(error)")
+        }
+        finished.signal()
+    }
+    finished.wait()
+}
+
 heading("Done")
 print("  the tour took \(milliseconds(ContinuousClock.now - tour))")
 

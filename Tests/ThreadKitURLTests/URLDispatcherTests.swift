@@ -91,7 +91,7 @@ import LoopbackHTTPServer
         try await withServer { server in
             try await withDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { dispatcher in
                 try await bounded {
-                    let blocker = Task { try await dispatcher.data(for: server.request("/first?delay=300")) }
+                    let blocker = Task { try await dispatcher.data(for: server.request("/first?delay=1500")) }
                     #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
                     var waiting: [Task<Void, any Error>] = []
                     for index in 0..<8 {
@@ -107,7 +107,7 @@ import LoopbackHTTPServer
                     #expect(await eventually { dispatcher.statistics(for: server.endpoint).completed == 9 })
                 }
                 let order = server.arrivals.map(\.target)
-                #expect(order == ["/first?delay=300"] + (0..<8).map { "/n?i=\($0)" })
+                #expect(order == ["/first?delay=1500"] + (0..<8).map { "/n?i=\($0)" })
                 #expect(server.peak == 1)
             }
         }

@@ -160,9 +160,13 @@ import LoopbackHTTPServer
                         #expect(fine.statusCode == 200)
                         #expect(answered.duration(to: .now) < .milliseconds(500))
                         _ = try await dispatcher.data(for: limited.request("/after"))
-                        let held = answered.duration(to: .now)
-                        #expect(held >= .milliseconds(900) && held < .seconds(2), "held \(held)")
                     }
+                    // The pause starts when the 429's headers reach the dispatcher, after the
+                    // server saw its request: the next one arrives at least a second later.
+                    let arrivals = limited.arrivals.map(\.time)
+                    #expect(arrivals.count == 2)
+                    let held = arrivals[0].duration(to: arrivals[1])
+                    #expect(held >= .seconds(1) && held < .milliseconds(2500), "held \(held)")
                     #expect(dispatcher.statistics(for: limited.endpoint).pausedUntil == nil)
                 }
             }
