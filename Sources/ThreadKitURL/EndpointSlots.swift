@@ -192,6 +192,12 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         return grant(now: now)
     }
 
+    /// A request for this endpoint ended before it was submitted (cancelled first, or refused by a
+    /// disposed dispatcher): counted as failed, so every request lands in exactly one count.
+    mutating func countUnsubmittedFailure() {
+        counts.failed += 1
+    }
+
     /// Empties the queue (the dispatcher is disposed): returns the requests that will never start,
     /// in FIFO order, counted as failed. Running requests are not affected.
     mutating func removeAllQueued() -> [ID] {

@@ -121,15 +121,13 @@ final class URLDispatcherCore: Sendable {
     func submit(_ record: RequestRecord) -> (any Error)? {
         let now = now()
         let outcome = state.withLock { state -> Result<Effects, any Error> in
-            if record.cancelledEarly {
-                record.phase = .ended
-                return .failure(CancellationError())
-            }
-            if state.disposed {
-                record.phase = .ended
-                return .failure(URLDispatcherError.disposed)
-            }
             var entry = state.endpoints[record.endpoint] ?? EndpointEntry(limits: state.limits[record.endpoint] ?? defaultLimits)
+            if record.cancelledEarly || state.disposed {
+                record.phase = .ended
+                entry.slots.countUnsubmittedFailure()
+                state.endpoints[record.endpoint] = entry
+                return .failure(record.cancelledEarly ? CancellationError() : URLDispatcherError.disposed)
+            }
             let kind: EndpointSlots<Int>.Kind
             switch record.kind {
             case .short: kind = .short
@@ -315,18 +313,34 @@ final class URLDispatcherCore: Sendable {
     }
 
     func dispose() {
-        let records = state.withLock { state -> [RequestRecord]? in
+        // Queued requests leave first, all at once, so that no running request's end can start one.
+        let taken = state.withLock { state -> (queued: [RequestRecord], running: [RequestRecord], timers: [TimerHandle])? in
             guard !state.disposed else { return nil }
             state.disposed = true
-            return Array(state.records.values).sorted { $0.id < $1.id }
+            var queued: [RequestRecord] = []
+            var timers: [TimerHandle] = []
+            for endpoint in Array(state.endpoints.keys) {
+                for id in state.endpoints[endpoint]!.slots.removeAllQueued() {
+                    guard let record = state.records.removeValue(forKey: id) else { continue }
+                    record.phase = .ended
+                    timers += [record.queueTimer, record.timeoutTimer].compactMap { $0 }
+                    record.queueTimer = nil
+                    record.timeoutTimer = nil
+                    queued.append(record)
+                }
+            }
+            let running = state.records.values.sorted { $0.id < $1.id }
+            return (queued, running, timers)
         }
-        guard let records else { return }
-        for record in records { end(record, outcome: .failed, error: URLDispatcherError.disposed) }
+        guard let taken else { return }
+        for timer in taken.timers { timer.cancel() }
+        for record in taken.queued { record.post(.completion(URLDispatcherError.disposed)) }
+        for record in taken.running { end(record, outcome: .failed, error: URLDispatcherError.disposed) }
         sessionGate.withLock { invalidated in
             invalidated = true
             session.invalidateAndCancel()
         }
-        Log.log(.urlDispatcher, "disposed: \(records.count) requests ended")
+        Log.log(.urlDispatcher, "disposed: \(taken.queued.count) queued and \(taken.running.count) running requests failed")
     }
 
     // MARK: - Session events (on the session's delegate queue)

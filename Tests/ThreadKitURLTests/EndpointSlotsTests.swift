@@ -187,6 +187,13 @@ import Testing
         #expect(slots.isIdle)
     }
 
+    @Test func aRequestEndedBeforeItsSubmissionCountsAsFailed() {
+        var slots = Slots(maxRequests: 1, maxLongRequests: 0, rate: nil)
+        slots.countUnsubmittedFailure()
+        #expect(slots.counts == .init(running: 0, runningLong: 0, queued: 0, failed: 1))
+        #expect(slots.isIdle)
+    }
+
     @Test func manyRequestsLeavingTheQueueKeepItsOrder() {
         var slots = Slots(maxRequests: 1, maxLongRequests: 0, rate: nil)
         _ = slots.submit(0, kind: .short, now: .zero)

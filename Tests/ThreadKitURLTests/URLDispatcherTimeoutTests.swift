@@ -231,7 +231,7 @@ import LoopbackHTTPServer
                 await #expect(throws: URLDispatcherError.disposed) { try await dispatcher.data(for: server.request("/")) }
                 #expect(!dispatcher.isLongRequestAllowed(to: server.baseURL))
                 let statistics = dispatcher.statistics(for: server.endpoint)
-                #expect(statistics.running == 0 && statistics.queued == 0 && statistics.failed == 2)
+                #expect(statistics.running == 0 && statistics.queued == 0 && statistics.failed == 3)
                 dispatcher.dispose()
             }
         }
