@@ -53,17 +53,20 @@ extension URLDispatcher {
 
         /// The endpoint of `url`.
         ///
-        /// - Throws: ``URLDispatcherError/unsupportedURL(_:)`` if the scheme is not http, https, ws
+        /// - Throws: ``URLDispatcherError/unsupportedURL`` if the scheme is not http, https, ws
         ///   or wss, or there is no host.
         public init(url: URL) throws {
             guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased(), !host.isEmpty else {
-                throw URLDispatcherError.unsupportedURL(url)
+                Log.log(.urlDispatcher, "unsupported URL \(url.absoluteString): no host")
+                throw URLDispatcherError.unsupportedURL
             }
             let defaultPort: Int
             switch scheme {
             case "http", "ws": defaultPort = 80
             case "https", "wss": defaultPort = 443
-            default: throw URLDispatcherError.unsupportedURL(url)
+            default:
+                Log.log(.urlDispatcher, "unsupported URL \(url.absoluteString): scheme \(scheme)")
+                throw URLDispatcherError.unsupportedURL
             }
             self.scheme = scheme
             self.host = host
@@ -141,8 +144,9 @@ public enum URLDispatcherError: Error, Equatable, CustomStringConvertible {
         }
     }
 
-    /// The URL has no host, or a scheme other than http, https, ws, wss.
-    case unsupportedURL(URL)
+    /// The URL has no host, or a scheme other than http, https, ws, wss. (`Log.enable(.urlDispatcher)`
+    /// logs the URL.)
+    case unsupportedURL
     /// A long request with the `.reject` policy found the endpoint's long requests at `limit`.
     case longRequestLimit(endpoint: URLDispatcher.Endpoint, limit: Int)
     /// ThreadKit ended the request after `after` in `phase`.
@@ -155,8 +159,8 @@ public enum URLDispatcherError: Error, Equatable, CustomStringConvertible {
     /// A readable description that names the endpoint and the limit or timeout.
     public var description: String {
         switch self {
-        case .unsupportedURL(let url):
-            "URLDispatcher: unsupported URL \(url.absoluteString): it needs an http, https, ws or wss scheme and a host"
+        case .unsupportedURL:
+            "URLDispatcher: unsupported URL: it needs an http, https, ws or wss scheme and a host"
         case .longRequestLimit(let endpoint, let limit):
             "URLDispatcher: \(endpoint) already has its limit of \(limit) long request\(limit == 1 ? "" : "s") in flight or waiting"
         case .timedOut(let endpoint, let after, let phase):

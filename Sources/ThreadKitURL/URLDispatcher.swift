@@ -70,7 +70,7 @@ public final class URLDispatcher: Sendable {
     /// The timeouts of a request: explicit ones, else the request's `timeoutInterval`.
     func makeRecord(_ request: URLRequest, kind: Kind, timeout: Duration?, idleTimeout: Duration?,
                     queueTimeout: Duration?) throws -> RequestRecord {
-        guard let url = request.url else { throw URLDispatcherError.unsupportedURL(URL(string: "about:blank")!) }
+        guard let url = request.url else { throw URLDispatcherError.unsupportedURL }
         let endpoint = try Endpoint(url: url)
         let requestTimeout = request.timeoutInterval
         precondition(requestTimeout >= 0, "URLDispatcher: the request's timeoutInterval must not be negative or NaN, got \(requestTimeout)")
@@ -173,7 +173,7 @@ public final class URLDispatcher: Sendable {
     ///   - kind: `.short` (default) or `.long(whenFull:)`.
     ///   - delegate: Kept until the completion has been delivered.
     /// - Returns: The operation, to cancel it.
-    /// - Throws: ``URLDispatcherError/unsupportedURL(_:)``, ``URLDispatcherError/longRequestLimit(endpoint:limit:)``
+    /// - Throws: ``URLDispatcherError/unsupportedURL``, ``URLDispatcherError/longRequestLimit(endpoint:limit:)``
     ///   or ``URLDispatcherError/disposed``, at once; the delegate then hears nothing.
     public func dispatch(_ request: URLRequest, kind: Kind = .short, delegate: any URLDispatchDelegate) throws -> URLDispatchOperation {
         let record = try makeRecord(request, kind: kind, timeout: nil, idleTimeout: nil, queueTimeout: nil)

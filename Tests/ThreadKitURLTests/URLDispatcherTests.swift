@@ -153,10 +153,21 @@ import LoopbackHTTPServer
         #expect(a.description == "http://api.example.com:80")
         #expect(c.port == 443)
         #expect(e.port == 8080)
-        #expect(throws: URLDispatcherError.self) { try URLDispatcher.Endpoint(url: URL(string: "ftp://example.com/")!) }
-        #expect(throws: URLDispatcherError.self) { try URLDispatcher.Endpoint(url: URL(string: "file:///tmp/x")!) }
-        let error = URLDispatcherError.unsupportedURL(URL(string: "ftp://example.com/")!)
-        #expect(error.description.contains("ftp://example.com/"))
+        #expect(throws: URLDispatcherError.unsupportedURL) { try URLDispatcher.Endpoint(url: URL(string: "ftp://example.com/")!) }
+        #expect(throws: URLDispatcherError.unsupportedURL) { try URLDispatcher.Endpoint(url: URL(string: "file:///tmp/x")!) }
+        #expect(URLDispatcherError.unsupportedURL.description.contains("http, https, ws or wss"))
+    }
+
+    @Test func streamNeverThrowsWhenCalledItsErrorsComeOutOfTheIteration() async throws {
+        try await withDispatcher { dispatcher in
+            let stream = dispatcher.stream(for: URLRequest(url: URL(string: "ftp://127.0.0.1/file")!))
+            var iterator = stream.makeAsyncIterator()
+            await #expect(throws: URLDispatcherError.unsupportedURL) { _ = try await iterator.next() }
+            #expect(!dispatcher.isLongRequestAllowed(to: URL(string: "ftp://127.0.0.1/file")!))
+            await #expect(throws: URLDispatcherError.unsupportedURL) {
+                try await dispatcher.data(for: URLRequest(url: URL(string: "mailto:someone@127.0.0.1")!))
+            }
+        }
     }
 
     @Test func aLongRequestOverTheLimitIsRefusedOrWaits() async throws {
