@@ -1,4 +1,4 @@
-// threadkit-demo: a short tour of ThreadKit's parts, in about ten seconds.
+// threadkit-demo: a short tour of ThreadKit's parts, in about thirteen seconds.
 import Foundation
 import Synchronization
 import ThreadKit

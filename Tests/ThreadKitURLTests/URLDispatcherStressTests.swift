@@ -167,7 +167,8 @@ final class RecordingDelegate: URLDispatchDelegate, @unchecked Sendable {
                         default: path = "/"
                         }
                         group.addTask {
-                            let request = Task { try await dispatcher.data(for: server.request(path), timeout: .milliseconds(500)) }
+                            let request = Task { try await dispatcher.data(for: server.request(path), timeout: .milliseconds(500),
+                                                                    queueTimeout: .seconds(120)) }
                             if let cancelAfter {
                                 try? await Task.sleep(for: cancelAfter)
                                 request.cancel()

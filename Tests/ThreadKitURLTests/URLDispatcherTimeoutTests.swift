@@ -209,10 +209,13 @@ import LoopbackHTTPServer
                 }
                 let times = server.arrivals.map(\.time).sorted()
                 #expect(times.count == 6)
+                // Starts are held to the window; arrivals at the server jitter by the time a request
+                // takes to arrive, so the bound is loose.
                 for index in 2..<times.count {
                     let gap = times[index - 2].duration(to: times[index])
-                    #expect(gap >= .milliseconds(290), "starts \(index - 2) and \(index) only \(gap) apart")
+                    #expect(gap >= .milliseconds(240), "starts \(index - 2) and \(index) only \(gap) apart")
                 }
+                #expect(times[0].duration(to: times[5]) >= .milliseconds(560))
             }
         }
     }
