@@ -124,10 +124,12 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
             throw LoopbackHTTPServerError.notLoopback(address)
         }
         signal(SIGPIPE, SIG_IGN)
+        // Close-on-exec everywhere: a child process (an exit test, say) must not inherit the
+        // listener, or the port would stay open after shutdown().
         #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
+        let fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)
         #endif
         guard fd >= 0 else { throw LoopbackHTTPServerError.socket("socket", errno) }
         var yes: Int32 = 1
@@ -154,6 +156,7 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
             close(fd)
             throw LoopbackHTTPServerError.socket("pipe", error)
         }
+        for end in pipeEnds { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
         self.address = address
         self.port = Int(UInt16(bigEndian: socketAddress.sin_port))
         self.listener = fd
@@ -237,6 +240,7 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
             guard fds[0].revents & Int16(POLLIN) != 0 else { continue }
             let connection = accept(listener, nil, nil)
             guard connection >= 0 else { continue }
+            _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
             var yes: Int32 = 1
             setsockopt(connection, Int32(IPPROTO_TCP), TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
             let admitted = withState { state -> Bool in

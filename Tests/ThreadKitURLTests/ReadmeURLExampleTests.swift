@@ -8,6 +8,7 @@ import ThreadKitURL
 import LoopbackHTTPServer
 
 /// The README's URLDispatcher quick start, compiled and run as written against the loopback server.
+extension URLIntegrationTests {
 @Suite struct ReadmeURLExampleTests {
     @Test func urlDispatcherQuickStart() async throws {
         let server = try LoopbackHTTPServer()
@@ -30,4 +31,5 @@ import LoopbackHTTPServer
         }
         #expect(server.arrivals.map(\.target) == ["/items", "/events"])
     }
+}
 }

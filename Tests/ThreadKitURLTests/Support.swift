@@ -7,6 +7,10 @@ import Testing
 import ThreadKitURL
 import LoopbackHTTPServer
 
+/// The suites that talk to loopback servers, run one test at a time: their timing checks must
+/// not compete with the 10,000-request test for the two cores.
+@Suite(.serialized) struct URLIntegrationTests {}
+
 /// A test ran past its bound.
 struct TestTimedOut: Error, CustomStringConvertible {
     let limit: Duration

@@ -56,6 +56,7 @@ final class RecordingDelegate: URLDispatchDelegate, @unchecked Sendable {
     }
 }
 
+extension URLIntegrationTests {
 @Suite struct URLDispatcherDelegateTests {
     @Test func delegateEventsComeInOrderWithOneCompletionLast() async throws {
         try await withServer { server in
@@ -117,7 +118,9 @@ final class RecordingDelegate: URLDispatchDelegate, @unchecked Sendable {
         }
     }
 }
+}
 
+extension URLIntegrationTests {
 @Suite struct URLDispatcherStressTests {
     @Test func brokenResponsesFailAndFreeTheirSlots() async throws {
         try await withServer { server in
@@ -219,4 +222,5 @@ final class RecordingDelegate: URLDispatchDelegate, @unchecked Sendable {
             for server in servers { #expect(await eventually { server.current == 0 }) }
         }
     }
+}
 }
