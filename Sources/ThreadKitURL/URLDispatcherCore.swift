@@ -248,22 +248,29 @@ final class URLDispatcherCore: Sendable {
         replaced?.cancel()
     }
 
-    private func timeoutFired(_ record: RequestRecord, phase: URLDispatcherError.TimeoutPhase) {
+    private func timeoutFired(_ record: RequestRecord, phase armedPhase: URLDispatcherError.TimeoutPhase) {
+        enum Verdict { case ignore, rearm(Duration), expire(URLDispatcherError.TimeoutPhase) }
         let now = now()
-        let rearm = state.withLock { _ -> Duration? in
-            guard record.phase == .running, phase == .idle else { return nil }
+        let verdict = state.withLock { _ -> Verdict in
+            guard record.phase == .running else { return .ignore }
+            // A long request past its headers has only the idle timeout, whichever timer fired
+            // (a headers timer can race with the headers that replace it).
+            guard record.isLong, record.gotHeaders else { return .expire(armedPhase) }
             let due = record.lastActivity + record.idleTimeout
-            return due > now ? due : nil
+            return due > now ? .rearm(due) : .expire(.idle)
         }
-        if let rearm {
-            armTimeout(record, at: rearm, phase: .idle)
+        switch verdict {
+        case .ignore:
             return
+        case .rearm(let due):
+            armTimeout(record, at: due, phase: .idle)
+        case .expire(let phase):
+            let after = phase == .idle ? record.idleTimeout : record.timeout
+            let ended = end(record, outcome: .timedOut,
+                            error: URLDispatcherError.timedOut(endpoint: record.endpoint, after: after, phase: phase),
+                            onlyIf: .running)
+            if ended { Log.log(.urlDispatcher, "timed out after \(after.readable) \(phase): \(record.endpoint)") }
         }
-        let after = phase == .idle ? record.idleTimeout : record.timeout
-        let ended = end(record, outcome: .timedOut,
-                        error: URLDispatcherError.timedOut(endpoint: record.endpoint, after: after, phase: phase),
-                        onlyIf: .running)
-        if ended { Log.log(.urlDispatcher, "timed out after \(after) \(phase): \(record.endpoint)") }
     }
 
     // MARK: - Ending
