@@ -3,6 +3,9 @@ import Foundation
 import FoundationNetworking
 #endif
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 @_spi(ThreadKitURL) import ThreadKit
 import ThreadKitURL
 import LoopbackHTTPServer
@@ -10,6 +13,9 @@ import LoopbackHTTPServer
 /// The suites that talk to loopback servers, run one test at a time: their timing checks must
 /// not compete with the 10,000-request test for the two cores.
 @Suite(.serialized) struct URLIntegrationTests {}
+
+/// Whether this process runs under the thread sanitizer (its runtime is linked in).
+let threadSanitized = dlsym(nil, "__tsan_init") != nil
 
 /// A test ran past its bound.
 struct TestTimedOut: Error, CustomStringConvertible {

@@ -141,13 +141,15 @@ extension URLIntegrationTests {
     }
 
     /// 10,000 requests over 4 endpoints, of every ending; afterwards every endpoint is idle and its
-    /// counts add up to what was sent to it.
+    /// counts add up to what was sent to it. Under the thread sanitizer, which makes each request
+    /// several times dearer, 2,000: the full number would starve the timing checks of the suites
+    /// running beside it on two cores.
     @Test func tenThousandMixedRequestsLeaveEveryEndpointIdleWithCountsThatAddUp() async throws {
         let servers = try (0..<4).map { _ in try LoopbackHTTPServer() }
         defer { for server in servers { server.shutdown() } }
         let limits = URLDispatcher.EndpointLimits(maxRequests: 6, maxLongRequests: 2)
         try await withDispatcher(limits) { dispatcher in
-            let total = 10_000
+            let total = threadSanitized ? 2_000 : 10_000
             let outcomes = try await bounded(.seconds(240)) {
                 try await withThrowingTaskGroup(of: (Int, String).self) { group in
                     var results: [String: Int] = [:]
@@ -199,8 +201,8 @@ extension URLIntegrationTests {
                 }
             }
             #expect(outcomes.values.reduce(0, +) == total)
-            #expect(outcomes["status 200", default: 0] > 7_000)
-            #expect(outcomes["timed out", default: 0] >= 40)
+            #expect(outcomes["status 200", default: 0] > total * 7 / 10)
+            #expect(outcomes["timed out", default: 0] >= total / 250)
             #expect(outcomes["cancelled", default: 0] > 0)
             var summed = (completed: 0, failed: 0, timedOut: 0)
             for server in servers {
