@@ -277,9 +277,12 @@ final class URLDispatcherCore: Sendable {
 
     /// Ends `record` once: frees its slot (or its place in the queue), cancels its timers and its
     /// transfer, starts who may start, then delivers the completion. Returns whether this call ended it.
+    ///
+    /// - Parameter cancelsTransfer: Whether an ending with an error cancels the session task; not
+    ///   when the session itself reported the task complete.
     @discardableResult
     func end(_ record: RequestRecord, outcome: EndpointSlots<Int>.Outcome, error: (any Error)?,
-             onlyIf required: RequestRecord.Phase? = nil) -> Bool {
+             onlyIf required: RequestRecord.Phase? = nil, cancelsTransfer: Bool = true) -> Bool {
         let now = now()
         let result = state.withLock { state -> (Effects, URLSessionDataTask?)? in
             guard record.phase == .queued || record.phase == .running else { return nil }
@@ -302,7 +305,7 @@ final class URLDispatcherCore: Sendable {
             return (effects, task)
         }
         guard let (effects, task) = result else { return false }
-        if error != nil { task?.cancel() }
+        if error != nil, cancelsTransfer { task?.cancel() }
         perform(effects)
         record.post(.completion(error))
         return true
@@ -356,12 +359,19 @@ final class URLDispatcherCore: Sendable {
         state.withLock { $0.tasks[task.taskIdentifier] }
     }
 
-    /// Headers came. Returns whether the transfer goes on.
-    func received(_ response: URLResponse, for task: URLSessionTask) -> Bool {
-        guard let record = record(for: task) else { return false }
+    /// Headers came. `allow` lets the transfer go on: FoundationNetworking holds the body until it is
+    /// called.
+    ///
+    /// It is called only for a request still running, and under the lock, so that it is queued on
+    /// the task's work queue before any cancel of ours. It is never called for a request that has
+    /// ended (its task is being cancelled): FoundationNetworking traps on a disposition that comes
+    /// after a cancel ("not waiting for it"), and a `.cancel` disposition on top of a cancel completes
+    /// the task twice ("not in the registry").
+    func received(_ response: URLResponse, for task: URLSessionTask, allow: () -> Void) {
+        guard let record = record(for: task) else { return }
         guard let http = response as? HTTPURLResponse else {
             end(record, outcome: .failed, error: URLDispatcherError.notHTTP(endpoint: record.endpoint))
-            return false
+            return
         }
         let now = now()
         let pause = retryAfterPause(http, endpoint: record.endpoint, now: now)
@@ -369,19 +379,19 @@ final class URLDispatcherCore: Sendable {
             guard record.phase == .running else { return nil }
             record.gotHeaders = true
             record.lastActivity = now
+            allow()
             guard let pause, var entry = state.endpoints[record.endpoint] else { return Effects() }
             let decision = entry.slots.pause(until: now + pause, now: now)
             state.endpoints[record.endpoint] = entry
             return Self.apply(decision, to: record.endpoint, in: &state, now: now)
         }
-        guard let effects else { return false }
+        guard let effects else { return }
         if let pause {
-            Log.log(.urlDispatcher, "\(record.endpoint) answered \(http.statusCode) with Retry-After: paused for \(pause)")
+            Log.log(.urlDispatcher, "\(record.endpoint) answered \(http.statusCode) with Retry-After: paused for \(pause.readable)")
         }
         perform(effects)
         if record.isLong { armTimeout(record, at: now + record.idleTimeout, phase: .idle) }
         record.post(.response(http))
-        return true
     }
 
     func received(_ data: Data, for task: URLSessionTask) {
@@ -397,7 +407,7 @@ final class URLDispatcherCore: Sendable {
 
     func completed(_ task: URLSessionTask, error: (any Error)?) {
         guard let record = record(for: task) else { return }
-        end(record, outcome: error == nil ? .completed : .failed, error: error)
+        end(record, outcome: error == nil ? .completed : .failed, error: error, cancelsTransfer: false)
     }
 
     /// How long a 429 or 503 with `Retry-After` pauses the endpoint, if it does.
@@ -436,8 +446,8 @@ final class SessionRelay: NSObject, URLSessionDataDelegate, @unchecked Sendable 
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
                     completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
-        let goesOn = core.withLock { $0 }?.received(response, for: dataTask) ?? false
-        completionHandler(goesOn ? .allow : .cancel)
+        // Never `.cancel`: see URLDispatcherCore.received(_:for:allow:).
+        core.withLock { $0 }?.received(response, for: dataTask) { completionHandler(.allow) }
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
