@@ -97,6 +97,8 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
         var threads = 0
         var connections: Set<Int32> = []
         var current = 0
+        /// The connections whose request is counted in `current`.
+        var counted: Set<Int32> = []
         var peak = 0
         var total = 0
         var arrivals: [Arrival] = []
@@ -264,29 +266,53 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
     private func serve(_ connection: Int32) {
         var reader = Reader(fd: connection)
         defer {
-            withState { _ = $0.connections.remove(connection) }
+            withState {
+                _ = $0.connections.remove(connection)
+                if $0.counted.remove(connection) != nil { $0.current -= 1 }
+            }
             close(connection)
             threadExited()
         }
         while var request = reader.readRequest() {
             request.concurrent = withState {
+                Self.uncountClosed(&$0, except: connection)
                 $0.current += 1
+                $0.counted.insert(connection)
                 $0.peak = max($0.peak, $0.current)
                 $0.total += 1
                 $0.arrivals.append(Arrival(time: request.arrival, target: request.path + reader.lastQuery))
                 return $0.current
             }
             let reply = handler(request)
-            var counted = true
             // A request stops counting just before the last bytes of its answer go out: once the
             // client has them it may send its next request, which must not find this one counted.
             let finished = {
-                if counted { self.withState { $0.current -= 1 } }
-                counted = false
+                self.withState { state in
+                    if state.counted.remove(connection) != nil { state.current -= 1 }
+                }
             }
             let keepOpen = answer(reply, on: connection, finished: finished)
             finished()
             if !keepOpen || withState({ $0.stopping }) { return }
+        }
+    }
+
+    /// Stops counting the requests whose client has closed its connection, before a new request is
+    /// counted: a client that gave up on a request (a timeout, a cancel) closes its connection before
+    /// it sends the next one, but the thread serving the old one may not have noticed yet.
+    private static func uncountClosed(_ state: inout State, except connection: Int32) {
+        for other in state.counted where other != connection {
+            var fds = [pollfd(fd: other, events: Int16(POLLIN), revents: 0)]
+            guard poll(&fds, 1, 0) > 0 else { continue }
+            var closed = fds[0].revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
+            if !closed {
+                var byte: UInt8 = 0
+                closed = recv(other, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) == 0
+            }
+            if closed {
+                state.counted.remove(other)
+                state.current -= 1
+            }
         }
     }
 

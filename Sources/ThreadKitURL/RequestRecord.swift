@@ -64,6 +64,8 @@ final class RequestRecord: @unchecked Sendable {
     var gotHeaders = false
     /// When the last headers or chunk came, as an offset from the dispatcher's origin.
     var lastActivity = Duration.zero
+    /// How it ended, while its cancelled transfer winds down.
+    var ending: (outcome: EndpointSlots<Int>.Outcome, error: (any Error)?)?
 
     private let mailbox = Locked(Mailbox())
 

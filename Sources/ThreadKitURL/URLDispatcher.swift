@@ -59,7 +59,7 @@ public final class URLDispatcher: Sendable {
     }
 
     /// Refuses new requests with ``URLDispatcherError/disposed``; queued ones fail with it at once;
-    /// running ones are cancelled and fail with it too. The session is invalidated. Calling it again
+    /// running ones are cancelled and fail with it too. The session is then invalidated. Calling it again
     /// does nothing.
     public func dispose() {
         core.dispose()

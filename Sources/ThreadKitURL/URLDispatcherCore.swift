@@ -26,6 +26,8 @@ final class URLDispatcherCore: Sendable {
         var records: [Int: RequestRecord] = [:]
         /// The running requests by their session task's identifier.
         var tasks: [Int: RequestRecord] = [:]
+        /// Ended requests whose task is being cancelled, still holding their slot, by task identifier.
+        var cancelling: [Int: RequestRecord] = [:]
     }
 
     /// What to do, outside the lock, after a decision of the slots.
@@ -278,6 +280,16 @@ final class URLDispatcherCore: Sendable {
     /// Ends `record` once: frees its slot (or its place in the queue), cancels its timers and its
     /// transfer, starts who may start, then delivers the completion. Returns whether this call ended it.
     ///
+    /// A running transfer that must be cancelled ends in two steps. At once the request is over for
+    /// us: no event of it is delivered any more. Its slot comes back and its completion goes out once
+    /// the session reports the cancelled task complete; the completion after ``cancelGrace`` at the
+    /// latest, the slot after ``slotGrace``.
+    /// FoundationNetworking cancels asynchronously, and traps ("a task that is not in the registry")
+    /// if the transfer fails in between, say because the server closes the connection; waiting for
+    /// the cancel to land before telling the caller keeps a caller that then shuts its server down
+    /// out of that window, and means the server has seen its connection close before the slot is
+    /// used again.
+    ///
     /// - Parameter cancelsTransfer: Whether an ending with an error cancels the session task; not
     ///   when the session itself reported the task complete.
     @discardableResult
@@ -296,19 +308,59 @@ final class URLDispatcherCore: Sendable {
             effects.cancelTimers = [record.queueTimer, record.timeoutTimer].compactMap { $0 }
             record.queueTimer = nil
             record.timeoutTimer = nil
-            guard var entry = state.endpoints[record.endpoint] else { return (effects, task) }
-            let ending = entry.slots.end(record.id, outcome: outcome, now: now)
-            state.endpoints[record.endpoint] = entry
-            if case .released(let decision)? = ending {
-                effects.merge(Self.apply(decision, to: record.endpoint, in: &state, now: now))
+            if let task, error != nil, cancelsTransfer {
+                record.ending = (outcome, error)
+                state.cancelling[task.taskIdentifier] = record
+                return (effects, task)
             }
-            return (effects, task)
+            effects.merge(Self.release(record, outcome: outcome, in: &state, now: now))
+            return (effects, nil)
         }
-        guard let (effects, task) = result else { return false }
-        if error != nil, cancelsTransfer { task?.cancel() }
+        guard let (effects, cancelling) = result else { return false }
         perform(effects)
-        record.post(.completion(error))
+        if let cancelling {
+            cancelling.cancel()
+            let identifier = cancelling.taskIdentifier
+            let callerGrace = try? TimerThread.shared.schedule(after: Self.cancelGrace) { record.post(.completion(error)) }
+            let slotGrace = try? TimerThread.shared.schedule(after: Self.slotGrace) { [self] in cancelLanded(identifier) }
+            if callerGrace == nil || slotGrace == nil { cancelLanded(identifier) }
+        } else {
+            record.post(.completion(error))
+        }
         return true
+    }
+
+    /// The longest a cancelled transfer holds its caller's completion while the session carries the
+    /// cancel out (it takes about a millisecond): a timeout still costs at most 50 ms more.
+    static let cancelGrace = Duration.milliseconds(25)
+
+    /// The longest a cancelled transfer holds its slot while the session carries the cancel out: the
+    /// slot comes back when the connection is closed, so the server never sees one request too many.
+    static let slotGrace = Duration.seconds(1)
+
+    /// The cancel of the task `identifier` has landed (the session reported it complete) or its slot
+    /// grace is over: free the slot and deliver the completion (if the caller's grace has not).
+    private func cancelLanded(_ identifier: Int) {
+        let now = now()
+        let landed = state.withLock { state -> (RequestRecord, Effects)? in
+            guard let record = state.cancelling.removeValue(forKey: identifier) else { return nil }
+            let outcome = record.ending?.outcome ?? .failed
+            return (record, Self.release(record, outcome: outcome, in: &state, now: now))
+        }
+        guard let (record, effects) = landed else { return }
+        perform(effects)
+        let error = state.withLock { _ in record.ending?.error }
+        record.post(.completion(error))
+    }
+
+    /// Gives `record`'s slot (or queue place) back to its endpoint; returns who starts in its place.
+    private static func release(_ record: RequestRecord, outcome: EndpointSlots<Int>.Outcome,
+                                in state: inout State, now: Duration) -> Effects {
+        guard var entry = state.endpoints[record.endpoint] else { return Effects() }
+        let ending = entry.slots.end(record.id, outcome: outcome, now: now)
+        state.endpoints[record.endpoint] = entry
+        guard case .released(let decision)? = ending else { return Effects() }
+        return apply(decision, to: record.endpoint, in: &state, now: now)
     }
 
     /// Cancels `record`: out of the queue at once, or its transfer cancelled; the owner gets
@@ -346,9 +398,13 @@ final class URLDispatcherCore: Sendable {
         for timer in taken.timers { timer.cancel() }
         for record in taken.queued { record.post(.completion(URLDispatcherError.disposed)) }
         for record in taken.running { end(record, outcome: .failed, error: URLDispatcherError.disposed) }
+        // Every running transfer is cancelled above, by its own request. `invalidateAndCancel()`
+        // would cancel once more every task the session still lists, those whose completion is on
+        // its way included, and FoundationNetworking traps when a cancel races a completion
+        // ("a task that is not in the registry").
         sessionGate.withLock { invalidated in
             invalidated = true
-            session.invalidateAndCancel()
+            session.finishTasksAndInvalidate()
         }
         Log.log(.urlDispatcher, "disposed: \(taken.queued.count) queued and \(taken.running.count) running requests failed")
     }
@@ -406,7 +462,10 @@ final class URLDispatcherCore: Sendable {
     }
 
     func completed(_ task: URLSessionTask, error: (any Error)?) {
-        guard let record = record(for: task) else { return }
+        guard let record = record(for: task) else {
+            cancelLanded(task.taskIdentifier)
+            return
+        }
         end(record, outcome: error == nil ? .completed : .failed, error: error, cancelsTransfer: false)
     }
 
