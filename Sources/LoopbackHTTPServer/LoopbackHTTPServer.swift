@@ -341,9 +341,11 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
             finished()
             return send(Array("0\r\n\r\n".utf8), on: connection)
         case .closeMidResponse:
+            finished()
             _ = send(Array("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial".utf8), on: connection)
             return false
         case .malformed:
+            finished()   // the client may give up as soon as it reads these bytes
             _ = send(Array("THIS IS NOT HTTP AT ALL\r\n\r\n".utf8), on: connection)
             return false
         }
