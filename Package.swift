@@ -5,16 +5,23 @@ let package = Package(
     name: "ThreadKit",
     products: [
         .library(name: "ThreadKit", targets: ["ThreadKit"]),
+        .library(name: "ThreadKitURL", targets: ["ThreadKitURL"]),
+        .library(name: "LoopbackHTTPServer", targets: ["LoopbackHTTPServer"]),
         .executable(name: "threadkit-demo", targets: ["threadkit-demo"]),
         .executable(name: "threadkit-bench", targets: ["threadkit-bench"]),
         .executable(name: "threadkit-soak", targets: ["threadkit-soak"]),
     ],
     targets: [
         .target(name: "ThreadKit"),
-        .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit"]),
+        // URLDispatcher: imports FoundationNetworking on Linux, so the core never links it.
+        .target(name: "ThreadKitURL", dependencies: ["ThreadKit"]),
+        // The loopback HTTP/1.1 server that the tests, the demo and the benchmark share.
+        .target(name: "LoopbackHTTPServer"),
+        .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
         .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit"]),
         .executableTarget(name: "threadkit-soak", dependencies: ["ThreadKit"]),
         .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit"]),
+        .testTarget(name: "ThreadKitURLTests", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
     ],
     swiftLanguageModes: [.v6]
 )

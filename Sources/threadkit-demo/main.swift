@@ -1,4 +1,4 @@
-// threadkit-demo: a short tour of ThreadKit's parts, in about ten seconds.
+// threadkit-demo: a short tour of ThreadKit's parts, in about thirteen seconds.
 import Foundation
 import Synchronization
 import ThreadKit
@@ -265,6 +265,22 @@ func dedicatedThreadTour() {
     database.thread.dispose()
 }
 dedicatedThreadTour()
+
+// MARK: - URLDispatcher
+
+heading("URLDispatcher: a client that stays inside an API's rules")
+do {
+    let finished = DispatchSemaphore(value: 0)
+    Task.detached {
+        do {
+            try await urlDispatcherTour()
+        } catch {
+            print("  the URL tour failed: \(error)")
+        }
+        finished.signal()
+    }
+    finished.wait()
+}
 
 heading("Done")
 print("  the tour took \(milliseconds(ContinuousClock.now - tour))")

@@ -241,3 +241,6 @@ struct ThrottleSchedule<Item> {
         return result
     }
 }
+
+extension ThrottleSchedule: Sendable where Item: Sendable {}
+extension ThrottleSchedule.Pending: Sendable where Item: Sendable {}

@@ -1,0 +1,280 @@
+@_spi(ThreadKitURL) import ThreadKit
+
+/// The slot decisions for one endpoint of a ``URLDispatcher``: a pure state machine.
+///
+/// Events go in (a request arrives, ends, a pause is set, a wake-up is due, the limits change) and
+/// the actions come out as a ``Decision``: which requests start now, and when to wake it up again.
+/// It reads no clock, starts no thread, touches no socket; every time is an offset from an origin
+/// the caller picks. The dispatcher holds one per endpoint under its lock and carries the decisions out.
+///
+/// The rules:
+/// - at most `maxRequests` requests run, every kind counted; at most `maxLongRequests` of them long;
+/// - one FIFO for every waiting request; a long request that waits for a long slot lets the short
+///   requests behind it pass, and keeps its place;
+/// - work-conserving: after every event, every request that may start does;
+/// - starts follow the rate limit and the pause (the throttle's rules, ``StartThrottle``);
+/// - every request ends exactly once: a second ``end(_:outcome:now:)`` for it is ignored, so a slot
+///   comes back exactly once whatever races to end it.
+struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
+    /// The kind of a request, as the slots see it.
+    enum Kind: Equatable, Sendable {
+        /// A short request (async, sync or delegate).
+        case short
+        /// A long request; `waits` says whether it queues when the long limit is reached.
+        case long(waits: Bool)
+
+        var isLong: Bool { self != .short }
+    }
+
+    /// How a request ended, for the statistics.
+    enum Outcome: Equatable, Sendable {
+        /// With a whole response, whatever its status.
+        case completed
+        /// With any error but a ThreadKit timeout (cancel, dispose, transport error, malformed response).
+        case failed
+        /// With a ThreadKit timeout, in any phase.
+        case timedOut
+    }
+
+    /// What to do after an event.
+    struct Decision: Equatable, Sendable {
+        /// The requests that get their slot now, in FIFO order.
+        var start: [ID] = []
+        /// Arm a wake-up for this offset: a queued request may start then (rate limit or pause).
+        /// `nil`: no new wake-up is needed (one already armed for this time or earlier, or none at all).
+        var wakeAt: Duration?
+    }
+
+    /// The answer to a new request.
+    enum Admission: Equatable, Sendable {
+        /// The long limit is reached and the request does not wait: refuse it.
+        case rejected(limit: Int)
+        /// Accepted: it is queued, or among `decision.start` if it starts at once.
+        case accepted(Decision)
+    }
+
+    /// The answer to the end of a request.
+    enum Ending: Equatable, Sendable {
+        /// It was still queued and has left the queue; no slot was involved.
+        case dequeued
+        /// It held a slot, now free; the decision says who starts in its place.
+        case released(Decision)
+    }
+
+    /// The counts the statistics report.
+    struct Counts: Equatable, Sendable {
+        var running = 0
+        var runningLong = 0
+        var queued = 0
+        var completed = 0
+        var failed = 0
+        var timedOut = 0
+    }
+
+    private struct Waiting: Sendable {
+        var id: ID
+        var kind: Kind
+    }
+
+    private(set) var maxRequests: Int
+    private(set) var maxLongRequests: Int
+    private var throttle: StartThrottle
+    /// The FIFO, with holes left by requests that left it early; `head` is the first live place.
+    private var queue: [Waiting?] = []
+    private var head = 0
+    /// Where each waiting request sits in `queue`.
+    private var places: [ID: Int] = [:]
+    /// The running requests and whether each is long.
+    private var running: [ID: Bool] = [:]
+    private var queuedLong = 0
+    /// The earliest wake-up already asked for, not yet reported by ``wake(now:)``.
+    private var armedWake: Duration?
+    private(set) var counts = Counts()
+
+    /// Slots with these limits and no request.
+    ///
+    /// - Parameters:
+    ///   - maxRequests: At least 1.
+    ///   - maxLongRequests: At least 0, less than `maxRequests`.
+    ///   - rate: At most `rate.count` starts in any window of `rate.window`; `nil` for no cap.
+    init(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?) {
+        Self.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
+        self.maxRequests = maxRequests
+        self.maxLongRequests = maxLongRequests
+        throttle = StartThrottle(limit: rate)
+    }
+
+    static func checkLimits(maxRequests: Int, maxLongRequests: Int) {
+        precondition(maxRequests >= 1, "URLDispatcher.EndpointLimits: maxRequests must be at least 1, got \(maxRequests)")
+        precondition(maxLongRequests >= 0, "URLDispatcher.EndpointLimits: maxLongRequests must be at least 0, got \(maxLongRequests)")
+        precondition(maxLongRequests < maxRequests,
+                     "URLDispatcher.EndpointLimits: maxLongRequests (\(maxLongRequests)) must be less than maxRequests (\(maxRequests)), so short requests always keep a slot")
+    }
+
+    /// The rate limit in force.
+    var rate: RateLimit? { throttle.limit }
+
+    /// Where the most recent pause ends (it may have passed).
+    var pausedUntil: Duration? { throttle.pausedUntil }
+
+    /// Whether a long request that does not wait would be accepted now.
+    var isLongRequestAllowed: Bool { counts.runningLong + queuedLong < maxLongRequests }
+
+    /// Whether nothing runs and nothing waits.
+    var isIdle: Bool { running.isEmpty && places.isEmpty }
+
+    /// Whether `id` is queued.
+    func isQueued(_ id: ID) -> Bool { places[id] != nil }
+
+    /// Whether `id` holds a slot.
+    func isRunning(_ id: ID) -> Bool { running[id] != nil }
+
+    // MARK: - Events
+
+    /// A new request arrives at `now`.
+    mutating func submit(_ id: ID, kind: Kind, now: Duration) -> Admission {
+        precondition(places[id] == nil && running[id] == nil, "EndpointSlots.submit: request \(id) is already known")
+        if kind.isLong {
+            let refuses = kind == .long(waits: false) ? !isLongRequestAllowed : maxLongRequests == 0
+            if refuses {
+                counts.failed += 1
+                return .rejected(limit: maxLongRequests)
+            }
+            queuedLong += 1
+        }
+        places[id] = queue.count
+        queue.append(Waiting(id: id, kind: kind))
+        counts.queued += 1
+        return .accepted(grant(now: now))
+    }
+
+    /// Request `id` ended at `now` with `outcome`: finished, failed, timed out or cancelled, queued or
+    /// running. Returns `nil` if it had already ended (or was never submitted): nothing changes then.
+    mutating func end(_ id: ID, outcome: Outcome, now: Duration) -> Ending? {
+        if let place = places.removeValue(forKey: id) {
+            if queue[place]?.kind.isLong == true { queuedLong -= 1 }
+            queue[place] = nil
+            counts.queued -= 1
+            record(outcome)
+            compact()
+            return .dequeued
+        }
+        guard let isLong = running.removeValue(forKey: id) else { return nil }
+        counts.running -= 1
+        if isLong { counts.runningLong -= 1 }
+        record(outcome)
+        return .released(grant(now: now))
+    }
+
+    /// No request starts before `until` (Retry-After); a later pause already in force stays.
+    mutating func pause(until: Duration, now: Duration) -> Decision {
+        throttle.pause(until: until)
+        return grant(now: now)
+    }
+
+    /// A wake-up asked for by an earlier decision is due at `now` (or a stale one came: harmless).
+    mutating func wake(now: Duration) -> Decision {
+        if let armed = armedWake, armed <= now { armedWake = nil }
+        return grant(now: now)
+    }
+
+    /// New limits from `now` on. Running requests over a lowered limit finish; no new one starts
+    /// until the counts are below it. The rate limit's history starts afresh; a pause stays.
+    mutating func setLimits(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?, now: Duration) -> Decision {
+        Self.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
+        self.maxRequests = maxRequests
+        self.maxLongRequests = maxLongRequests
+        if rate != throttle.limit {
+            let pause = throttle.pausedUntil
+            throttle = StartThrottle(limit: rate)
+            if let pause { throttle.pause(until: pause) }
+        }
+        return grant(now: now)
+    }
+
+    /// A request for this endpoint ended before it was submitted (cancelled first, or refused by a
+    /// disposed dispatcher): counted as failed, so every request lands in exactly one count.
+    mutating func countUnsubmittedFailure() {
+        counts.failed += 1
+    }
+
+    /// Empties the queue (the dispatcher is disposed): returns the requests that will never start,
+    /// in FIFO order, counted as failed. Running requests are not affected.
+    mutating func removeAllQueued() -> [ID] {
+        let removed = queue[head...].compactMap { $0?.id }
+        queue.removeAll()
+        head = 0
+        places.removeAll()
+        queuedLong = 0
+        counts.queued = 0
+        counts.failed += removed.count
+        armedWake = nil
+        return removed
+    }
+
+    // MARK: - Deciding
+
+    /// Starts every queued request that may start at `now`, in FIFO order; a long one that waits for
+    /// a long slot keeps its place and lets the ones behind it pass.
+    private mutating func grant(now: Duration) -> Decision {
+        var decision = Decision()
+        var index = head
+        while index < queue.count, counts.running < maxRequests {
+            guard let waiting = queue[index] else {
+                index += 1
+                continue
+            }
+            if waiting.kind.isLong, counts.runningLong >= maxLongRequests {
+                index += 1
+                continue
+            }
+            let allowed = throttle.earliestStart()
+            if allowed > now {
+                if armedWake.map({ allowed < $0 }) ?? true {
+                    armedWake = allowed
+                    decision.wakeAt = allowed
+                }
+                break
+            }
+            throttle.recordStart(at: now)
+            queue[index] = nil
+            places[waiting.id] = nil
+            counts.queued -= 1
+            counts.running += 1
+            running[waiting.id] = waiting.kind.isLong
+            if waiting.kind.isLong {
+                queuedLong -= 1
+                counts.runningLong += 1
+            }
+            decision.start.append(waiting.id)
+            index += 1
+        }
+        compact()
+        return decision
+    }
+
+    private mutating func record(_ outcome: Outcome) {
+        switch outcome {
+        case .completed: counts.completed += 1
+        case .failed: counts.failed += 1
+        case .timedOut: counts.timedOut += 1
+        }
+    }
+
+    /// Drops the holes at the front, and rebuilds the queue once holes make up most of it.
+    private mutating func compact() {
+        while head < queue.count, queue[head] == nil { head += 1 }
+        if head == queue.count {
+            queue.removeAll(keepingCapacity: true)
+            head = 0
+            return
+        }
+        guard head > 64, head * 2 > queue.count else { return }
+        queue.removeFirst(head)
+        head = 0
+        places.removeAll(keepingCapacity: true)
+        for (place, waiting) in queue.enumerated() {
+            if let waiting { places[waiting.id] = place }
+        }
+    }
+}

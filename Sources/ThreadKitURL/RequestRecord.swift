@@ -1,0 +1,161 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+@_spi(ThreadKitURL) import ThreadKit
+
+/// What a request's owner receives: the response, chunks of its body, then one completion.
+enum RequestEvent: Sendable {
+    case response(HTTPURLResponse)
+    case data(Data)
+    /// The end: `nil` after a whole response, else the error.
+    case completion((any Error)?)
+}
+
+/// Receives one request's events, in order, one at a time, never after the completion.
+protocol RequestSink: AnyObject, Sendable {
+    func deliver(_ event: RequestEvent)
+}
+
+/// One request as the dispatcher tracks it.
+///
+/// The fields marked "dispatcher lock" are read and written only under the owning
+/// ``URLDispatcherCore``'s `state` lock. Events reach the owner through a mailbox with its own lock:
+/// ``post(_:)`` appends; whichever thread finds no delivery in progress delivers, outside every
+/// lock, until the mailbox is empty. So events of one request come in order and one at a time from
+/// whatever threads they are posted (the session's delegate queue, the timer thread, a canceller),
+/// and nothing comes after the completion.
+final class RequestRecord: @unchecked Sendable {
+    // Sendable: the `var`s below are guarded by URLDispatcherCore.state's lock; `mailbox` is a Locked.
+    enum Phase {
+        /// Made, not yet submitted.
+        case new
+        /// Waiting for a slot.
+        case queued
+        /// Holding a slot.
+        case running
+        /// Ended; its slot (if it had one) is back.
+        case ended
+    }
+
+    private struct Mailbox: Sendable {
+        var events: [RequestEvent] = []
+        var delivering = false
+        var completionPosted = false
+        var sink: (any RequestSink)?
+    }
+
+    let id: Int
+    let endpoint: URLDispatcher.Endpoint
+    let kind: URLDispatcher.Kind
+    let request: URLRequest
+    let timeout: Duration
+    let idleTimeout: Duration
+    let queueTimeout: Duration
+
+    // Dispatcher lock.
+    var phase = Phase.new
+    var cancelledEarly = false
+    var task: URLSessionDataTask?
+    var queueTimer: TimerHandle?
+    var timeoutTimer: TimerHandle?
+    /// When it got its slot, as an offset from the dispatcher's origin.
+    var startedAt = Duration.zero
+    var gotHeaders = false
+    /// When the last headers or chunk came, as an offset from the dispatcher's origin.
+    var lastActivity = Duration.zero
+    /// How it ended, while its cancelled transfer winds down.
+    var ending: (outcome: EndpointSlots<Int>.Outcome, error: (any Error)?)?
+
+    private let mailbox = Locked(Mailbox())
+
+    init(id: Int, endpoint: URLDispatcher.Endpoint, kind: URLDispatcher.Kind, request: URLRequest,
+         timeout: Duration, idleTimeout: Duration, queueTimeout: Duration) {
+        self.id = id
+        self.endpoint = endpoint
+        self.kind = kind
+        self.request = request
+        self.timeout = timeout
+        self.idleTimeout = idleTimeout
+        self.queueTimeout = queueTimeout
+    }
+
+    var isLong: Bool { kind != .short }
+
+    /// Sets who receives the events; before the request is submitted.
+    func attach(_ sink: any RequestSink) {
+        mailbox.withLock { $0.sink = sink }
+    }
+
+    /// Lets go of the sink without telling it anything (a request refused at once, whose caller got
+    /// the error thrown). The sink is released after the lock.
+    func detach() {
+        let sink = mailbox.withLock { box -> (any RequestSink)? in
+            defer { box.sink = nil }
+            box.completionPosted = true
+            return box.sink
+        }
+        _ = sink
+    }
+
+    /// Queues `event` for the owner and delivers it unless another thread is delivering; dropped
+    /// after the completion.
+    func post(_ event: RequestEvent) {
+        let drains = mailbox.withLock { box -> Bool in
+            guard !box.completionPosted else { return false }
+            if case .completion = event { box.completionPosted = true }
+            box.events.append(event)
+            guard !box.delivering else { return false }
+            box.delivering = true
+            return true
+        }
+        guard drains else { return }
+        while true {
+            // The sink is moved out with the completion, and released here, outside the lock.
+            let next = mailbox.withLock { box -> (RequestEvent, (any RequestSink)?)? in
+                guard !box.events.isEmpty else {
+                    box.delivering = false
+                    return nil
+                }
+                let event = box.events.removeFirst()
+                let sink = box.sink
+                if case .completion = event { box.sink = nil }
+                return (event, sink)
+            }
+            guard let (event, sink) = next else { return }
+            sink?.deliver(event)
+        }
+    }
+}
+
+/// Collects a whole response for `data(for:)` and `dataSync(for:)`.
+final class CollectingSink: RequestSink, @unchecked Sendable {
+    // Sendable: `response` and `body` are touched only inside deliver(_:), which the request's
+    // mailbox lock serialises (one delivery at a time, each after the previous one).
+    private var response: HTTPURLResponse?
+    private var body = Data()
+    private let endpoint: URLDispatcher.Endpoint
+    private let finish: @Sendable (Result<(Data, HTTPURLResponse), any Error>) -> Void
+
+    init(endpoint: URLDispatcher.Endpoint, finish: @escaping @Sendable (Result<(Data, HTTPURLResponse), any Error>) -> Void) {
+        self.endpoint = endpoint
+        self.finish = finish
+    }
+
+    func deliver(_ event: RequestEvent) {
+        switch event {
+        case .response(let response):
+            self.response = response
+        case .data(let data):
+            body.append(data)
+        case .completion(let error?):
+            finish(.failure(error))
+        case .completion(nil):
+            if let response {
+                finish(.success((body, response)))
+            } else {
+                finish(.failure(URLDispatcherError.notHTTP(endpoint: endpoint)))
+            }
+        }
+    }
+}

@@ -1,0 +1,183 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import ThreadKit
+
+extension URLDispatcher {
+    /// The limits that apply to each endpoint.
+    public struct EndpointLimits: Sendable, Equatable {
+        /// The most requests in flight to the endpoint at once, every kind counted (sync too).
+        public var maxRequests: Int
+        /// The most long requests in flight at once; always less than ``maxRequests``, so short
+        /// requests always keep a slot. 0 allows no long request.
+        public var maxLongRequests: Int
+        /// The most requests started in any sliding window (the ``ThrottledQueue``'s rule); `nil`: no cap.
+        public var rate: RateLimit?
+        /// Whether a 429 or 503 with `Retry-After` pauses the endpoint until then.
+        public var honorRetryAfter: Bool
+        /// The longest pause a `Retry-After` can impose.
+        public var maxRetryAfter: Duration
+
+        /// Limits for an endpoint.
+        ///
+        /// - Parameters:
+        ///   - maxRequests: At least 1.
+        ///   - maxLongRequests: At least 0 and less than `maxRequests`.
+        ///   - rate: A cap on starts per window, or `nil`.
+        ///   - honorRetryAfter: Pause the endpoint on a 429 or 503 with `Retry-After`.
+        ///   - maxRetryAfter: At least zero: the longest such pause.
+        public init(maxRequests: Int = 6, maxLongRequests: Int = 3, rate: RateLimit? = nil,
+                    honorRetryAfter: Bool = true, maxRetryAfter: Duration = .seconds(120)) {
+            EndpointSlots<Int>.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
+            precondition(maxRetryAfter >= .zero, "URLDispatcher.EndpointLimits: maxRetryAfter must not be negative, got \(maxRetryAfter)")
+            self.maxRequests = maxRequests
+            self.maxLongRequests = maxLongRequests
+            self.rate = rate
+            self.honorRetryAfter = honorRetryAfter
+            self.maxRetryAfter = maxRetryAfter
+        }
+    }
+
+    /// Where requests go: a lower-cased scheme, a lower-cased host and a port.
+    ///
+    /// `http://API.example.com/a` and `http://api.example.com:80/b` are the same endpoint;
+    /// `https://api.example.com` is another one (port 443).
+    public struct Endpoint: Hashable, Sendable, CustomStringConvertible {
+        /// `http`, `https`, `ws` or `wss`.
+        public let scheme: String
+        /// The host, lower-cased.
+        public let host: String
+        /// The explicit port, else 80 for http/ws, 443 for https/wss.
+        public let port: Int
+
+        /// The endpoint of `url`.
+        ///
+        /// - Throws: ``URLDispatcherError/unsupportedURL`` if the scheme is not http, https, ws
+        ///   or wss, or there is no host.
+        public init(url: URL) throws {
+            guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased(), !host.isEmpty else {
+                Log.log(.urlDispatcher, "unsupported URL \(url.absoluteString): no host")
+                throw URLDispatcherError.unsupportedURL
+            }
+            let defaultPort: Int
+            switch scheme {
+            case "http", "ws": defaultPort = 80
+            case "https", "wss": defaultPort = 443
+            default:
+                Log.log(.urlDispatcher, "unsupported URL \(url.absoluteString): scheme \(scheme)")
+                throw URLDispatcherError.unsupportedURL
+            }
+            self.scheme = scheme
+            self.host = host
+            self.port = url.port ?? defaultPort
+        }
+
+        /// `scheme://host:port`.
+        public var description: String { "\(scheme)://\(host):\(port)" }
+    }
+
+    /// What to do with a long request when the endpoint's long requests are at their limit.
+    public enum LongRequestPolicy: Sendable, Hashable {
+        /// Refuse it at once with ``URLDispatcherError/longRequestLimit(endpoint:limit:)``.
+        case reject
+        /// Queue it until a long slot is free, never exceeding the long limit.
+        case wait
+    }
+
+    /// Whether a request is short (answered soon) or long (a stream that stays open).
+    public enum Kind: Sendable, Hashable {
+        /// A request answered soon; its timeout is a total deadline.
+        case short
+        /// A long-lived request (a stream, long polling): counted against `maxLongRequests` too; its
+        /// timeout is the time to the response's headers, then an idle timeout between chunks.
+        case long(whenFull: LongRequestPolicy = .reject)
+    }
+
+    /// An endpoint's counts, as ``URLDispatcher/statistics(for:)`` reports them.
+    public struct EndpointStatistics: Sendable, Equatable, CustomStringConvertible {
+        /// Requests holding a slot, every kind.
+        public var running: Int
+        /// Long requests holding a slot.
+        public var runningLong: Int
+        /// Requests waiting for a slot, every kind, blocked `dataSync` callers included.
+        public var queued: Int
+        /// Until when a `Retry-After` holds the endpoint's starts, if it still does.
+        public var pausedUntil: ContinuousClock.Instant?
+        /// Requests ended with a whole response, whatever its status.
+        public var completed: Int
+        /// Requests ended with any other error (cancel, dispose, refused, transport, malformed response).
+        public var failed: Int
+        /// Requests ended by a ThreadKit timeout, in any phase.
+        public var timedOut: Int
+
+        /// A one-line summary.
+        public var description: String {
+            "running \(running) (long \(runningLong)), queued \(queued), completed \(completed), failed \(failed), timed out \(timedOut)"
+                + (pausedUntil.map { " paused for \(ContinuousClock.now.duration(to: $0))" } ?? "")
+        }
+    }
+}
+
+/// Why a ``URLDispatcher`` request failed. Each description names the endpoint and the limit or
+/// timeout involved.
+public enum URLDispatcherError: Error, Equatable, CustomStringConvertible {
+    /// The phase of a request that a timeout ended.
+    public enum TimeoutPhase: Sendable, Hashable, CustomStringConvertible {
+        /// Waiting for a slot (`queueTimeout`).
+        case queued
+        /// A short or sync request's total time from its slot (`timeout`).
+        case total
+        /// A long request's time from its slot to the response headers (`timeout`).
+        case headers
+        /// A long request's time between two chunks of its body (`idleTimeout`).
+        case idle
+
+        /// The phase, as a phrase.
+        public var description: String {
+            switch self {
+            case .queued: "waiting for a slot"
+            case .total: "for the whole request"
+            case .headers: "waiting for the response headers"
+            case .idle: "waiting for the next chunk of the body"
+            }
+        }
+    }
+
+    /// The URL has no host, or a scheme other than http, https, ws, wss. (`Log.enable(.urlDispatcher)`
+    /// logs the URL.)
+    case unsupportedURL
+    /// A long request with the `.reject` policy found the endpoint's long requests at `limit`.
+    case longRequestLimit(endpoint: URLDispatcher.Endpoint, limit: Int)
+    /// ThreadKit ended the request after `after` in `phase`.
+    case timedOut(endpoint: URLDispatcher.Endpoint, after: Duration, phase: TimeoutPhase)
+    /// The dispatcher was disposed before the request could finish.
+    case disposed
+    /// The server's answer was not an HTTP response.
+    case notHTTP(endpoint: URLDispatcher.Endpoint)
+
+    /// A readable description that names the endpoint and the limit or timeout.
+    public var description: String {
+        switch self {
+        case .unsupportedURL:
+            "URLDispatcher: unsupported URL: it needs an http, https, ws or wss scheme and a host"
+        case .longRequestLimit(let endpoint, let limit):
+            "URLDispatcher: \(endpoint) already has its limit of \(limit) long request\(limit == 1 ? "" : "s") in flight or waiting"
+        case .timedOut(let endpoint, let after, let phase):
+            "URLDispatcher: request to \(endpoint) timed out after \(after.readable) \(phase)"
+        case .disposed:
+            "URLDispatcher: disposed; the request was refused or cancelled"
+        case .notHTTP(let endpoint):
+            "URLDispatcher: \(endpoint) answered with something that is not an HTTP response"
+        }
+    }
+}
+
+extension Duration {
+    /// "300 ms", "1.5 s": for messages.
+    var readable: String {
+        let milliseconds = Double(components.seconds) * 1e3 + Double(components.attoseconds) / 1e15
+        if milliseconds < 1_000 { return "\(String(format: "%g", milliseconds)) ms" }
+        return "\(String(format: "%g", milliseconds / 1e3)) s"
+    }
+}

@@ -1,0 +1,211 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import ThreadKit
+
+/// Keeps the HTTP requests in flight to each endpoint under a limit, keeps long-lived requests
+/// (streams) from starving short ones, and enforces timeouts itself.
+///
+/// An endpoint is a scheme, a host and a port (``Endpoint``). Each has at most `maxRequests`
+/// requests in flight, every kind counted, of which at most `maxLongRequests` long ones; requests
+/// over the limit wait in one FIFO per endpoint, and start the moment a slot is free (and the
+/// endpoint's `rate` and any `Retry-After` pause allow). Endpoints are independent.
+///
+/// Timeouts are ThreadKit's, counted from when a request gets its slot: FoundationNetworking on
+/// Linux truncates request timeouts to whole seconds, counts time queued in libcurl, and never
+/// enforces `timeoutIntervalForResource`, so the dispatcher sets the session's own timeouts far out
+/// and cancels the transfer itself. See `Docs/URLDispatcher.md`.
+///
+/// Four ways to send a request: ``data(for:kind:timeout:queueTimeout:)`` (async),
+/// ``stream(for:kind:timeout:idleTimeout:)`` (an async sequence of the response and the body's
+/// chunks), ``dataSync(for:timeout:)`` (blocking), and ``dispatch(_:kind:delegate:)`` (a delegate).
+///
+/// A dispatcher keeps its `URLSession` until ``dispose()``, as a session keeps its delegate until
+/// it is invalidated.
+public final class URLDispatcher: Sendable {
+    /// A dispatcher with the default limits and an ephemeral session configuration; never disposed.
+    public static let shared = URLDispatcher()
+
+    private let core: URLDispatcherCore
+
+    /// A dispatcher whose endpoints get `limits` until ``setLimits(_:for:)`` says otherwise.
+    ///
+    /// - Parameters:
+    ///   - limits: The limits of every endpoint without limits of its own.
+    ///   - configuration: The session's configuration, copied. Its timeouts are set far out (ThreadKit
+    ///     enforces its own) and its `httpMaximumConnectionsPerHost` above every ThreadKit limit.
+    public init(limits: EndpointLimits = .init(), configuration: URLSessionConfiguration = .ephemeral) {
+        core = URLDispatcherCore(limits: limits, configuration: configuration)
+    }
+
+    /// Gives `endpoint` its own limits, from now on: waiting requests start at once if they now fit;
+    /// running ones over lowered limits finish, and no new one starts until the counts are below them.
+    public func setLimits(_ limits: EndpointLimits, for endpoint: Endpoint) {
+        core.setLimits(limits, for: endpoint)
+    }
+
+    /// Whether a long request to `url` with the `.reject` policy would be accepted now: its endpoint's
+    /// long requests, running and waiting, are below `maxLongRequests`. `false` for an unsupported URL
+    /// or after ``dispose()``.
+    public func isLongRequestAllowed(to url: URL) -> Bool {
+        guard let endpoint = try? Endpoint(url: url) else { return false }
+        return core.isLongRequestAllowed(to: endpoint)
+    }
+
+    /// The counts of `endpoint`: zeros for one never used.
+    public func statistics(for endpoint: Endpoint) -> EndpointStatistics {
+        core.statistics(for: endpoint)
+    }
+
+    /// Refuses new requests with ``URLDispatcherError/disposed``; queued ones fail with it at once;
+    /// running ones are cancelled and fail with it too. The session is then invalidated. Calling it again
+    /// does nothing.
+    public func dispose() {
+        core.dispose()
+    }
+
+    // MARK: - Making requests
+
+    /// The timeouts of a request: explicit ones, else the request's `timeoutInterval`.
+    func makeRecord(_ request: URLRequest, kind: Kind, timeout: Duration?, idleTimeout: Duration?,
+                    queueTimeout: Duration?) throws -> RequestRecord {
+        guard let url = request.url else { throw URLDispatcherError.unsupportedURL }
+        let endpoint = try Endpoint(url: url)
+        let requestTimeout = request.timeoutInterval
+        precondition(requestTimeout >= 0, "URLDispatcher: the request's timeoutInterval must not be negative or NaN, got \(requestTimeout)")
+        let total = timeout ?? (requestTimeout > 1e9 ? .seconds(Int64(1e9)) : .milliseconds(Int64(requestTimeout * 1000)))
+        precondition(total >= .zero, "URLDispatcher: timeout must not be negative, got \(total)")
+        if let idleTimeout { precondition(idleTimeout >= .zero, "URLDispatcher: idleTimeout must not be negative, got \(idleTimeout)") }
+        if let queueTimeout { precondition(queueTimeout >= .zero, "URLDispatcher: queueTimeout must not be negative, got \(queueTimeout)") }
+        return RequestRecord(id: core.makeID(), endpoint: endpoint, kind: kind, request: request, timeout: total,
+                             idleTimeout: idleTimeout ?? total, queueTimeout: queueTimeout ?? total)
+    }
+
+    /// Sends `request` and returns its whole body and response, whatever the status; the caller
+    /// suspends, no thread is blocked.
+    ///
+    /// - Parameters:
+    ///   - request: An http or https request.
+    ///   - kind: `.short` (default) or `.long`: a long one counts against `maxLongRequests` too.
+    ///   - timeout: From the slot on: a total deadline for a short request; for a long one, the time
+    ///     to the response headers, then the same between chunks. Default: the request's `timeoutInterval`.
+    ///   - queueTimeout: The longest wait for a slot. Default: `timeout`.
+    /// - Returns: The body and the response.
+    /// - Throws: ``URLDispatcherError`` (unsupported URL, long-request limit, timeout, disposed),
+    ///   `CancellationError` if the calling task is cancelled, or the transfer's `URLError`.
+    public func data(for request: URLRequest, kind: Kind = .short, timeout: Duration? = nil,
+                     queueTimeout: Duration? = nil) async throws -> (Data, HTTPURLResponse) {
+        let record = try makeRecord(request, kind: kind, timeout: timeout, idleTimeout: nil, queueTimeout: queueTimeout)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Data, HTTPURLResponse), any Error>) in
+                record.attach(CollectingSink(endpoint: record.endpoint) { continuation.resume(with: $0) })
+                if let error = core.submit(record) { record.post(.completion(error)) }
+            }
+        } onCancel: {
+            core.cancel(record)
+        }
+    }
+
+    /// Sends `request` and returns its response, then the chunks of its body as they arrive.
+    ///
+    /// It never throws when called: every error (unsupported URL, long-request limit, timeout,
+    /// transport) comes out of the iteration, before any element if the request never got a
+    /// response. The request is sent at once; ending the iteration early (or cancelling the
+    /// iterating task) cancels it and frees its slot.
+    ///
+    /// - Parameters:
+    ///   - request: An http or https request.
+    ///   - kind: `.long()` (default: refused when the long limit is reached) or `.short`.
+    ///   - timeout: From the slot: to the response headers for a long request, the total for a
+    ///     short one. Default: the request's `timeoutInterval`.
+    ///   - idleTimeout: The longest silence between chunks of a long request. Default: `timeout`.
+    public func stream(for request: URLRequest, kind: Kind = .long(), timeout: Duration? = nil,
+                       idleTimeout: Duration? = nil) -> URLResponseStream {
+        let (stream, continuation) = AsyncThrowingStream<URLResponseStream.Element, any Error>.makeStream()
+        let record: RequestRecord
+        do {
+            record = try makeRecord(request, kind: kind, timeout: timeout, idleTimeout: idleTimeout, queueTimeout: nil)
+        } catch {
+            continuation.finish(throwing: error)
+            return URLResponseStream(base: stream)
+        }
+        record.attach(StreamSink(continuation: continuation))
+        let core = core
+        continuation.onTermination = { _ in core.cancel(record) }
+        if let error = core.submit(record) { record.post(.completion(error)) }
+        return URLResponseStream(base: stream)
+    }
+
+    /// Sends `request` and blocks the calling thread until its whole response is in.
+    ///
+    /// The caller waits in its endpoint's FIFO like any request (``EndpointStatistics/queued``
+    /// counts it). Do not call it from a Swift concurrency task; use ``data(for:kind:timeout:queueTimeout:)``.
+    ///
+    /// - Parameters:
+    ///   - request: An http or https request.
+    ///   - timeout: From the slot, for the whole request; also the longest wait for a slot.
+    ///     Default: the request's `timeoutInterval`.
+    /// - Returns: The body and the response, whatever the status.
+    /// - Throws: ``URLDispatcherError`` or the transfer's `URLError`.
+    public func dataSync(for request: URLRequest, timeout: Duration? = nil) throws -> (Data, HTTPURLResponse) {
+        let record = try makeRecord(request, kind: .short, timeout: timeout, idleTimeout: nil, queueTimeout: nil)
+        let waiter = SyncWaiter()
+        record.attach(CollectingSink(endpoint: record.endpoint) { waiter.finish($0) })
+        if let error = core.submit(record) {
+            record.detach()
+            throw error
+        }
+        return try waiter.blockingWaitForResult().get()
+    }
+
+    /// Sends `request` and reports to `delegate`: the response, the body's chunks, then exactly one
+    /// completion, in order, one at a time, and nothing after it.
+    ///
+    /// Delegate methods run on the session's delegate queue, or for an ending ThreadKit decides
+    /// (timeout, cancel, dispose) on the thread that decided it (the timer thread, the caller of
+    /// ``URLDispatchOperation/cancel()``): keep them short, as with `URLSession` delegates.
+    ///
+    /// - Parameters:
+    ///   - request: An http or https request; its `timeoutInterval` is the timeout (a total deadline for
+    ///     a short request; to the headers, then between chunks, for a long one) and the longest wait
+    ///     for a slot.
+    ///   - kind: `.short` (default) or `.long(whenFull:)`.
+    ///   - delegate: Kept until the completion has been delivered.
+    /// - Returns: The operation, to cancel it.
+    /// - Throws: ``URLDispatcherError/unsupportedURL``, ``URLDispatcherError/longRequestLimit(endpoint:limit:)``
+    ///   or ``URLDispatcherError/disposed``, at once; the delegate then hears nothing.
+    public func dispatch(_ request: URLRequest, kind: Kind = .short, delegate: any URLDispatchDelegate) throws -> URLDispatchOperation {
+        let record = try makeRecord(request, kind: kind, timeout: nil, idleTimeout: nil, queueTimeout: nil)
+        let operation = URLDispatchOperation(record: record, core: core)
+        record.attach(DelegateSink(operation: operation, delegate: delegate))
+        if let error = core.submit(record) {
+            record.detach()
+            throw error
+        }
+        return operation
+    }
+}
+
+/// Blocks a `dataSync` caller until its result is in.
+final class SyncWaiter: @unchecked Sendable {
+    // Sendable: `result` is guarded by `condition`'s lock.
+    private let condition = NSCondition()
+    private var result: Result<(Data, HTTPURLResponse), any Error>?
+
+    func finish(_ result: Result<(Data, HTTPURLResponse), any Error>) {
+        condition.lock()
+        self.result = result
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func blockingWaitForResult() -> Result<(Data, HTTPURLResponse), any Error> {
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            if let result { return result }
+            condition.wait()
+        }
+    }
+}

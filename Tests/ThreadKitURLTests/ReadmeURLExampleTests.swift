@@ -1,0 +1,35 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+import ThreadKit
+import ThreadKitURL
+import LoopbackHTTPServer
+
+/// The README's URLDispatcher quick start, compiled and run as written against the loopback server.
+extension URLIntegrationTests {
+@Suite struct ReadmeURLExampleTests {
+    @Test func urlDispatcherQuickStart() async throws {
+        let server = try LoopbackHTTPServer()
+        defer { server.shutdown() }
+        let base = server.baseURL
+        try await bounded {
+            let api = URLDispatcher(limits: .init(maxRequests: 4, maxLongRequests: 1, rate: .rate(20, per: .seconds(1))))
+            let items = URLRequest(url: base.appendingPathComponent("items"))
+            let (body, response) = try await api.data(for: items, timeout: .milliseconds(800))   // waits its turn; enforced to the ms
+            print(response.statusCode, body.count)               // any status; a 429/503 with Retry-After pauses the endpoint
+            for try await element in api.stream(for: URLRequest(url: base.appendingPathComponent("events")),
+                                                timeout: .seconds(5), idleTimeout: .seconds(30)) {
+                if case .data(let chunk) = element { print("chunk of \(chunk.count) bytes") }   // .response first, then chunks
+            }
+            print(api.statistics(for: try .init(url: base)))     // running, queued, completed, failed, timed out
+            api.dispose()                                        // queued and running requests fail with .disposed
+
+            #expect(response.statusCode == 200)
+            #expect(api.statistics(for: try .init(url: base)).completed == 2)
+        }
+        #expect(server.arrivals.map(\.target) == ["/items", "/events"])
+    }
+}
+}

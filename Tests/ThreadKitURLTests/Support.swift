@@ -1,0 +1,94 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+@_spi(ThreadKitURL) import ThreadKit
+import ThreadKitURL
+import LoopbackHTTPServer
+
+/// The suites that talk to loopback servers, run one test at a time: their timing checks must
+/// not compete with the 10,000-request test for the two cores.
+@Suite(.serialized) struct URLIntegrationTests {}
+
+/// Whether this process runs under the thread sanitizer (its runtime is linked in).
+let threadSanitized = dlsym(nil, "__tsan_init") != nil
+
+/// A test ran past its bound.
+struct TestTimedOut: Error, CustomStringConvertible {
+    let limit: Duration
+    var description: String { "the test did not finish within \(limit)" }
+}
+
+/// Runs `body`, failing with ``TestTimedOut`` if it takes longer than `limit`. The body is
+/// cancelled then; every dispatcher call honours cancellation.
+func bounded<T: Sendable>(_ limit: Duration = .seconds(30), _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try? await Task.sleep(for: limit)
+            return nil
+        }
+        guard let first = try await group.next(), let value = first else {
+            group.cancelAll()
+            throw TestTimedOut(limit: limit)
+        }
+        group.cancelAll()
+        return value
+    }
+}
+
+/// Runs blocking `body` on a new thread and suspends until it returns (or `limit` passes: then
+/// throws, leaving the thread to finish on its own).
+func onNewThread<T: Sendable>(limit: Duration = .seconds(30), _ body: @escaping @Sendable () -> T) async throws -> T {
+    let result = Locked<T?>(nil)
+    Thread { let value = body(); result.withLock { $0 = value } }.start()
+    let deadline = ContinuousClock.now + limit
+    while true {
+        if let value = result.withLock({ $0 }) { return value }
+        if ContinuousClock.now > deadline { throw TestTimedOut(limit: limit) }
+        try await Task.sleep(for: .milliseconds(2))
+    }
+}
+
+/// Polls `condition` until it holds or `timeout` passes; returns whether it held.
+func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        if ContinuousClock.now >= deadline { return false }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    return true
+}
+
+/// A loopback server for the length of `body`, shut down after it.
+func withServer<T: Sendable>(_ handler: @escaping @Sendable (LoopbackHTTPServer.Request) -> LoopbackHTTPServer.Reply = LoopbackHTTPServer.Reply.route,
+                             _ body: (LoopbackHTTPServer) async throws -> T) async throws -> T {
+    let server = try LoopbackHTTPServer(handler: handler)
+    defer { server.shutdown() }
+    return try await body(server)
+}
+
+/// A dispatcher for the length of `body`, disposed after it.
+func withDispatcher<T: Sendable>(_ limits: URLDispatcher.EndpointLimits = .init(),
+                                 _ body: (URLDispatcher) async throws -> T) async throws -> T {
+    let dispatcher = URLDispatcher(limits: limits)
+    defer { dispatcher.dispose() }
+    return try await body(dispatcher)
+}
+
+extension LoopbackHTTPServer {
+    /// A request for `pathAndQuery` on this server.
+    func request(_ pathAndQuery: String) -> URLRequest { URLRequest(url: url(pathAndQuery)) }
+
+    /// This server's endpoint.
+    var endpoint: URLDispatcher.Endpoint { try! URLDispatcher.Endpoint(url: baseURL) }
+}
+
+/// Milliseconds, for messages.
+func ms(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) * 1e3 + Double(duration.components.attoseconds) / 1e15
+}
