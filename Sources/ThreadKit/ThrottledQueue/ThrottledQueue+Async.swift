@@ -29,6 +29,6 @@ extension ThrottledQueue {
             hold.taskEnded()
             endTask(startedAt: hold.startedAt, ticket: ticket)
         }
-        return try await Hold.$ofTask.withValue(hold) { try await work() }
+        return try await Hold.withTaskHold(hold) { try await work() }
     }
 }

@@ -20,10 +20,11 @@ extension ThrottledQueue {
     /// Synchronous work has a fixed thread, so its holds live in a thread-local; async work can
     /// move between threads, so `run`'s holds travel in a task-local.
     final class Hold: @unchecked Sendable {
-        // Sendable: `startedAt` is written only before the hold is shared: by the thread it
-        // belongs to, just before the task's work (``withThreadHold(_:_:)``), or at init for
-        // `run`'s work; a thread's hold is only ever read by that thread. `hasNestedTaskRunning`
-        // is guarded by the queue's mutex. The rest is constant.
+        // Sendable: `startedAt` is written only before the hold is shared: just before the task's
+        // work, by the thread it belongs to (``withThreadHold(_:_:)``) or by `run`'s task
+        // (``withTaskHold(_:_:)``), before any child task can see it; a thread's hold is only ever
+        // read by that thread. `hasNestedTaskRunning` is guarded by the queue's mutex;
+        // `taskRuns` is an atomic. The rest is constant.
 
         /// The queue whose task runs.
         let queue: ThrottledQueue
@@ -91,6 +92,15 @@ extension ThrottledQueue {
                 hold = current.outer
             }
             return nil
+        }
+
+        /// Runs `work`, `run`'s work, with `hold` as the current task's innermost hold, and sets the
+        /// hold's `startedAt` as the last thing before `work` begins (see ``withThreadHold(_:_:)``).
+        static func withTaskHold<Result: Sendable>(_ hold: Hold, _ work: () async throws -> Result) async rethrows -> Result {
+            try await $ofTask.withValue(hold) {
+                hold.startedAt = MonotonicInstant.now()
+                return try await work()
+            }
         }
 
         /// The holds of `run`'s work, in the current Swift task and the child tasks it starts.
