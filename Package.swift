@@ -18,7 +18,7 @@ let package = Package(
         // The loopback HTTP/1.1 server that the tests, the demo and the benchmark share.
         .target(name: "LoopbackHTTPServer"),
         .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
-        .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit"]),
+        .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
         .executableTarget(name: "threadkit-soak", dependencies: ["ThreadKit"]),
         .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit"]),
         .testTarget(name: "ThreadKitURLTests", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),

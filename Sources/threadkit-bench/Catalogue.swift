@@ -42,6 +42,8 @@ enum Catalogue {
             ("dedicated.throughput", DispatchWorkloads.dedicatedThroughput),
             ("dedicated.sync", DispatchWorkloads.dedicatedSync),
             ("dispatch.sync.held", DispatchWorkloads.syncWhileHolding),
+            ("url.loopback", URLWorkloads.loopback),
+            ("url.timeout", URLWorkloads.timeout),
         ]
         return list
     }()

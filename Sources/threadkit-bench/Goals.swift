@@ -69,6 +69,10 @@ struct Goal {
         ratio("dedicated.throughput", "wall per item", "GCD serial", 0.5),
         ratio("dedicated.sync", "per call", "GCD serial", 1.0),
         ratio("dispatch.sync.held", "per call", "GCD serial", 1.5),
+        // Issue 9: URLDispatcher against URLSession with the same configuration.
+        ratio("url.loopback", "wall", "URLSession", 1.1),
+        Goal(workload: "url.loopback", metric: "endpoints off the limit", kind: .zero),
+        Goal(workload: "url.timeout", metric: "lateness p99", kind: .atMost(10, unit: "ms")),
         // Issue 13, item 3: what users choose a pool by.
         ratio("pool.latency.u70.t10", "start latency p99", "GCD", 1.0),
         ratio("pool.latency.u70.t100", "start latency p99", "GCD", 1.0),
