@@ -75,12 +75,14 @@ enum URLWorkloads {
             ])
     }
 
-    /// `url.timeout`: requests with a 250 ms timeout to a server that never answers, 8 at once;
-    /// how late each one ends after its 250 ms (negative: early). URLSession gets the same timeout
-    /// as its request's `timeoutInterval`.
+    /// `url.timeout`: requests with a 250 ms timeout to a server that never answers, 8 at once
+    /// (with room for 8 at once on the endpoint, so that none waits for a slot: a dispatcher's
+    /// timeout counts from the slot's grant); how late each one ends after its 250 ms (negative:
+    /// early). URLSession gets the same timeout as its request's `timeoutInterval`.
     static func timeout(scale: Scale) -> Workload {
         let calls = scale.size(40)
         let timeout = Duration.milliseconds(250)
+        let atOnce = 8
         func measure(_ fetch: @escaping @Sendable (URL) async -> Void) throws -> Measurement {
             let server = try LoopbackHTTPServer()
             defer { server.shutdown() }
@@ -96,7 +98,7 @@ enum URLWorkloads {
                             return ((ContinuousClock.now - start) - timeout).nanoseconds / 1e6
                         }
                     }
-                    while next < min(8, calls) { submit() }
+                    while next < min(atOnce, calls) { submit() }
                     for await late in group {
                         lateness.append(late)
                         if next < calls { submit() }
@@ -112,13 +114,14 @@ enum URLWorkloads {
             id: "url.timeout", metrics: Metric.percentiles("lateness", unit: "ms"),
             contenders: [
                 Contender(name: "ThreadKit") {
-                    let dispatcher = URLDispatcher(configuration: .ephemeral)
+                    let dispatcher = URLDispatcher(limits: .init(maxRequests: atOnce, maxLongRequests: 1), configuration: .ephemeral)
                     defer { dispatcher.dispose() }
                     return try measure { url in _ = try? await dispatcher.data(for: URLRequest(url: url), timeout: timeout) }
                 },
                 Contender(name: "URLSession") {
                     let configuration = URLSessionConfiguration.ephemeral
                     configuration.timeoutIntervalForRequest = 0.25
+                    configuration.httpMaximumConnectionsPerHost = atOnce
                     let session = URLSession(configuration: configuration)
                     defer { session.invalidateAndCancel() }
                     return try measure { url in
