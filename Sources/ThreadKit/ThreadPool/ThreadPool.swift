@@ -23,8 +23,8 @@ import Darwin
 /// pool.dispose()
 /// ```
 public final class ThreadPool: TaskExecutor, @unchecked Sendable {
-    // Sendable: `state` and every `Worker.assignment` are guarded by `mutex`; the other stored
-    // properties are constants or atomics.
+    // Sendable: `state` and every `Worker.assignment` are guarded by `mutex`; `intake` is a
+    // lock-free queue; the other stored properties are constants or atomics.
 
     /// What a submission does when the queue already holds `queueLimit` tasks.
     public enum OverflowPolicy: Sendable, Equatable {
@@ -56,8 +56,16 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// Broadcast when the last thread of a disposed pool exits.
     private let threadsGone = MonotonicCondition()
     private let completedCount = Atomic<Int>(0)
-    /// Bumped when a spinning worker has something to look at: queued work, or a shutdown.
-    private let spinnerNudge = Atomic<Int>(0)
+    /// The tasks waiting for a thread, in the order they were accepted. Submitters push and workers
+    /// pop without the mutex; it is closed, under the mutex, when the pool is disposed.
+    private let intake = IntakeQueue<Work>()
+    /// Accepted tasks not yet started nor cancelled (entries of `intake` may be cancelled tasks).
+    private let queuedCount = Atomic<Int>(0)
+    /// The idle workers: sleeping ones in units of ``oneSleeper``, spinning ones in units of 1.
+    /// Changed with sequentially consistent operations, for the wake protocol (see ``submit``).
+    private let idleWorkerCount = Atomic<Int>(0)
+    /// `state.threads`, readable without the mutex; written under it.
+    private let threadCount = Atomic<Int>(0)
     /// The pool's state, guarded by `mutex`. It lives behind a pointer so that the hot paths do not
     /// pay for Swift's dynamic exclusivity checks on a class's stored property: the mutex already
     /// guarantees exclusive access.
@@ -177,21 +185,23 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             state.lifecycle = .stopped
             var handedBack: [ScheduledTask] = []
             var shutdown = beginShutdown()
-            while let work = state.queue.popFirst() {
+            // The intake is closed: these are all the tasks that will ever be queued, less those a
+            // thread takes meanwhile (they start, and so are not handed back).
+            while let work = intake.pop() {
                 switch work {
                 case .job(let job):
                     // A Swift task's job is not the caller's to take back; it must run somewhere.
                     jobs.append(job)
-                    state.queuedCount -= 1
+                    queuedCount.wrappingSubtract(1, ordering: .relaxed)
                 case .closure(let closure):
                     let task = ScheduledTask(pool: nil, work: closure)
                     _ = task.handBack()
                     handedBack.append(task)
-                    state.queuedCount -= 1
+                    queuedCount.wrappingSubtract(1, ordering: .relaxed)
                 case .task(let task):
                     // A task the user cancelled a moment ago is theirs already; they count it.
                     guard task.handBack() else { continue }
-                    state.queuedCount -= 1
+                    queuedCount.wrappingSubtract(1, ordering: .relaxed)
                     if let abandon = task.takeAbandonHandler() {
                         shutdown.abandoned.append((task, abandon))
                     } else {
@@ -221,7 +231,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         precondition(timeout >= .zero, "ThreadPool '\(name)': awaitTermination timeout must not be negative, got \(timeout)")
         let deadline = MonotonicInstant.now().advanced(by: timeout)
         return mutex.withLock {
-            while !state.isTerminated {
+            while !isTerminated {
                 if MonotonicInstant.now() >= deadline { return false }
                 threadsGone.wait(mutex, until: deadline)
             }
@@ -232,10 +242,11 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// A consistent snapshot of the pool's threads and tasks.
     public var statistics: Statistics {
         mutex.withLock {
-            let idleThreads = state.idleWorkers.count + state.spinningWorkers
+            let idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
+            let idleThreads = min(state.threads, idle / Self.oneSleeper + idle % Self.oneSleeper)
             return Statistics(
                 threads: state.threads, idleThreads: idleThreads,
-                busyThreads: state.threads - idleThreads, queuedTasks: state.queuedCount,
+                busyThreads: state.threads - idleThreads, queuedTasks: max(0, queuedCount.load(ordering: .relaxed)),
                 completedTasks: completedCount.load(ordering: .relaxed), peakThreads: state.peakThreads)
         }
     }
@@ -250,7 +261,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         case job(UnownedJob)
     }
 
-    /// One pool thread's mailbox: an idle worker sleeps on `wakeUp` until given an assignment.
+    /// One pool thread's mailbox: an idle worker sleeps on `wakeUp` until it is taken off the idle
+    /// list, with an assignment or to look in the queue.
     fileprivate final class Worker: @unchecked Sendable {
         // Sendable: `assignment` and the idle-list links are guarded by the pool's mutex.
         let number: Int
@@ -277,16 +289,12 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 
     private struct State {
         var lifecycle = Lifecycle.running
-        var queue = RingBuffer<Work>()
-        /// Entries of `queue` not cancelled: the tasks waiting for a thread.
-        var queuedCount = 0
         /// ``run(_:)`` calls waiting for room in a full queue, oldest first: they suspend instead of
         /// blocking their thread, and enter the queue as room appears. Not counted in `queuedCount`.
         var waitingForRoom = RingBuffer<ScheduledTask>()
-        /// Idle workers: the most recently idle is reused first, so the others age and retire.
+        /// Sleeping workers: the most recently idle is reused first, so the others age and retire.
+        /// Counted in `idleWorkerCount` too: add and remove through the pool's helpers.
         var idleWorkers = IdleWorkers()
-        /// Workers briefly spinning for more work before they sleep (at most one at a time).
-        var spinningWorkers = 0
         /// How long the next worker to run out of work spins, learned from the last sleeps.
         var spinBudget = SpinBudget(ceiling: ThreadPool.spinBeforeSleeping)
         var threads = 0
@@ -295,28 +303,35 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         var blockedSubmitters = 0
         /// How long the next retry waits, after a thread start failed with work left unserved.
         var startRetryDelay = Duration.milliseconds(10)
+    }
 
-        /// Disposed, with no thread left and nothing queued (work left by a failed thread start
-        /// still waits for the retry that serves it).
-        var isTerminated: Bool {
-            if case .running = lifecycle { return false }
-            return threads == 0 && queuedCount == 0
-        }
+    /// Disposed, with no thread left and nothing queued (work left by a failed thread start still
+    /// waits for the retry that serves it). Mutex held.
+    private var isTerminated: Bool {
+        if case .running = state.lifecycle { return false }
+        return state.threads == 0 && queuedCount.load(ordering: .relaxed) == 0
     }
 
     /// Whether the queue holds `queueLimit` tasks. Mutex held.
     private var isQueueFull: Bool {
         guard let queueLimit else { return false }
-        return state.queuedCount >= queueLimit
+        return queuedCount.load(ordering: .relaxed) >= queueLimit
+    }
+
+    /// Which thread will take queued work, decided under the lock and acted on outside it.
+    private enum Helper {
+        /// A running or spinning thread will.
+        case none
+        /// A sleeping worker, taken off the idle list, which may carry an assignment.
+        case wake(Worker)
+        /// A new thread, that starts with the submitted work (`carriesWork`) or with the queue.
+        case start(number: Int, carriesWork: Bool)
     }
 
     /// What a submission found it must do, decided under the lock and done outside it.
     private enum Placement {
-        case handedToIdle(Worker)
-        /// A new thread starts with the work; or, if older work waits in the queue (a thread
-        /// failed to start earlier), the work is queued and the new thread starts with the queue.
-        case newThread(number: Int, carriesWork: Bool)
-        case queued
+        /// Handed to a worker, or queued, with a thread to wake or start.
+        case helped(Helper)
         case runOnCaller
         /// A ``run(_:)`` call waits, suspended, for room in the queue.
         case waitingForRoom
@@ -337,19 +352,51 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     ///     lose a Swift task.
     ///   - waiting: How to wait for room under ``OverflowPolicy/block``; a `.suspend` submission
     ///     must be a `.task` whose work resumes its caller.
+    ///
+    /// When every thread exists and the queue has no limit to check, the work is pushed onto the
+    /// lock-free intake without the mutex, and the mutex is taken only if a worker sleeps and must
+    /// be woken. That wake cannot be lost: a worker announces its sleep (`idleWorkerCount`) before
+    /// it looks in the intake one last time, and a submitter pushes before it reads the count, both
+    /// with sequentially consistent operations. Of two such threads at least one sees the other:
+    /// the worker finds the work, or the submitter finds the sleeper.
     func submit(_ work: Work, ignoringLimit: Bool = false, waiting: Waiting = .blockThread) throws(ThreadPoolError) {
+        if queueLimit == nil || ignoringLimit, threadCount.load(ordering: .relaxed) == size {
+            queuedCount.wrappingAdd(1, ordering: .relaxed)
+            if let refused = intake.push(work) {
+                // Closed: the pool was disposed. The work is dropped here, with no lock held.
+                _ = consume refused
+                queuedCount.wrappingSubtract(1, ordering: .relaxed)
+                mutex.withLock { if isTerminated { threadsGone.broadcast() } }
+                throw .disposed(pool: name)
+            }
+            if idleWorkerCount.load(ordering: .sequentiallyConsistent) >= Self.oneSleeper {
+                let helper = mutex.withLock { helperForQueuedWork() }
+                try? help(helper)  // a thread it starts carries no work: nothing to refuse
+            }
+            return
+        }
         let placement = try mutex.withLock { () throws(ThreadPoolError) -> Placement in
             try place(work, ignoringLimit: ignoringLimit, waiting: waiting)
         }
         switch placement {
-        case .handedToIdle(let worker):
-            worker.wakeUp.signal()
-        case .newThread(let number, let carriesWork):
-            try startThread(number: number, firstWork: carriesWork ? work : nil)
-        case .queued, .waitingForRoom:
+        case .helped(let helper):
+            try help(helper, carrying: work)
+        case .waitingForRoom:
             break
         case .runOnCaller:
             perform(claimed(work))
+        }
+    }
+
+    /// Wakes the worker, or starts the thread, that `helper` names: after the mutex is let go.
+    private func help(_ helper: Helper, carrying work: Work? = nil) throws(ThreadPoolError) {
+        switch helper {
+        case .none:
+            break
+        case .wake(let worker):
+            worker.wakeUp.signal()
+        case .start(let number, let carriesWork):
+            try startThread(number: number, firstWork: carriesWork ? work : nil)
         }
     }
 
@@ -357,27 +404,14 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     private func place(_ work: Work, ignoringLimit: Bool, waiting: Waiting) throws(ThreadPoolError) -> Placement {
         while true {
             guard case .running = state.lifecycle else { throw .disposed(pool: name) }
-            if state.queue.count < state.spinningWorkers {
-                // A spinning worker takes it within microseconds, with no wakeup to pay for.
-                enqueue(work)
-                spinnerNudge.wrappingAdd(1, ordering: .releasing)
-                return .queued
-            }
-            if let worker = state.idleWorkers.popMostRecent() {
-                worker.assignment = claimed(work)
-                return .handedToIdle(worker)
-            }
-            if state.threads < size {
-                state.threads += 1
-                state.threadsStarted += 1
-                state.peakThreads = max(state.peakThreads, state.threads)
-                let carriesWork = state.queue.isEmpty
-                if !carriesWork { enqueue(work) }
-                return .newThread(number: state.threadsStarted, carriesWork: carriesWork)
+            let spinners = idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper
+            if intake.count < spinners || state.threads < size || !state.idleWorkers.isEmpty {
+                // A thread is free: no limit applies, as the work waits for nothing.
+                return .helped(handOver(work))
             }
             guard !ignoringLimit, isQueueFull, let limit = queueLimit else {
                 enqueue(work)
-                return .queued
+                return .helped(.none)
             }
             switch (overflowPolicy, waiting) {
             case (.reject, _):
@@ -405,10 +439,73 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// Appends `work` to the queue. Mutex held.
+    /// Hands `work` to a sleeping worker or a new thread while nothing older waits and no worker
+    /// spins, or else queues it; and finds the thread that will take it. Mutex held.
+    private func handOver(_ work: Work) -> Helper {
+        if intake.count == 0, idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper == 0 {
+            if let worker = popSleeper() {
+                worker.assignment = claimed(work)
+                return .wake(worker)
+            }
+            if state.threads < size {
+                return .start(number: countNewThread(), carriesWork: true)
+            }
+        }
+        enqueue(work)
+        return helperForQueuedWork()
+    }
+
+    /// The thread that will take the work just queued: a spinning worker (no wakeup to pay for) if
+    /// one watches for each queued task; else a sleeping worker, woken; else a new thread, while
+    /// the pool has fewer than `size`. `.none` when every thread is busy: one will take it when it
+    /// finishes. Mutex held.
+    private func helperForQueuedWork() -> Helper {
+        let spinners = idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper
+        if intake.count <= spinners { return .none }
+        if let worker = popSleeper() { return .wake(worker) }
+        if state.threads < size, case .running = state.lifecycle {
+            return .start(number: countNewThread(), carriesWork: false)
+        }
+        return .none
+    }
+
+    /// Counts a thread about to start, and returns its number. Mutex held.
+    private func countNewThread() -> Int {
+        state.threads += 1
+        threadCount.store(state.threads, ordering: .sequentiallyConsistent)
+        state.threadsStarted += 1
+        state.peakThreads = max(state.peakThreads, state.threads)
+        return state.threadsStarted
+    }
+
+    /// Appends `work` to the queue. Mutex held, pool not yet closed.
     private func enqueue(_ work: Work) {
-        state.queue.append(work)
-        state.queuedCount += 1
+        queuedCount.wrappingAdd(1, ordering: .relaxed)
+        let refused = intake.push(work)
+        precondition(refused == nil, "the intake closes only under the mutex, with the lifecycle")
+    }
+
+    /// Units of `idleWorkerCount` for one sleeping worker; spinning ones count 1 each.
+    private static var oneSleeper: Int { 1 << 32 }
+
+    /// Puts `worker` on the idle list and announces it in `idleWorkerCount`. Mutex held.
+    private func addSleeper(_ worker: Worker) {
+        state.idleWorkers.add(worker)
+        idleWorkerCount.wrappingAdd(Self.oneSleeper, ordering: .sequentiallyConsistent)
+    }
+
+    /// Takes `worker` off the idle list, if it is on it. Mutex held.
+    private func removeSleeper(_ worker: Worker) {
+        guard worker.isIdle else { return }
+        state.idleWorkers.remove(worker)
+        idleWorkerCount.wrappingSubtract(Self.oneSleeper, ordering: .sequentiallyConsistent)
+    }
+
+    /// Takes the most recently idle worker off the idle list. Mutex held.
+    private func popSleeper() -> Worker? {
+        guard let worker = state.idleWorkers.popMostRecent() else { return nil }
+        idleWorkerCount.wrappingSubtract(Self.oneSleeper, ordering: .sequentiallyConsistent)
+        return worker
     }
 
     /// `work`, with a task moved from pending to running: it is about to run for sure.
@@ -430,7 +527,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             if !state.waitingForRoom.isEmpty, !state.waitingForRoom.removeAll(where: { $0 === task }).isEmpty {
                 return  // a run(_:) call that was waiting for room, never counted in the queue
             }
-            state.queuedCount -= 1
+            queuedCount.wrappingSubtract(1, ordering: .relaxed)
             queueGainedRoom()
         }
     }
@@ -452,7 +549,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         guard task.claim() else { return false }
         mutex.withLock {
             // Its queue entry stays, to be skipped; it no longer counts as queued.
-            state.queuedCount -= 1
+            queuedCount.wrappingSubtract(1, ordering: .relaxed)
             queueGainedRoom()
         }
         task.runClaimed(countingInto: completedCount)
@@ -506,17 +603,19 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     private func placeAfterFailedStart(of number: Int, _ work: Work?, errno: Int32) throws(ThreadPoolError) {
         let (idle, retryAfter, refused) = mutex.withLock { () -> (Worker?, Duration?, Bool) in
             state.threads -= 1
-            if let worker = state.idleWorkers.popMostRecent() {
-                if let work { enqueue(work) }
-                worker.assignment = popQueuedWork()
+            threadCount.store(state.threads, ordering: .sequentiallyConsistent)
+            // A pool disposed meanwhile takes no more work: the submitter hears of the failure.
+            let canQueue = work == nil || !intake.isClosed
+            if canQueue, let worker = popSleeper() {
+                if let work { enqueue(work) }  // the worker takes it from the queue
                 return (worker, nil, false)
             }
-            if state.threads > 0 {
+            if canQueue, state.threads > 0 {
                 if let work { enqueue(work) }  // a running thread takes it
                 return (nil, nil, false)
             }
-            let retryAfter = state.queuedCount > 0 ? nextStartRetry() : nil
-            if state.isTerminated { threadsGone.broadcast() }
+            let retryAfter = queuedCount.load(ordering: .relaxed) > 0 ? nextStartRetry() : nil
+            if isTerminated { threadsGone.broadcast() }
             return (nil, retryAfter, work != nil)
         }
         idle?.wakeUp.signal()
@@ -542,11 +641,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     private func retryThreadStart() {
         let number: Int? = mutex.withLock {
             if case .stopped = state.lifecycle { return nil }
-            guard state.threads == 0, state.queuedCount > 0 else { return nil }
-            state.threads += 1
-            state.threadsStarted += 1
-            state.peakThreads = max(state.peakThreads, state.threads)
-            return state.threadsStarted
+            guard state.threads == 0, queuedCount.load(ordering: .relaxed) > 0 else { return nil }
+            return countNewThread()
         }
         guard let number else { return }
         try? startThread(number: number, firstWork: nil)  // it carries no work: nothing to refuse
@@ -609,85 +705,129 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     static let spinBeforeSleeping = Duration.microseconds(50)
 
     /// The next claimed work for `worker`, waiting while idle; `nil` when the thread should exit.
+    ///
+    /// Work is popped from the intake without the mutex. Only a worker that found the intake
+    /// empty takes the mutex: to spin (one worker at a time), then to sleep. Before it sleeps it
+    /// announces itself in `idleWorkerCount` and looks in the intake once more (see ``submit``).
     private func takeNextWork(for worker: Worker) -> Work? {
-        mutex.lock()
-        if let work = popQueuedWork() {
-            mutex.unlock()
-            return work
-        }
-        if case .running = state.lifecycle, state.spinningWorkers == 0, state.spinBudget.current > .zero {
-            state.spinningWorkers += 1
-            let nudge = spinnerNudge.load(ordering: .acquiring)
-            let budget = state.spinBudget.current
-            mutex.unlock()
-            _spinBrieflyForWork(since: nudge, for: budget)
+        while true {
+            if let work = takeQueuedWork() { return work }
             mutex.lock()
-            state.spinningWorkers -= 1
-            if let work = popQueuedWork() {
+            if case .running = state.lifecycle, state.spinBudget.current > .zero,
+                idleWorkerCount.load(ordering: .relaxed) % Self.oneSleeper == 0
+            {
+                let budget = state.spinBudget.current
+                idleWorkerCount.wrappingAdd(1, ordering: .sequentiallyConsistent)
+                mutex.unlock()
+                let sawWork = _spinBrieflyForWork(for: budget)
+                // No longer idle before it looks: a submitter that still counts it leaves its work
+                // to it, and it looks after this, so it finds that work or a sleeper is woken.
+                idleWorkerCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+                if sawWork { continue }
+                mutex.lock()
+            }
+            addSleeper(worker)
+            if let work = takeQueuedWorkLocked() {
+                removeSleeper(worker)
                 mutex.unlock()
                 return work
             }
-        }
-        var exit = Exit.shutDown
-        if case .running = state.lifecycle {
-            let idleSince = MonotonicInstant.now()
-            state.idleWorkers.add(worker)
-            let work = _blockingWaitForWork(worker, until: collection.retirement(idleSince: idleSince))
-            state.spinBudget.slept(for: idleSince.duration(to: .now()))
-            if let work {
-                mutex.unlock()
-                return work
+            var exit = Exit.shutDown
+            if case .running = state.lifecycle {
+                let idleSince = MonotonicInstant.now()
+                let outcome = _blockingWaitForWork(worker, until: collection.retirement(idleSince: idleSince))
+                state.spinBudget.slept(for: idleSince.duration(to: .now()))
+                switch outcome {
+                case .assigned(let work):
+                    mutex.unlock()
+                    return work
+                case .woken:
+                    mutex.unlock()
+                    continue
+                case .timedOut, .shutDown:
+                    break
+                }
+                if case .running = state.lifecycle { exit = .collected(idle: idleSince.duration(to: .now())) }
             }
-            state.idleWorkers.remove(worker)
-            if case .running = state.lifecycle { exit = .collected(idle: idleSince.duration(to: .now())) }
-        }
-        // The thread still counts while it logs its exit, so awaitTermination cannot return before.
-        // Meanwhile it is neither idle nor spinning: work that arrives finds it in the queue.
-        mutex.unlock()
-        switch exit {
-        case .collected(let idle):
-            Log.log(.threadPool, "\(name): collected \(name) Thread\(worker.number), idle for \(idle)")
-        case .shutDown:
-            Log.log(.threadPool, "\(name): Thread\(worker.number) exits, the pool is disposed")
-        }
-        mutex.lock()
-        if let work = popQueuedWork() {
+            removeSleeper(worker)
+            // The thread still counts while it logs its exit, so awaitTermination cannot return before.
+            // Meanwhile it is neither idle nor spinning: work that arrives finds it in the queue.
             mutex.unlock()
-            return work
+            switch exit {
+            case .collected(let idle):
+                Log.log(.threadPool, "\(name): collected \(name) Thread\(worker.number), idle for \(idle)")
+            case .shutDown:
+                Log.log(.threadPool, "\(name): Thread\(worker.number) exits, the pool is disposed")
+            }
+            mutex.lock()
+            // Uncounted before it looks once more, as a sleeper announces itself: a submitter that
+            // still counted this thread (and so started none) queued work that this look finds.
+            state.threads -= 1
+            threadCount.store(state.threads, ordering: .sequentiallyConsistent)
+            if let work = takeQueuedWorkLocked() {
+                state.threads += 1
+                threadCount.store(state.threads, ordering: .sequentiallyConsistent)
+                mutex.unlock()
+                return work
+            }
+            if isTerminated { threadsGone.broadcast() }
+            mutex.unlock()
+            return nil
         }
-        state.threads -= 1
-        if state.isTerminated { threadsGone.broadcast() }
-        mutex.unlock()
-        return nil
+    }
+
+    /// The first queued work that was not cancelled, claimed; without the mutex.
+    private func takeQueuedWork() -> Work? {
+        guard let work = popQueuedWork() else { return nil }
+        if queueLimit != nil { mutex.withLock { queueGainedRoom() } }
+        return work
     }
 
     /// The first queued work that was not cancelled, claimed. Mutex held.
+    private func takeQueuedWorkLocked() -> Work? {
+        guard let work = popQueuedWork() else { return nil }
+        queueGainedRoom()
+        return work
+    }
+
+    /// Pops queued work until one is not cancelled, and claims it.
     private func popQueuedWork() -> Work? {
-        while let work = state.queue.popFirst() {
+        while let work = intake.pop() {
             if case .task(let task) = work, !task.claim() { continue }  // cancelled while queued
-            state.queuedCount -= 1
-            queueGainedRoom()
+            queuedCount.wrappingSubtract(1, ordering: .relaxed)
             return work
         }
         return nil
     }
 
-    /// Watches, without the mutex, for a nudge from a submitter or a shutdown, for a few microseconds.
-    private func _spinBrieflyForWork(since nudge: Int, for budget: Duration) {
-        _ = spinBriefly(for: budget) { spinnerNudge.load(ordering: .acquiring) != nudge }
+    /// Watches the intake, without the mutex, for a few microseconds.
+    ///
+    /// - Returns: Whether work appeared.
+    private func _spinBrieflyForWork(for budget: Duration) -> Bool {
+        spinBriefly(for: budget) { !intake.isEmpty }
     }
 
-    /// Sleeps until `worker` is handed work (returned), the pool shuts down, or `retirement` comes
-    /// (both `nil`). Called with the mutex held.
-    private func _blockingWaitForWork(_ worker: Worker, until retirement: MonotonicInstant) -> Work? {
+    /// How a sleeping worker's wait ended.
+    private enum WaitOutcome {
+        /// A submitter handed it work.
+        case assigned(Work)
+        /// It was taken off the idle list to look in the queue.
+        case woken
+        case timedOut
+        case shutDown
+    }
+
+    /// Sleeps until `worker` is taken off the idle list (with or without an assignment), the pool
+    /// shuts down, or `retirement` comes. Called with the mutex held and `worker` on the idle list.
+    private func _blockingWaitForWork(_ worker: Worker, until retirement: MonotonicInstant) -> WaitOutcome {
         while true {
-            if let work = worker.assignment {
-                worker.assignment = nil
-                return work
+            if !worker.isIdle {
+                guard let work = worker.assignment.take() else { return .woken }
+                return .assigned(work)
             }
-            guard case .running = state.lifecycle else { return nil }
-            if !worker.wakeUp.wait(mutex, until: retirement), worker.assignment == nil {
-                return nil
+            guard case .running = state.lifecycle else { return .shutDown }
+            if !worker.wakeUp.wait(mutex, until: retirement), worker.isIdle {
+                return .timedOut
             }
         }
     }
@@ -707,12 +847,12 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// Starts a shutdown under the mutex: wakes blocked submitters (they throw) and spinners, and
-    /// takes the suspended ``run(_:)`` calls out of `waitingForRoom`.
+    /// Starts a shutdown under the mutex: closes the intake, wakes blocked submitters (they throw),
+    /// and takes the suspended ``run(_:)`` calls out of `waitingForRoom`.
     private func beginShutdown() -> Shutdown {
+        intake.close()
         queueHasRoom.broadcast()
-        spinnerNudge.wrappingAdd(1, ordering: .releasing)
-        if state.isTerminated { threadsGone.broadcast() }
+        if isTerminated { threadsGone.broadcast() }
         var shutdown = Shutdown(idle: state.idleWorkers.all)
         // A task whose caller cancelled it a moment ago stays: its canceller takes it out.
         for task in state.waitingForRoom.removeAll(where: { $0.handBack() }) {
@@ -731,6 +871,8 @@ private struct IdleWorkers {
     private var oldest: ThreadPool.Worker?
     private var newest: ThreadPool.Worker?
     private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
 
     mutating func add(_ worker: ThreadPool.Worker) {
         precondition(!worker.isIdle, "a worker is in the idle list once")
