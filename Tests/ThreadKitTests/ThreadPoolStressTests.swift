@@ -55,6 +55,46 @@ struct ThreadPoolStressTests {
         #expect(outcome.runs.indices(notEqualTo: 1) == [])
     }
 
+    /// The wake protocol under its worst case: producers submit short bursts and pause between
+    /// them, so workers keep going to sleep (the spin budget soon drops to zero) just as work comes.
+    /// A lost wakeup leaves a burst queued while every thread sleeps, until the keep-alive (far
+    /// longer than the 5 s each burst is given) retires a thread: that burst times out and counts.
+    @Test(
+        "Bursts from 1, 2, 4 and 8 producers into sleeping workers: every burst runs promptly, no wakeup is lost",
+        arguments: [1, 2, 4, 8])
+    func noLostWakeup(producers: Int) async {
+        let bursts = 4_000 / producers
+        let pool = ThreadPool(name: "Wk\(producers)", size: 2, keepAlive: .seconds(120))
+        let ran = Counter()
+        let stalled = Counter()
+        let submitted = Counter()
+        await onThreads(producers) { producer in
+            var random = SplitMix64(seed: UInt64(producers * 100 + producer))
+            for _ in 0..<bursts {
+                let size = Int.random(in: 1...4, using: &random)
+                let done = Latch(count: size)
+                for _ in 0..<size {
+                    do {
+                        try pool.execute {
+                            ran.increment()
+                            done.countDown()
+                        }
+                        submitted.increment()
+                    } catch {
+                        Issue.record("refused: \(error)")
+                    }
+                }
+                if !done.wait(timeout: .seconds(5)) { stalled.increment() }
+                usleep(UInt32.random(in: 0...80, using: &random))
+            }
+        }
+        #expect(stalled.value == 0, "bursts left queued while the pool's threads slept")
+        pool.dispose()
+        #expect(await onNewThread { pool.awaitTermination(timeout: .seconds(30)) })
+        #expect(ran.value == submitted.value)
+        #expect(pool.statistics.completedTasks == submitted.value)
+    }
+
     @Test(
         "With a small blocking queue, tasks from 1, 2, 4 and 8 producers each run exactly once",
         arguments: [1, 2, 4, 8])

@@ -85,12 +85,13 @@ final class IntakeQueue<Element>: @unchecked Sendable {
         var block = tailBlock.load(ordering: .acquiring)
         var spareBlock: Unmanaged<Block>?
         defer { spareBlock?.release() }
+        var pushBackoff = Backoff()
         while true {
             if tail & Self.closed != 0 { return element }
             let offset = (tail >> Self.shift) % Self.lap
             if offset == Self.blockCapacity {
                 // Another pusher is linking the next block: wait for it to finish.
-                sched_yield()
+                pushBackoff.snooze()
                 tail = tailIndex.load(ordering: .acquiring)
                 block = tailBlock.load(ordering: .acquiring)
                 continue
@@ -143,11 +144,12 @@ final class IntakeQueue<Element>: @unchecked Sendable {
     func pop() -> Element? {
         var head = headIndex.load(ordering: .acquiring)
         var block = headBlock.load(ordering: .acquiring)
+        var popBackoff = Backoff()
         while true {
             let offset = (head >> Self.shift) % Self.lap
             if offset == Self.blockCapacity {
                 // Another popper is moving the head to the next block: wait for it to finish.
-                sched_yield()
+                popBackoff.snooze()
                 head = headIndex.load(ordering: .acquiring)
                 block = headBlock.load(ordering: .acquiring)
                 continue
@@ -163,7 +165,7 @@ final class IntakeQueue<Element>: @unchecked Sendable {
             }
             guard let current = block else {
                 // The first push has claimed its slot but not yet installed the first block.
-                sched_yield()
+                popBackoff.snooze()
                 head = headIndex.load(ordering: .acquiring)
                 block = headBlock.load(ordering: .acquiring)
                 continue
@@ -185,7 +187,8 @@ final class IntakeQueue<Element>: @unchecked Sendable {
                 headBlock.store(next, ordering: .releasing)
                 headIndex.store(nextIndex, ordering: .releasing)
             }
-            while claimed.states[offset].load(ordering: .acquiring) & Self.written == 0 { sched_yield() }
+            var backoff = Backoff()
+            while claimed.states[offset].load(ordering: .acquiring) & Self.written == 0 { backoff.snooze() }
             let element = (claimed.values + offset).move()
             if offset + 1 == Self.blockCapacity {
                 Self.destroy(current, from: 0)
@@ -238,6 +241,21 @@ final class IntakeQueue<Element>: @unchecked Sendable {
         block.release()
     }
 
+    /// Waits for another thread that is a few instructions from done: looks again at once a
+    /// number of times (it is most likely running on another core), then yields the core (it may
+    /// have been preempted, and be waiting for this one).
+    private struct Backoff {
+        private var looks = 0
+
+        mutating func snooze() {
+            if looks < 64 {
+                looks += 1
+            } else {
+                sched_yield()
+            }
+        }
+    }
+
     /// A block of slots: one state word and one element per slot.
     private final class Block {
         let next = Atomic<Unmanaged<Block>?>(nil)
@@ -263,9 +281,10 @@ final class IntakeQueue<Element>: @unchecked Sendable {
 
         /// The next block, waiting (yielding the core) for the pusher that is linking it.
         func waitForNext() -> Unmanaged<Block> {
+            var backoff = Backoff()
             while true {
                 if let next = next.load(ordering: .acquiring) { return next }
-                sched_yield()
+                backoff.snooze()
             }
         }
     }

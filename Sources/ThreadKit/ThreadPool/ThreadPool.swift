@@ -130,7 +130,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     ///   ``ThreadPoolError/queueFull(pool:limit:)`` when the queue is full and the policy is `.reject`;
     ///   ``ThreadPoolError/threadStartFailed(pool:errno:)`` when the pool has no thread and the
     ///   system refused to start one.
-    public func execute(_ work: @escaping @Sendable () -> Void) throws {
+    public func execute(_ work: consuming @escaping @Sendable () -> Void) throws {
         try submit(.closure(work))
     }
 
@@ -359,7 +359,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// it looks in the intake one last time, and a submitter pushes before it reads the count, both
     /// with sequentially consistent operations. Of two such threads at least one sees the other:
     /// the worker finds the work, or the submitter finds the sleeper.
-    func submit(_ work: Work, ignoringLimit: Bool = false, waiting: Waiting = .blockThread) throws(ThreadPoolError) {
+    func submit(_ work: consuming Work, ignoringLimit: Bool = false, waiting: Waiting = .blockThread) throws(ThreadPoolError) {
         if queueLimit == nil || ignoringLimit, threadCount.load(ordering: .relaxed) == size {
             queuedCount.wrappingAdd(1, ordering: .relaxed)
             if let refused = intake.push(work) {
@@ -369,7 +369,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 mutex.withLock { if isTerminated { threadsGone.broadcast() } }
                 throw .disposed(pool: name)
             }
-            if idleWorkerCount.load(ordering: .sequentiallyConsistent) >= Self.oneSleeper {
+            // A spinning worker takes it, unless more work waits than workers spin.
+            let idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
+            if idle >= Self.oneSleeper, idle % Self.oneSleeper == 0 || intake.count > idle % Self.oneSleeper {
                 let helper = mutex.withLock { helperForQueuedWork() }
                 try? help(helper)  // a thread it starts carries no work: nothing to refuse
             }
