@@ -1,5 +1,5 @@
 extension ThreadPool {
-    /// A snapshot of a pool's threads and work, taken under the pool's lock.
+    /// A snapshot of a pool's threads and work (see ``ThreadPool/statistics``).
     public struct Statistics: Sendable, Equatable, CustomStringConvertible {
         /// Threads alive now, busy or idle.
         public var threads: Int

@@ -55,12 +55,15 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     private let queueHasRoom = MonotonicCondition()
     /// Broadcast when the last thread of a disposed pool exits.
     private let threadsGone = MonotonicCondition()
+    /// Tasks completed by threads that have exited, and by callers that ran a task themselves;
+    /// each live worker counts its own (`Worker.completed`), so workers share no counter.
     private let completedCount = Atomic<Int>(0)
     /// The tasks waiting for a thread, in the order they were accepted. Submitters push and workers
     /// pop without the mutex; it is closed, under the mutex, when the pool is disposed.
     private let intake = IntakeQueue<Work>()
-    /// Accepted tasks not yet started nor cancelled (entries of `intake` may be cancelled tasks).
-    private let queuedCount = Atomic<Int>(0)
+    /// Entries of `intake` whose task was cancelled or run by a waiter: the pop that meets one
+    /// skips it. Counted apart so that submitting and taking share no counter.
+    private let deadEntries = Atomic<Int>(0)
     /// The idle workers: sleeping ones in units of ``oneSleeper``, spinning ones in units of 1.
     /// Changed with sequentially consistent operations, for the wake protocol (see ``submit``).
     private let idleWorkerCount = Atomic<Int>(0)
@@ -192,16 +195,16 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 case .job(let job):
                     // A Swift task's job is not the caller's to take back; it must run somewhere.
                     jobs.append(job)
-                    queuedCount.wrappingSubtract(1, ordering: .relaxed)
                 case .closure(let closure):
                     let task = ScheduledTask(pool: nil, work: closure)
                     _ = task.handBack()
                     handedBack.append(task)
-                    queuedCount.wrappingSubtract(1, ordering: .relaxed)
                 case .task(let task):
                     // A task the user cancelled a moment ago is theirs already; they count it.
-                    guard task.handBack() else { continue }
-                    queuedCount.wrappingSubtract(1, ordering: .relaxed)
+                    guard task.handBack() else {
+                        deadEntries.wrappingSubtract(1, ordering: .relaxed)
+                        continue
+                    }
                     if let abandon = task.takeAbandonHandler() {
                         shutdown.abandoned.append((task, abandon))
                     } else {
@@ -239,15 +242,22 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// A consistent snapshot of the pool's threads and tasks.
+    /// A snapshot of the pool's threads and tasks.
+    ///
+    /// The thread counts are read under the pool's lock; the queued, idle and completed counts are
+    /// atomics that submissions and workers change without it, so while tasks flow they may be a
+    /// moment apart from the thread counts.
     public var statistics: Statistics {
         mutex.withLock {
             let idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
             let idleThreads = min(state.threads, idle / Self.oneSleeper + idle % Self.oneSleeper)
             return Statistics(
                 threads: state.threads, idleThreads: idleThreads,
-                busyThreads: state.threads - idleThreads, queuedTasks: max(0, queuedCount.load(ordering: .relaxed)),
-                completedTasks: completedCount.load(ordering: .relaxed), peakThreads: state.peakThreads)
+                busyThreads: state.threads - idleThreads, queuedTasks: queuedCount,
+                completedTasks: state.liveWorkers.values.reduce(completedCount.load(ordering: .relaxed)) {
+                    $0 + $1.completed.load(ordering: .relaxed)
+                },
+                peakThreads: state.peakThreads)
         }
     }
 
@@ -267,6 +277,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         // Sendable: `assignment` and the idle-list links are guarded by the pool's mutex.
         let number: Int
         let wakeUp = MonotonicCondition()
+        /// Tasks this thread completed; only it writes, others read for ``ThreadPool/statistics``.
+        let completed = Atomic<Int>(0)
         var assignment: Work?
         /// Neighbours in the pool's ``IdleWorkers`` list while idle.
         fileprivate var earlier: Worker?
@@ -295,6 +307,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         /// Sleeping workers: the most recently idle is reused first, so the others age and retire.
         /// Counted in `idleWorkerCount` too: add and remove through the pool's helpers.
         var idleWorkers = IdleWorkers()
+        /// Every live worker, by thread number, for their completed counts.
+        var liveWorkers: [Int: Worker] = [:]
         /// How long the next worker to run out of work spins, learned from the last sleeps.
         var spinBudget = SpinBudget(ceiling: ThreadPool.spinBeforeSleeping)
         var threads = 0
@@ -309,13 +323,19 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// waits for the retry that serves it). Mutex held.
     private var isTerminated: Bool {
         if case .running = state.lifecycle { return false }
-        return state.threads == 0 && queuedCount.load(ordering: .relaxed) == 0
+        return state.threads == 0 && queuedCount == 0
+    }
+
+    /// Accepted tasks waiting for a thread: the intake's entries less the dead ones. While
+    /// workers race cancellers it may be off by the few entries in flight, never below zero.
+    private var queuedCount: Int {
+        max(0, intake.count - deadEntries.load(ordering: .relaxed))
     }
 
     /// Whether the queue holds `queueLimit` tasks. Mutex held.
     private var isQueueFull: Bool {
         guard let queueLimit else { return false }
-        return queuedCount.load(ordering: .relaxed) >= queueLimit
+        return queuedCount >= queueLimit
     }
 
     /// Which thread will take queued work, decided under the lock and acted on outside it.
@@ -361,12 +381,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// the worker finds the work, or the submitter finds the sleeper.
     func submit(_ work: consuming Work, ignoringLimit: Bool = false, waiting: Waiting = .blockThread) throws(ThreadPoolError) {
         if queueLimit == nil || ignoringLimit, threadCount.load(ordering: .relaxed) == size {
-            queuedCount.wrappingAdd(1, ordering: .relaxed)
             if let refused = intake.push(work) {
                 // Closed: the pool was disposed. The work is dropped here, with no lock held.
                 _ = consume refused
-                queuedCount.wrappingSubtract(1, ordering: .relaxed)
-                mutex.withLock { if isTerminated { threadsGone.broadcast() } }
                 throw .disposed(pool: name)
             }
             // A spinning worker takes it, unless more work waits than workers spin.
@@ -386,7 +403,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         case .waitingForRoom:
             break
         case .runOnCaller:
-            perform(claimed(work))
+            perform(claimed(work), countingInto: completedCount)
         }
     }
 
@@ -482,7 +499,6 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 
     /// Appends `work` to the queue. Mutex held, pool not yet closed.
     private func enqueue(_ work: Work) {
-        queuedCount.wrappingAdd(1, ordering: .relaxed)
         let refused = intake.push(work)
         precondition(refused == nil, "the intake closes only under the mutex, with the lifecycle")
     }
@@ -529,8 +545,10 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             if !state.waitingForRoom.isEmpty, !state.waitingForRoom.removeAll(where: { $0 === task }).isEmpty {
                 return  // a run(_:) call that was waiting for room, never counted in the queue
             }
-            queuedCount.wrappingSubtract(1, ordering: .relaxed)
+            deadEntries.wrappingAdd(1, ordering: .relaxed)
             queueGainedRoom()
+            // A worker that skipped this entry before it was counted dead saw one task too many.
+            if isTerminated { threadsGone.broadcast() }
         }
     }
 
@@ -551,7 +569,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         guard task.claim() else { return false }
         mutex.withLock {
             // Its queue entry stays, to be skipped; it no longer counts as queued.
-            queuedCount.wrappingSubtract(1, ordering: .relaxed)
+            deadEntries.wrappingAdd(1, ordering: .relaxed)
             queueGainedRoom()
         }
         task.runClaimed(countingInto: completedCount)
@@ -616,7 +634,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 if let work { enqueue(work) }  // a running thread takes it
                 return (nil, nil, false)
             }
-            let retryAfter = queuedCount.load(ordering: .relaxed) > 0 ? nextStartRetry() : nil
+            let retryAfter = queuedCount > 0 ? nextStartRetry() : nil
             if isTerminated { threadsGone.broadcast() }
             return (nil, retryAfter, work != nil)
         }
@@ -643,7 +661,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     private func retryThreadStart() {
         let number: Int? = mutex.withLock {
             if case .stopped = state.lifecycle { return nil }
-            guard state.threads == 0, queuedCount.load(ordering: .relaxed) > 0 else { return nil }
+            guard state.threads == 0, queuedCount > 0 else { return nil }
             return countNewThread()
         }
         guard let number else { return }
@@ -670,24 +688,25 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// an idle thread keeps nothing alive (a `while let work` binding would live on, in debug
     /// builds, through the wait for the next task).
     private func runWorker(_ worker: Worker, firstWork: FirstWork) {
+        mutex.withLock { state.liveWorkers[worker.number] = worker }
         var next = firstWork.take() ?? takeNextWork(for: worker)
         while next != nil {
-            perform(next.take()!)
+            perform(next.take()!, countingInto: worker.completed)
             next = takeNextWork(for: worker)
         }
     }
 
-    /// Runs claimed work on the calling thread.
-    private func perform(_ work: Work) {
+    /// Runs claimed work on the calling thread, and counts it into `completed`.
+    private func perform(_ work: Work, countingInto completed: borrowing Atomic<Int>) {
         switch work {
         case .closure(let closure):
             closure()
-            completedCount.wrappingAdd(1, ordering: .relaxed)
+            completed.wrappingAdd(1, ordering: .relaxed)
         case .task(let task):
-            task.runClaimed(countingInto: completedCount)
+            task.runClaimed(countingInto: completed)
         case .job(let job):
             job.runSynchronously(on: asUnownedTaskExecutor())
-            completedCount.wrappingAdd(1, ordering: .relaxed)
+            completed.wrappingAdd(1, ordering: .relaxed)
         }
     }
 
@@ -772,6 +791,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 mutex.unlock()
                 return work
             }
+            state.liveWorkers[worker.number] = nil
+            completedCount.wrappingAdd(worker.completed.load(ordering: .relaxed), ordering: .relaxed)
             if isTerminated { threadsGone.broadcast() }
             mutex.unlock()
             return nil
@@ -795,8 +816,10 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// Pops queued work until one is not cancelled, and claims it.
     private func popQueuedWork() -> Work? {
         while let work = intake.pop() {
-            if case .task(let task) = work, !task.claim() { continue }  // cancelled while queued
-            queuedCount.wrappingSubtract(1, ordering: .relaxed)
+            if case .task(let task) = work, !task.claim() {
+                deadEntries.wrappingSubtract(1, ordering: .relaxed)  // cancelled or run while queued
+                continue
+            }
             return work
         }
         return nil
