@@ -66,9 +66,9 @@ final class IntakeQueue<Element>: @unchecked Sendable {
         while head != tail {
             let offset = (head >> Self.shift) % Self.lap
             if offset < Self.blockCapacity {
-                (block!.takeUnretainedValue().values + offset).deinitialize(count: 1)
+                (Self.parts(of: block!).values + offset).deinitialize(count: 1)
             } else {
-                let next = block!.takeUnretainedValue().next.load(ordering: .relaxed)
+                let next = Self.parts(of: block!).next.pointee.load(ordering: .relaxed)
                 block!.release()
                 block = next
             }
@@ -122,14 +122,14 @@ final class IntakeQueue<Element>: @unchecked Sendable {
                 block = tailBlock.load(ordering: .acquiring)
                 continue
             }
-            let claimed = block!.takeUnretainedValue()
+            let claimed = Self.parts(of: block!)
             if offset + 1 == Self.blockCapacity {
                 // Move the tail past the lap's spare index, into the next block.
                 let next = spareBlock!
                 spareBlock = nil
                 tailBlock.store(next, ordering: .releasing)
                 tailIndex.wrappingAdd(Self.step, ordering: .releasing)
-                claimed.next.store(next, ordering: .releasing)
+                claimed.next.pointee.store(next, ordering: .releasing)
             }
             (claimed.values + offset).initialize(to: element)
             claimed.states[offset].bitwiseOr(Self.written, ordering: .releasing)
@@ -178,12 +178,18 @@ final class IntakeQueue<Element>: @unchecked Sendable {
                 block = headBlock.load(ordering: .acquiring)
                 continue
             }
-            let claimed = current.takeUnretainedValue()
+            let claimed = Self.parts(of: current)
             if offset + 1 == Self.blockCapacity {
                 // Move the head into the next block, once its pusher has linked it.
-                let next = claimed.waitForNext()
+                var linkBackoff = Backoff()
+                var linked = claimed.next.pointee.load(ordering: .acquiring)
+                while linked == nil {
+                    linkBackoff.snooze()
+                    linked = claimed.next.pointee.load(ordering: .acquiring)
+                }
+                let next = linked!
                 var nextIndex = (newHead & ~Self.hasNext) &+ Self.step
-                if next.takeUnretainedValue().next.load(ordering: .relaxed) != nil { nextIndex |= Self.hasNext }
+                if Self.parts(of: next).next.pointee.load(ordering: .relaxed) != nil { nextIndex |= Self.hasNext }
                 headBlock.store(next, ordering: .releasing)
                 headIndex.store(nextIndex, ordering: .releasing)
             }
@@ -230,10 +236,10 @@ final class IntakeQueue<Element>: @unchecked Sendable {
     /// Frees `block` once slots `start..<blockCapacity - 1` are all read; a slot still being read
     /// gets the `destroy` mark, and its reader continues from the next slot when it finishes.
     private static func destroy(_ block: Unmanaged<Block>, from start: Int) {
-        let value = block.takeUnretainedValue()
+        let states = parts(of: block).states
         for offset in start..<(blockCapacity - 1) {
-            if value.states[offset].load(ordering: .acquiring) & read == 0,
-                value.states[offset].bitwiseOr(destroy, ordering: .acquiringAndReleasing).oldValue & read == 0
+            if states[offset].load(ordering: .acquiring) & read == 0,
+                states[offset].bitwiseOr(destroy, ordering: .acquiringAndReleasing).oldValue & read == 0
             {
                 return
             }
@@ -256,36 +262,40 @@ final class IntakeQueue<Element>: @unchecked Sendable {
         }
     }
 
-    /// A block of slots: one state word and one element per slot.
+    /// A block's link and slots, without retaining the block: its memory is owned by the queue's
+    /// protocol (freed by ``destroy(_:from:)``), and touching its reference count from every
+    /// thread would make its header the most contended line of the queue.
+    private static func parts(of block: Unmanaged<Block>) -> Block.Parts {
+        block._withUnsafeGuaranteedRef { $0.parts }
+    }
+
+    /// A block of slots: one state word and one element per slot, and the link to the next block.
     private final class Block {
-        let next = Atomic<Unmanaged<Block>?>(nil)
-        let stateStorage: UnsafeMutablePointer<Atomic<Int>>
-        let values: UnsafeMutablePointer<Element>
+        struct Parts {
+            let next: UnsafeMutablePointer<Atomic<Unmanaged<Block>?>>
+            let states: UnsafeMutablePointer<Atomic<Int>>
+            let values: UnsafeMutablePointer<Element>
+        }
+
+        let parts: Parts
 
         init() {
-            stateStorage = .allocate(capacity: IntakeQueue.blockCapacity)
+            let next = UnsafeMutablePointer<Atomic<Unmanaged<Block>?>>.allocate(capacity: 1)
+            next.initialize(to: Atomic(nil))
+            let states = UnsafeMutablePointer<Atomic<Int>>.allocate(capacity: IntakeQueue.blockCapacity)
             for offset in 0..<IntakeQueue.blockCapacity {
-                (stateStorage + offset).initialize(to: Atomic(0))
+                (states + offset).initialize(to: Atomic(0))
             }
-            values = .allocate(capacity: IntakeQueue.blockCapacity)
+            parts = Parts(next: next, states: states, values: .allocate(capacity: IntakeQueue.blockCapacity))
         }
 
         deinit {
             // Elements were moved out by their poppers, or dropped by the queue's deinit.
-            stateStorage.deinitialize(count: IntakeQueue.blockCapacity)
-            stateStorage.deallocate()
-            values.deallocate()
-        }
-
-        var states: UnsafeMutablePointer<Atomic<Int>> { stateStorage }
-
-        /// The next block, waiting (yielding the core) for the pusher that is linking it.
-        func waitForNext() -> Unmanaged<Block> {
-            var backoff = Backoff()
-            while true {
-                if let next = next.load(ordering: .acquiring) { return next }
-                backoff.snooze()
-            }
+            parts.next.deinitialize(count: 1)
+            parts.next.deallocate()
+            parts.states.deinitialize(count: IntakeQueue.blockCapacity)
+            parts.states.deallocate()
+            parts.values.deallocate()
         }
     }
 }

@@ -134,7 +134,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     ///   ``ThreadPoolError/threadStartFailed(pool:errno:)`` when the pool has no thread and the
     ///   system refused to start one.
     public func execute(_ work: consuming @escaping @Sendable () -> Void) throws {
-        try submit(.closure(work))
+        try submit(.closure(consume work))
     }
 
     /// Runs `work` on a pool thread and returns a handle to cancel it or wait for it.
