@@ -740,12 +740,16 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 let budget = state.spinBudget.current
                 idleWorkerCount.wrappingAdd(1, ordering: .sequentiallyConsistent)
                 mutex.unlock()
-                let sawWork = _spinBrieflyForWork(for: budget)
-                // No longer idle before it looks: a submitter that still counts it leaves its work
-                // to it, and it looks after this, so it finds that work or a sleeper is woken.
-                idleWorkerCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
-                if sawWork { continue }
+                if _spinBrieflyForWork(for: budget) {
+                    // No longer idle before it looks: a submitter that still counts it leaves its
+                    // work to it, and it looks after this, so it finds that work or a sleeper is woken.
+                    idleWorkerCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+                    continue
+                }
+                // From spinning to sleeping under the mutex, so that a submitter holding it never
+                // sees this thread as neither idle nor busy (and starts another thread instead).
                 mutex.lock()
+                idleWorkerCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
             }
             addSleeper(worker)
             if let work = takeQueuedWorkLocked() {

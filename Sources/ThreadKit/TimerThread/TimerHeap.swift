@@ -127,14 +127,18 @@ struct TimerHeap<Element: TimerHeapElement> {
         var kept = ContiguousArray<Entry>()
         kept.reserveCapacity(entries.count - removedCount)
         for entry in entries where !entry.isRemoved && keep(entry) {
-            entry.element.heapIndex = kept.count
             kept.append(entry)
         }
-        entries = kept
+        // Moved, not copied: a second reference would make the first sift copy the whole array.
+        entries = consume kept
         removedCount = 0
-        // Floyd's heap construction: sift every parent down, the last one first.
+        // Floyd's heap construction: sift every parent down, the last one first. Elements learn
+        // their places once, at the end, rather than at every step: each is a write to another object.
         for index in stride(from: entries.count / 2 - 1, through: 0, by: -1) {
-            siftDown(index)
+            siftDown(index, recordingIndices: false)
+        }
+        for index in entries.indices {
+            entries[index].element.heapIndex = index
         }
     }
 
@@ -178,7 +182,7 @@ struct TimerHeap<Element: TimerHeapElement> {
         }
     }
 
-    private mutating func siftDown(_ start: Int) {
+    private mutating func siftDown(_ start: Int, recordingIndices: Bool = true) {
         var index = start
         let moving = entries[index]
         let count = entries.count
@@ -189,12 +193,12 @@ struct TimerHeap<Element: TimerHeapElement> {
             let child = right < count && entries[right].precedes(entries[left]) ? right : left
             guard entries[child].precedes(moving) else { break }
             entries[index] = entries[child]
-            entries[index].recordIndex(index)
+            if recordingIndices { entries[index].recordIndex(index) }
             index = child
         }
         if index != start {
             entries[index] = moving
-            moving.recordIndex(index)
+            if recordingIndices { moving.recordIndex(index) }
         }
     }
 }
