@@ -461,7 +461,15 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// Hands `work` to a sleeping worker or a new thread while nothing older waits and no worker
     /// spins, or else queues it; and finds the thread that will take it. Mutex held.
     private func handOver(_ work: Work) -> Helper {
-        if intake.count == 0, idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper == 0 {
+        let waiting = intake.count
+        if waiting < idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper {
+            // Decided before the push: once pushed, the spinner may already have seen the work and
+            // left the count, and a look after it would wake or start a thread for nothing. It
+            // cannot go to sleep without this mutex, and looks again before it does.
+            enqueue(work)
+            return .none
+        }
+        if waiting == 0 {
             if let worker = popSleeper() {
                 worker.assignment = claimed(work)
                 return .wake(worker)
