@@ -212,6 +212,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                     }
                 }
             }
+            // With no thread left (a start that failed), draining the intake may end the pool.
+            if isTerminated { threadsGone.broadcast() }
             return (shutdown, handedBack)
         }
         guard let result else { return [] }
@@ -386,9 +388,16 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 _ = consume refused
                 throw .disposed(pool: name)
             }
-            // A spinning worker takes it, unless more work waits than workers spin.
+            // A spinning worker takes it, unless more work waits than workers spin. The count is
+            // read before the idle word: a spinner still counted there has not popped yet, so the
+            // count holds everything it will take.
+            let waiting = intake.count
             let idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
-            if idle >= Self.oneSleeper, idle % Self.oneSleeper == 0 || intake.count > idle % Self.oneSleeper {
+            let sleeperNeeded = idle >= Self.oneSleeper && waiting > idle % Self.oneSleeper
+            // A thread may have retired (or failed to start) since `threadCount` was read before
+            // the push: it uncounts itself before its last look, so either that look found this
+            // work or this second read sees the lower count.
+            if sleeperNeeded || threadCount.load(ordering: .sequentiallyConsistent) < size {
                 let helper = mutex.withLock { helperForQueuedWork() }
                 try? help(helper)  // a thread it starts carries no work: nothing to refuse
             }
@@ -487,13 +496,19 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// the pool has fewer than `size`. `.none` when every thread is busy: one will take it when it
     /// finishes. Mutex held.
     private func helperForQueuedWork() -> Helper {
-        let spinners = idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper
-        if intake.count <= spinners { return .none }
+        let waiting = intake.count  // before the spinners, as in ``submit``
+        if waiting <= idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper { return .none }
         if let worker = popSleeper() { return .wake(worker) }
-        if state.threads < size, case .running = state.lifecycle {
+        guard state.threads < size else { return .none }
+        switch state.lifecycle {
+        case .running:
             return .start(number: countNewThread(), carriesWork: false)
+        case .draining where state.threads == 0:
+            // Work pushed just before the intake closed, after the last thread left: it still runs.
+            return .start(number: countNewThread(), carriesWork: false)
+        case .draining, .stopped:
+            return .none
         }
-        return .none
     }
 
     /// Counts a thread about to start, and returns its number. Mutex held.
@@ -512,7 +527,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     }
 
     /// Units of `idleWorkerCount` for one sleeping worker; spinning ones count 1 each.
-    private static var oneSleeper: Int { 1 << 32 }
+    private static var oneSleeper: Int { 1 << (Int.bitWidth / 2) }
 
     /// Puts `worker` on the idle list and announces it in `idleWorkerCount`. Mutex held.
     private func addSleeper(_ worker: Worker) {
@@ -563,7 +578,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// After a task left the queue: lets in a suspended ``run(_:)`` call, or wakes a blocked
     /// submitter. Mutex held.
     private func queueGainedRoom() {
-        while !isQueueFull, let task = state.waitingForRoom.popFirst() {
+        // Once shut down, the tasks left waiting are their cancellers' to take out: the intake is closed.
+        while case .running = state.lifecycle, !isQueueFull, let task = state.waitingForRoom.popFirst() {
             enqueue(.task(task))
         }
         if state.blockedSubmitters > 0, !isQueueFull { queueHasRoom.signal() }
@@ -579,6 +595,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             // Its queue entry stays, to be skipped; it no longer counts as queued.
             deadEntries.wrappingAdd(1, ordering: .relaxed)
             queueGainedRoom()
+            if isTerminated { threadsGone.broadcast() }
         }
         task.runClaimed(countingInto: completedCount)
         return true
