@@ -388,12 +388,16 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 _ = consume refused
                 throw .disposed(pool: name)
             }
-            // A spinning worker takes it, unless more work waits than workers spin. The count is
-            // read before the idle word: a spinner still counted there has not popped yet, so the
-            // count holds everything it will take.
-            let waiting = intake.count
-            let idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
-            let sleeperNeeded = idle >= Self.oneSleeper && waiting > idle % Self.oneSleeper
+            // A sleeper is woken unless spinning workers will take all that waits. With sleepers,
+            // the queue's length is read before the idle word is read again: a spinner still
+            // counted there has not popped yet, so the length holds everything it will take.
+            var idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
+            var sleeperNeeded = false
+            if idle >= Self.oneSleeper {
+                let waiting = intake.count
+                idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
+                sleeperNeeded = idle >= Self.oneSleeper && waiting > idle % Self.oneSleeper
+            }
             // A thread may have retired (or failed to start) since `threadCount` was read before
             // the push: it uncounts itself before its last look, so either that look found this
             // work or this second read sees the lower count.
