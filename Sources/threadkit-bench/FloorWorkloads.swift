@@ -1,6 +1,6 @@
 // floor.*: what handing a closure from one thread to another costs on this machine with nothing
-// in between: a single-producer/single-consumer ring whose consumer spins, never sleeps. A pool
-// cannot beat it; its rows read "× floor" against it.
+// in between: a single-producer/single-consumer ring whose consumer spins, never sleeps. Pool rows
+// read "× floor" against it (a pool whose threads all run closures can go below one consumer).
 import Foundation
 
 /// The floor workloads, and which floor each pool row is read against.
@@ -18,28 +18,29 @@ enum FloorWorkloads {
     /// `floor.spsc.shared` / `floor.spsc.free`: a million closures (sharing a capture, or
     /// capture-free) through a ``ClosureRing`` to one spinning consumer thread.
     static func spsc(scale: Scale, capture: PoolWorkloads.Capture) -> Workload {
-        let items = scale.size(1_000_000)
-        return Workload(
-            id: capture == .shared ? "floor.spsc.shared" : "floor.spsc.free", metrics: PoolWorkloads.throughputMetrics,
-            contenders: [
-                Contender(
-                    name: "floor",
-                    warmUp: { _ = measureRing(items: max(items / 10, 1), capture: capture) },
-                    run: { measureRing(items: items, capture: capture) })
-            ])
+        floorWorkload("floor.spsc", scale: scale, capture: capture, measure: measureRing)
     }
 
     /// `floor.inline.shared` / `floor.inline.free`: one thread stores each closure in a slot and
     /// runs it: what a closure costs with no second thread at all.
     static func inline(scale: Scale, capture: PoolWorkloads.Capture) -> Workload {
+        floorWorkload("floor.inline", scale: scale, capture: capture, measure: measureInline)
+    }
+
+    /// `<prefix>.shared` or `<prefix>.free`: a million items through `measure`, after a tenth of
+    /// them as a warm-up.
+    private static func floorWorkload(
+        _ prefix: String, scale: Scale, capture: PoolWorkloads.Capture,
+        measure: @escaping @Sendable (_ items: Int, _ capture: PoolWorkloads.Capture) -> Measurement
+    ) -> Workload {
         let items = scale.size(1_000_000)
         return Workload(
-            id: capture == .shared ? "floor.inline.shared" : "floor.inline.free", metrics: PoolWorkloads.throughputMetrics,
+            id: "\(prefix).\(capture == .shared ? "shared" : "free")", metrics: PoolWorkloads.throughputMetrics,
             contenders: [
                 Contender(
                     name: "floor",
-                    warmUp: { _ = measureInline(items: max(items / 10, 1), capture: capture) },
-                    run: { measureInline(items: items, capture: capture) })
+                    warmUp: { _ = measure(max(items / 10, 1), capture) },
+                    run: { measure(items, capture) })
             ])
     }
 

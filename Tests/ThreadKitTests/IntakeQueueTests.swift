@@ -96,18 +96,23 @@ struct IntakeQueueTests {
         let queue = IntakeQueue<Int>()
         let popped = AtomicCounters(count: producers * perProducer)
         let refused = AtomicCounters(count: producers * perProducer)
+        let pushed = Counter()
         let done = Counter()
         await onThreads(producers + 2) { thread in
             switch thread {
             case 0..<producers:
                 for sequence in 0..<perProducer {
+                    // Past four fifths, wait for the close: every producer then meets it, however
+                    // the threads are scheduled, while the others may still be racing it.
+                    if sequence == perProducer * 4 / 5 { while !queue.isClosed { sched_yield() } }
                     let value = thread * perProducer + sequence
                     if queue.push(value) != nil { refused.increment(value) }
+                    if sequence % 1_000 == 999 { pushed.increment(by: 1_000) }
                 }
                 done.increment()
             case producers:
-                // Close once the producers are well under way.
-                while queue.count < 1_000, done.value == 0 { sched_yield() }
+                // Close once the producers are well under way (they reach this before they wait).
+                while pushed.value < producers * perProducer / 10 { sched_yield() }
                 queue.close()
             default:
                 while true {
@@ -122,12 +127,13 @@ struct IntakeQueueTests {
         }
         let outcomes = (0..<popped.count).map { popped[$0] + refused[$0] }
         #expect(outcomes.allSatisfy { $0 == 1 })
-        #expect(refused.values.contains(1), "the close came before the producers were done")
-        // Once a producer was refused, each of its later pushes was refused too.
+        // Each producer was refused (its last pushes came after the close), and once refused it
+        // stayed refused.
         for producer in 0..<producers {
             let range = (producer * perProducer)..<((producer + 1) * perProducer)
-            let firstRefused = range.first { refused[$0] == 1 } ?? range.upperBound
-            #expect(range[firstRefused...].allSatisfy { refused[$0] == 1 })
+            let firstRefused = range.first { refused[$0] == 1 }
+            #expect(firstRefused != nil, "producer \(producer) was never refused")
+            #expect(range[(firstRefused ?? range.upperBound)...].allSatisfy { refused[$0] == 1 })
         }
     }
 }

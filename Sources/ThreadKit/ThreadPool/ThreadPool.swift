@@ -67,7 +67,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// The idle workers: sleeping ones in units of ``oneSleeper``, spinning ones in units of 1.
     /// Changed with sequentially consistent operations, for the wake protocol (see ``submit``).
     private let idleWorkerCount = Atomic<Int>(0)
-    /// `state.threads`, readable without the mutex; written under it.
+    /// Threads alive (started and not exited): changed only under the mutex (``changeThreadCount``),
+    /// read without it by submitters.
     private let threadCount = Atomic<Int>(0)
     /// The pool's state, guarded by `mutex`. It lives behind a pointer so that the hot paths do not
     /// pay for Swift's dynamic exclusivity checks on a class's stored property: the mutex already
@@ -252,10 +253,10 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     public var statistics: Statistics {
         mutex.withLock {
             let idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
-            let idleThreads = min(state.threads, idle / Self.oneSleeper + idle % Self.oneSleeper)
+            let idleThreads = min(threads, idle / Self.oneSleeper + idle % Self.oneSleeper)
             return Statistics(
-                threads: state.threads, idleThreads: idleThreads,
-                busyThreads: state.threads - idleThreads, queuedTasks: queuedCount,
+                threads: threads, idleThreads: idleThreads,
+                busyThreads: threads - idleThreads, queuedTasks: queuedCount,
                 completedTasks: state.liveWorkers.values.reduce(completedCount.load(ordering: .relaxed)) {
                     $0 + $1.completed.load(ordering: .relaxed)
                 },
@@ -313,7 +314,6 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         var liveWorkers: [Int: Worker] = [:]
         /// How long the next worker to run out of work spins, learned from the last sleeps.
         var spinBudget = SpinBudget(ceiling: ThreadPool.spinBeforeSleeping)
-        var threads = 0
         var peakThreads = 0
         var threadsStarted = 0
         var blockedSubmitters = 0
@@ -325,7 +325,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// waits for the retry that serves it). Mutex held.
     private var isTerminated: Bool {
         if case .running = state.lifecycle { return false }
-        return state.threads == 0 && queuedCount == 0
+        return threads == 0 && queuedCount == 0
     }
 
     /// Accepted tasks waiting for a thread: the intake's entries less the dead ones. While
@@ -437,7 +437,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         while true {
             guard case .running = state.lifecycle else { throw .disposed(pool: name) }
             let spinners = idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper
-            if intake.count < spinners || state.threads < size || !state.idleWorkers.isEmpty {
+            if intake.count < spinners || threads < size || !state.idleWorkers.isEmpty {
                 // A thread is free: no limit applies, as the work waits for nothing.
                 return .helped(handOver(work))
             }
@@ -487,7 +487,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 worker.assignment = claimed(work)
                 return .wake(worker)
             }
-            if state.threads < size {
+            if threads < size {
                 return .start(number: countNewThread(), carriesWork: true)
             }
         }
@@ -503,11 +503,11 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         let waiting = intake.count  // before the spinners, as in ``submit``
         if waiting <= idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper { return .none }
         if let worker = popSleeper() { return .wake(worker) }
-        guard state.threads < size else { return .none }
+        guard threads < size else { return .none }
         switch state.lifecycle {
         case .running:
             return .start(number: countNewThread(), carriesWork: false)
-        case .draining where state.threads == 0:
+        case .draining where threads == 0:
             // Work pushed just before the intake closed, after the last thread left: it still runs.
             return .start(number: countNewThread(), carriesWork: false)
         case .draining, .stopped:
@@ -515,12 +515,20 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
     }
 
+    /// Threads alive. Mutex held (so the count is exact: only holders change it).
+    private var threads: Int { threadCount.load(ordering: .relaxed) }
+
+    /// Counts threads starting (`delta` 1) or exiting (-1). Mutex held. Sequentially consistent: a
+    /// thread that exits uncounts itself before its last look in the intake (see ``submit``).
+    private func changeThreadCount(by delta: Int) {
+        threadCount.wrappingAdd(delta, ordering: .sequentiallyConsistent)
+    }
+
     /// Counts a thread about to start, and returns its number. Mutex held.
     private func countNewThread() -> Int {
-        state.threads += 1
-        threadCount.store(state.threads, ordering: .sequentiallyConsistent)
+        changeThreadCount(by: 1)
         state.threadsStarted += 1
-        state.peakThreads = max(state.peakThreads, state.threads)
+        state.peakThreads = max(state.peakThreads, threads)
         return state.threadsStarted
     }
 
@@ -651,15 +659,14 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// lock of its own (a ``ThrottledQueue`` submits under its mutex).
     private func placeAfterFailedStart(of number: Int, _ work: Work?, errno: Int32) throws(ThreadPoolError) {
         let (idle, retryAfter, refused) = mutex.withLock { () -> (Worker?, Duration?, Bool) in
-            state.threads -= 1
-            threadCount.store(state.threads, ordering: .sequentiallyConsistent)
+            changeThreadCount(by: -1)
             // A pool disposed meanwhile takes no more work: the submitter hears of the failure.
             let canQueue = work == nil || !intake.isClosed
             if canQueue, let worker = popSleeper() {
                 if let work { enqueue(work) }  // the worker takes it from the queue
                 return (worker, nil, false)
             }
-            if canQueue, state.threads > 0 {
+            if canQueue, threads > 0 {
                 if let work { enqueue(work) }  // a running thread takes it
                 return (nil, nil, false)
             }
@@ -690,7 +697,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     private func retryThreadStart() {
         let number: Int? = mutex.withLock {
             if case .stopped = state.lifecycle { return nil }
-            guard state.threads == 0, queuedCount > 0 else { return nil }
+            guard threads == 0, queuedCount > 0 else { return nil }
             return countNewThread()
         }
         guard let number else { return }
@@ -816,11 +823,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             mutex.lock()
             // Uncounted before it looks once more, as a sleeper announces itself: a submitter that
             // still counted this thread (and so started none) queued work that this look finds.
-            state.threads -= 1
-            threadCount.store(state.threads, ordering: .sequentiallyConsistent)
+            changeThreadCount(by: -1)
             if let work = takeQueuedWorkLocked() {
-                state.threads += 1
-                threadCount.store(state.threads, ordering: .sequentiallyConsistent)
+                changeThreadCount(by: 1)
                 mutex.unlock()
                 return work
             }
