@@ -58,6 +58,18 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
         public let arrival: ContinuousClock.Instant
         /// How many requests the server was handling once this one arrived, this one included.
         public var concurrent: Int = 1
+
+        /// A request with these parts, as the server would pass it to a handler (for testing one).
+        public init(method: String = "GET", path: String, query: [String: String] = [:], headers: [String: String] = [:],
+                    body: [UInt8] = [], arrival: ContinuousClock.Instant = .now, concurrent: Int = 1) {
+            self.method = method
+            self.path = path
+            self.query = query
+            self.headers = headers
+            self.body = body
+            self.arrival = arrival
+            self.concurrent = concurrent
+        }
     }
 
     /// How the server answers one request.
