@@ -73,9 +73,7 @@ extension LoopbackHTTPServer {
                 close(connection)
                 return
             }
-            let thread = Thread { [self] in serve(connection) }
-            thread.name = "Loopback conn"
-            thread.start()
+            Self.startThread(named: "Loopback conn") { [self] in serve(connection) }
         }
     }
 

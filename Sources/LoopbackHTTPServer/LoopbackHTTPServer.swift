@@ -186,9 +186,7 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
         self.wakePipe = (pipeEnds[0], pipeEnds[1])
         self.handler = handler
         state.threads = 1
-        let thread = Thread { [self] in acceptLoop() }
-        thread.name = "Loopback accept"
-        thread.start()
+        Self.startThread(named: "Loopback accept") { [self] in acceptLoop() }
     }
 
     /// `http://<address>:<port>`.
@@ -244,6 +242,29 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
         defer { condition.unlock() }
         return body(&state)
     }
+
+    /// Starts a thread that runs `body`, named `name` for Foundation and for the kernel (so that
+    /// `top -H`, a debugger or a test reading `/proc` sees it).
+    static func startThread(named name: String, _ body: @escaping @Sendable () -> Void) {
+        let thread = Thread {
+            #if canImport(Glibc)
+            // Foundation passes a name on to the kernel only if the thread is fully started when it
+            // is set; both names fit the kernel's 15 bytes.
+            _ = setKernelThreadName?(pthread_self(), name)
+            #endif
+            body()
+        }
+        thread.name = name
+        thread.start()
+    }
+
+    #if canImport(Glibc)
+    // pthread_setname_np is declared only under _GNU_SOURCE, which Swift's Glibc module does not
+    // set, so it is looked up by name once.
+    private typealias SetKernelThreadName = @convention(c) (pthread_t, UnsafePointer<CChar>) -> Int32
+    private static let setKernelThreadName: SetKernelThreadName? = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "pthread_setname_np")
+        .map { unsafeBitCast($0, to: SetKernelThreadName.self) }
+    #endif
 
     func threadExited() {
         condition.lock()
