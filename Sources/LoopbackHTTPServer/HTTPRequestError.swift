@@ -1,10 +1,10 @@
 /// Why bytes from a client are not a request the server can serve, with the status of the error
 /// reply that says so.
 ///
-/// ``HTTPRequestParser`` throws it when the bytes cannot be framed as a request (the connection
-/// cannot go on after it), ``HTTPRequestTarget`` when a framed request's target is malformed, and
-/// ``LoopbackHTTPServer/Reply/route(_:)`` when a query parameter is out of range (the connection
-/// goes on after those two).
+/// ``HTTPRequestParser`` throws it when the bytes cannot be framed as a request,
+/// ``HTTPRequestTarget`` when a framed request's target is malformed, and
+/// ``LoopbackHTTPServer/Reply/route(_:)`` answers with it when a query parameter is out of range.
+/// ``LoopbackHTTPServer`` closes the connection after each of these error replies.
 public struct HTTPRequestError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The status of the error reply: 400 (malformed), 413 (body too large), 414 (request line too
     /// long), 431 (header block too large), 501 (transfer coding not implemented) or 505 (HTTP

@@ -52,7 +52,8 @@ extension LoopbackHTTPServer {
         do {
             target = try HTTPRequestTarget(message.target)
         } catch {
-            return send(Self.errorReply(error, keepAlive: message.keepAlive), on: connection) && message.keepAlive
+            _ = send(Self.errorReply(error, keepAlive: false), on: connection)
+            return false
         }
         var request = Request(method: message.method, path: target.path, query: target.query, headers: message.headers,
                               body: message.body, arrival: arrival)
@@ -97,7 +98,8 @@ extension LoopbackHTTPServer {
         }
     }
 
-    /// Sends `reply`; returns whether the connection stays open for another request.
+    /// Sends `reply`; returns whether the connection stays open for another request (not after a
+    /// response whose own `Connection` header says `close`).
     private func answer(_ reply: Reply, keepAlive: Bool, on connection: Int32, finished: () -> Void) -> Bool {
         if let problem = Self.problem(with: reply) {
             finished()
@@ -109,10 +111,11 @@ extension LoopbackHTTPServer {
             if delay > .zero, !sleep(delay, watching: connection) { return false }
             var head = "HTTP/1.1 \(status) \(Self.reason(status))\r\nContent-Length: \(body.count)\r\n"
             for (name, value) in headers.sorted(by: { $0.key < $1.key }) { head += "\(name): \(value)\r\n" }
+            let closing = headers.contains { $0.key.lowercased() == "connection" && HTTPRequestParser.tokens($0.value).contains("close") }
             if !keepAlive, !headers.keys.contains(where: { $0.lowercased() == "connection" }) { head += "Connection: close\r\n" }
             head += "\r\n"
             finished()
-            return send(Array(head.utf8) + body, on: connection)
+            return send(Array(head.utf8) + body, on: connection) && !closing
         case .hang:
             while sleep(.milliseconds(100), watching: connection) {}
             return false
@@ -172,16 +175,18 @@ extension LoopbackHTTPServer {
 
     /// Answers bytes that cannot be a request with an error reply, then lets the client read it
     /// before the connection closes: it stops sending, then reads and drops what the client still
-    /// sends (closing with unread bytes would reset the connection and could lose the reply), until
-    /// the client closes, 1 s passes, 1 MiB arrives or the server stops.
+    /// sends (closing with unread bytes would reset the connection, and the reset could destroy
+    /// the reply before the client reads it), until the client closes, nothing arrives for 250 ms,
+    /// 2 s pass, 16 MiB arrive or the server stops.
     private func reject(_ error: HTTPRequestError, on connection: Int32) {
         guard send(Self.errorReply(error, keepAlive: false), on: connection) else { return }
         _ = Glibc.shutdown(connection, Int32(SHUT_WR))
-        let end = ContinuousClock.now + .seconds(1)
+        let end = ContinuousClock.now + .seconds(2)
+        var quietEnd = ContinuousClock.now + .milliseconds(250)
         var drained = 0
         var chunk = [UInt8](repeating: 0, count: 16_384)
-        while drained < 1 << 20, !withState({ $0.stopping }) {
-            let left = ContinuousClock.now.duration(to: end)
+        while drained < 1 << 24, !withState({ $0.stopping }) {
+            let left = ContinuousClock.now.duration(to: min(end, quietEnd))
             guard left > .zero else { return }
             var fds = [pollfd(fd: connection, events: Int16(POLLIN), revents: 0)]
             guard poll(&fds, 1, Self.milliseconds(min(left, .milliseconds(50)))) >= 0 || errno == EINTR else { return }
@@ -190,6 +195,7 @@ extension LoopbackHTTPServer {
             if count < 0, errno == EINTR || errno == EAGAIN { continue }
             guard count > 0 else { return }
             drained += count
+            quietEnd = ContinuousClock.now + .milliseconds(250)
         }
     }
 

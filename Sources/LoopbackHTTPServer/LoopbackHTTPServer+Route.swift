@@ -20,12 +20,13 @@ extension LoopbackHTTPServer.Reply {
     /// 0...``maxRouteBodyBytes``, `size` 1...``maxRouteChunkSize``, `chunks` 0 or more, `delay` and
     /// `interval` 0...``maxRouteMilliseconds``; `retry-after` has no control characters. A parameter
     /// outside its range or not a number (`/?bytes=-1`, `/stream?size=x`, an empty `delay=`) gets a
-    /// 400 whose body names it, and the connection stays open.
+    /// 400 whose body names it, with `Connection: close`: the server closes the connection after it,
+    /// as it does after every 400 for bad input.
     public static func route(_ request: LoopbackHTTPServer.Request) -> LoopbackHTTPServer.Reply {
         do {
             return try routeOrThrow(request)
         } catch {
-            return .respond(status: error.status, headers: ["Content-Type": "text/plain; charset=utf-8"],
+            return .respond(status: error.status, headers: ["Content-Type": "text/plain; charset=utf-8", "Connection": "close"],
                             body: Array("\(error.reason)\n".utf8))
         }
     }

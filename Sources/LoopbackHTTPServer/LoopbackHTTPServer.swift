@@ -25,12 +25,13 @@ import Darwin
 /// A client that sends `Expect: 100-continue` gets `100 Continue` once the head is read.
 /// Bytes that cannot be a request get an error reply from the server itself (400, 413, 414, 431,
 /// 501 or 505, with `Connection: close` and the reason as the body); the server then closes that
-/// connection, after reading what the client still sends for up to a second so that the reply is
-/// not lost to a reset. A framed request whose target is malformed (see ``HTTPRequestTarget``)
-/// gets a 400 and the connection goes on. Neither reaches the handler or the counts. Nothing a
+/// connection, after reading what the client still sends until it goes quiet for 250 ms (2 s at
+/// most), so that the reply is not lost to a reset. A framed request whose target is malformed (see ``HTTPRequestTarget``)
+/// gets a 400 with `Connection: close` too. Neither reaches the handler or the counts. Nothing a
 /// client sends can stop the server or the process; every other connection is served as before.
 /// A request with `Connection: close` (or an HTTP/1.0 one without `Connection: keep-alive`) is
-/// answered with `Connection: close`, and the server closes the connection after the answer.
+/// answered with `Connection: close`, and the server closes the connection after the answer; so
+/// it does after a reply whose own headers say `Connection: close` (as ``Reply/route(_:)``'s 400s do).
 ///
 /// **Threads.** One thread accepts; each open connection is served by a thread of its own, at
 /// most ``maxConnections`` at once (256 by default). Beyond that the server accepts nothing
