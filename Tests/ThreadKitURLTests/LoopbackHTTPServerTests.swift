@@ -70,4 +70,121 @@ import LoopbackHTTPServer
         #expect(Self.canListen(on: "127.0.0.2", port: server.port))   // the listener is gone
         server.shutdown()   // again: nothing
     }
+
+    // MARK: - Reading requests
+
+    /// A server whose answer is the request's method, body length and body.
+    static func echo() throws -> LoopbackHTTPServer {
+        try LoopbackHTTPServer { request in
+            .respond(status: 200, body: Array("\(request.method) \(request.body.count): ".utf8) + request.body)
+        }
+    }
+
+    @Test func aChunkedBodyIsReadAndTheConnectionGoesOn() throws {
+        let server = try Self.echo()
+        defer { server.shutdown() }
+        let client = try #require(RawHTTPClient(port: server.port))
+        client.send("POST /upload HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\n5;ext=1\nhello\n6\n world\n0\nX-Trailer: t\n\n")
+        #expect(client.readResponse()?.text == "POST 11: hello world")
+        client.send("GET /after HTTP/1.1\nHost: x\n\n")
+        #expect(client.readResponse()?.text == "GET 0: ")
+        #expect(server.arrivals.map(\.target) == ["/upload", "/after"])
+    }
+
+    @Test func aRequestAfterEmptyLinesIsAnswered() throws {
+        let server = try LoopbackHTTPServer()
+        defer { server.shutdown() }
+        let client = try #require(RawHTTPClient(port: server.port))
+        client.send("\nGET /?bytes=3 HTTP/1.1\nHost: x\n\n")
+        #expect(client.readResponse()?.text == "xxx")
+        client.send("\n\nGET /?bytes=1 HTTP/1.1\nHost: x\n\n")
+        #expect(client.readResponse()?.text == "x")
+    }
+
+    @Test func anOverLongHeaderBlockGets431AndTheServerKeepsServing() throws {
+        let server = try LoopbackHTTPServer()
+        defer { server.shutdown() }
+        for size in [HTTPRequestParser.defaultMaxHeadBytes + 1_000, 200_000] {
+            let client = try #require(RawHTTPClient(port: server.port))
+            client.send("GET / HTTP/1.1\nHost: x\nX-Big: \(String(repeating: "b", count: size))\n\n")
+            let response = client.readResponse()
+            #expect(response?.status == 431, "\(size) bytes: \(String(describing: response))")
+            #expect(response?.headers["connection"] == "close")
+            #expect(client.closedByServer())
+        }
+        let client = try #require(RawHTTPClient(port: server.port))
+        client.send("GET /?bytes=2 HTTP/1.1\nHost: x\n" + String(repeating: "X-Filler: 0123456789012345678901234567890123456789\n", count: 500) + "\n")
+        #expect(client.readResponse()?.text == "xx")   // 26 KB of header fields: within the limit
+        #expect(server.total == 1)
+    }
+
+    @Test func aHeaderBlockSentOneByteAtATimeParses() throws {
+        let server = try Self.echo()
+        defer { server.shutdown() }
+        let client = try #require(RawHTTPClient(port: server.port))
+        var head = Array("POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n".utf8)
+        for index in 0..<300 { head += Array("X-Filler-\(index): 0123456789012345678901234567890123456789\r\n".utf8) }
+        head += Array("\r\nbody".utf8)
+        for byte in head { #expect(client.send([byte])) }
+        let response = client.readResponse()
+        #expect(response?.text == "POST 4: body", "\(String(describing: response))")
+    }
+
+    @Test func pipelinedRequestsAreAnsweredInOrder() throws {
+        let server = try LoopbackHTTPServer()
+        defer { server.shutdown() }
+        let client = try #require(RawHTTPClient(port: server.port))
+        client.send("GET /?bytes=1 HTTP/1.1\n\nGET /?bytes=2&delay=20 HTTP/1.1\n\nGET /?bytes=3 HTTP/1.1\nConnection: close\n\n")
+        #expect(client.readResponse()?.text == "x")
+        #expect(client.readResponse()?.text == "xx")
+        let last = client.readResponse()
+        #expect(last?.text == "xxx" && last?.headers["connection"] == "close")
+        #expect(client.closedByServer())
+    }
+
+    @Test func aClientThatExpects100ContinueGetsItBeforeSendingTheBody() throws {
+        let server = try Self.echo()
+        defer { server.shutdown() }
+        let client = try #require(RawHTTPClient(port: server.port))
+        client.send("POST / HTTP/1.1\nHost: x\nExpect: 100-continue\nContent-Length: 3\n\n")
+        #expect(!client.silent(for: .seconds(10)))   // the 100 Continue, without the body
+        client.send("abc")
+        #expect(client.readResponse()?.text == "POST 3: abc")
+    }
+
+    @Test func aHandlersReplyThatCannotBeSentGets500() throws {
+        let server = try LoopbackHTTPServer { request in
+            request.path == "/stream" ? .stream(chunks: 2, chunkSize: 0, interval: .zero)
+                : .respond(status: 200, headers: ["X-Bad": "a\r\nb"])
+        }
+        defer { server.shutdown() }
+        let client = try #require(RawHTTPClient(port: server.port))
+        client.send("GET /stream HTTP/1.1\n\n")
+        let stream = client.readResponse()
+        #expect(stream?.status == 500 && stream?.text == "the handler's reply cannot be sent: chunkSize must be at least 1, got 0\n")
+        client.send("GET / HTTP/1.1\n\n")
+        #expect(client.readResponse()?.status == 500)
+    }
+
+    // MARK: - Threads
+
+    @Test func connectionsBeyondTheBoundWaitToBeAcceptedUntilOneCloses() async throws {
+        let server = try LoopbackHTTPServer(maxConnections: 2)
+        defer { server.shutdown() }
+        var hung: [RawHTTPClient] = []
+        for _ in 0..<2 {
+            let client = try #require(RawHTTPClient(port: server.port))
+            client.send("GET /hang HTTP/1.1\n\n")
+            hung.append(client)
+        }
+        #expect(await eventually { server.current == 2 })
+        let waiting = try #require(RawHTTPClient(port: server.port))   // the kernel completes the handshake
+        waiting.send("GET /?bytes=2 HTTP/1.1\n\n")
+        // Nothing signals "not accepted"; a while without an answer is the evidence.
+        #expect(waiting.silent(for: .milliseconds(300)))
+        #expect(server.connectionCount == 2 && server.total == 2)
+        hung.removeFirst()   // closes one connection: its thread ends and the waiting one is accepted
+        #expect(waiting.readResponse()?.text == "xx")
+        #expect(server.connectionCount == 2)
+    }
 }

@@ -1,0 +1,94 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+extension LoopbackHTTPServer {
+    /// What the accept thread does after `accept` failed with an `errno`.
+    enum AcceptFailure: Equatable {
+        /// Transient (interrupted, nothing to accept after all, a connection reset or a network
+        /// error passed on by Linux): poll again at once.
+        case retry
+        /// Out of descriptors or memory, or anything else: wait ``backOff`` before trying again,
+        /// so that the thread never spins on a listener that stays readable.
+        case backOff
+
+        /// How long the accept thread waits after a ``backOff`` failure.
+        static let backOffInterval: Int32 = 100   // milliseconds
+
+        init(errno error: Int32) {
+            switch error {
+            case EINTR, EAGAIN, EWOULDBLOCK, ECONNABORTED, EPROTO, EPERM,
+                 ENETDOWN, ENOPROTOOPT, EHOSTDOWN, ENONET, EHOSTUNREACH, EOPNOTSUPP, ENETUNREACH:
+                self = .retry
+            default:
+                self = .backOff
+            }
+        }
+    }
+
+    /// Accepts connections and starts a thread for each, at most ``maxConnections`` at once.
+    func acceptLoop() {
+        defer { threadExited() }
+        var failing: Int32?   // the errno of the back-off episode under way, logged once
+        while true {
+            guard waitForConnectionSlot() else { return }
+            var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: wakePipe.read, events: Int16(POLLIN), revents: 0)]
+            let ready = poll(&fds, 2, -1)
+            if ready < 0 { continue }   // EINTR
+            if fds[1].revents != 0 || withState({ $0.stopping }) { return }
+            guard fds[0].revents & Int16(POLLIN) != 0 else { continue }
+            // Linux's accepted socket does not inherit the listener's O_NONBLOCK: it blocks.
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else {
+                let error = errno
+                guard AcceptFailure(errno: error) == .backOff else { continue }
+                if failing != error {
+                    failing = error
+                    Self.log("accept failed (\(String(cString: strerror(error)))); trying again every \(AcceptFailure.backOffInterval) ms")
+                }
+                var wake = [pollfd(fd: wakePipe.read, events: Int16(POLLIN), revents: 0)]
+                _ = poll(&wake, 1, AcceptFailure.backOffInterval)
+                continue
+            }
+            if failing != nil {
+                failing = nil
+                Self.log("accepting again")
+            }
+            _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
+            var yes: Int32 = 1
+            setsockopt(connection, Int32(IPPROTO_TCP), TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
+            let admitted = withState { state -> Bool in
+                guard !state.stopping else { return false }
+                state.connections.insert(connection)
+                state.threads += 1
+                return true
+            }
+            guard admitted else {
+                close(connection)
+                return
+            }
+            Self.startThread(named: "Loopback conn") { [self] in serve(connection) }
+        }
+    }
+
+    /// Waits until fewer than ``maxConnections`` connections are served; returns `false` once the
+    /// server stops.
+    private func waitForConnectionSlot() -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        while !state.stopping, state.connections.count >= maxConnections { condition.wait() }
+        return !state.stopping
+    }
+
+    /// Writes `message` to standard error, as one line.
+    static func log(_ message: String) {
+        let line = Array("LoopbackHTTPServer: \(message)\n".utf8)
+        _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+    }
+}
