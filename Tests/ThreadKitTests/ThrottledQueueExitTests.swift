@@ -48,15 +48,6 @@ struct ThrottledQueueExitTests {
         #expect(Self.stopped(result, saying: "TQ exit sync", "interval must not be negative", "-0.003 seconds"))
     }
 
-    @Test("A negative pause(for:) stops")
-    func negativePause() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let queue = ThrottledQueue(label: "TQ exit pause", interval: .milliseconds(10))
-            queue.pause(for: .milliseconds(-1))
-        }
-        #expect(Self.stopped(result, saying: "TQ exit pause", "pause duration must not be negative", "-0.001 seconds"))
-    }
-
     @Test("RateLimit.rate(0, per:) stops")
     func rateLimitOfZero() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

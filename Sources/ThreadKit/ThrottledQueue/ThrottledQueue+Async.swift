@@ -24,11 +24,8 @@ extension ThrottledQueue {
         } onCancel: {
             leave(ticket)?.resume(throwing: CancellationError())
         }
-        let hold = Hold(queue: self, pool: nil, ticket: ticket, outer: outer)
-        defer {
-            hold.taskEnded()
-            endTask(startedAt: hold.startedAt, ticket: ticket)
-        }
+        let hold = Hold(queue: self, pool: nil, outer: outer)
+        defer { endTask(startedAt: hold.startedAt, ticket: ticket) }
         return try await Hold.withTaskHold(hold) { try await work() }
     }
 }
