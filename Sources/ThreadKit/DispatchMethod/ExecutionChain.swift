@@ -177,13 +177,16 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     }
 
     /// For ``value``: runs in the calling task each step this link waits for that sits on a
-    /// context the calling thread or task holds (nobody else can run it), until none does. A
-    /// delayed step is awaited, not slept for, until it is due.
+    /// context the calling task holds (nobody else can run it), until none does. A delayed step is
+    /// awaited, not slept for, until it is due.
+    ///
+    /// Only the task's holds count: a context the thread holds (a dedicated thread or a one-thread
+    /// pool that runs the task's jobs) runs the step itself once the task suspends.
     private func runHeldStepsInline() async throws {
         while true {
             let (due, claimed) = group.mutex.withLock { () -> (MonotonicInstant?, (PendingStep, @Sendable () -> Void)?) in
                 guard case .pending = state, let step = waitedForStep(), let context = step.context,
-                      ExecutionContexts.holdsIncludingTask(context) else { return (nil, nil) }
+                      ThrottledQueue.Hold.taskHolds(context) else { return (nil, nil) }
                 if let due = step.due, MonotonicInstant.now() < due { return (due, nil) }
                 return (nil, step.claim().map { (step, $0) })
             }

@@ -158,13 +158,20 @@ extension ThrottledQueue {
 @_silgen_name("swift_task_localValueGet")
 private func swiftTaskLocalValueGet(_ key: UnsafeRawPointer) -> UnsafeMutableRawPointer?
 
-extension ExecutionContexts {
-    /// Whether the calling thread holds `context`, or the calling Swift task does (through the
-    /// work of a ``ThrottledQueue/run(_:)`` it runs): either way, work queued on `context` that the
-    /// caller waits for can only run on the caller.
-    static func holdsIncludingTask(_ context: SerialContext) -> Bool {
-        if holds(context) { return true }
-        guard case .throttled = context.kind, let holds = ThrottledQueue.Hold.ofTask else { return false }
+extension ThrottledQueue.Hold {
+    /// Whether the calling Swift task holds `context`: it runs the work of a
+    /// ``ThrottledQueue/run(_:)`` on that queue (or a structured child task of that work does).
+    static func taskHolds(_ context: SerialContext) -> Bool {
+        guard case .throttled = context.kind, let holds = ofTask else { return false }
         return holds.heldContexts().contains(context)
+    }
+}
+
+extension ExecutionContexts {
+    /// Whether the calling thread holds `context`, or the calling Swift task does (see
+    /// ``ThrottledQueue/Hold/taskHolds(_:)``): either way, work queued on `context` that the caller
+    /// blocks for can only run on the caller.
+    static func holdsIncludingTask(_ context: SerialContext) -> Bool {
+        holds(context) || ThrottledQueue.Hold.taskHolds(context)
     }
 }
