@@ -226,7 +226,8 @@ struct ThrottledQueueRobustnessTests {
         #expect(value == 7)
         #expect(order.values == ["nested", "outer end", "queued"])
         #expect(spacing >= .milliseconds(50), "the nested run started \(spacing) after run was called, the gap is 50 ms")
-        #expect(measuredSpacing < .milliseconds(50) + Self.lateness)
+        // A run's start resumes its task on an executor: bounded as every run start is.
+        #expect(measuredSpacing < .milliseconds(50) + ThrottledQueueTests.asyncLateness)
     }
 
     // MARK: - Item 12: closures are released outside the queue's mutex
