@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import ThreadKit
 
@@ -48,13 +49,39 @@ struct ThrottledQueueExitTests {
         #expect(Self.stopped(result, saying: "TQ exit sync", "interval must not be negative", "-0.003 seconds"))
     }
 
-    @Test("A negative pause(for:) stops")
-    func negativePause() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let queue = ThrottledQueue(label: "TQ exit pause", interval: .milliseconds(10))
+    /// In a child process: exits with `code` unless `sync` on `queue`, called now, starts within
+    /// `bound` and (if given) not before `notBefore`.
+    static func expectSyncStart(on queue: ThrottledQueue, notBefore: ContinuousClock.Instant? = nil,
+                                within bound: Duration, orExit code: Int32) {
+        let called = ContinuousClock.now
+        let started = queue.sync { ContinuousClock.now }
+        if let notBefore, started < notBefore { exit(code) }
+        if started - (notBefore ?? called) >= bound { exit(code + 1) }
+    }
+
+    @Test("pause(for:) with a negative duration, and pause(until:) with an instant already past, mean no pause")
+    func pauseInThePastIsNoPause() async {
+        await #expect(processExitsWith: .success) {
+            let queue = ThrottledQueue(label: "TQ past pause", interval: .zero)
             queue.pause(for: .milliseconds(-1))
+            Self.expectSyncStart(on: queue, within: .milliseconds(250), orExit: 3)
+            queue.pause(for: .seconds(-3_600))
+            queue.pause(until: .now - .seconds(5))
+            queue.pause(for: .zero)
+            Self.expectSyncStart(on: queue, within: .milliseconds(250), orExit: 5)
         }
-        #expect(Self.stopped(result, saying: "TQ exit pause", "pause duration must not be negative", "-0.001 seconds"))
+    }
+
+    @Test("pause(for:) with a negative duration, or pause(until:) with an instant already past, never shortens a pause in force")
+    func pauseInThePastKeepsAPauseInForce() async {
+        await #expect(processExitsWith: .success) {
+            let queue = ThrottledQueue(label: "TQ past pause kept", interval: .zero)
+            let paused = ContinuousClock.now
+            queue.pause(for: .milliseconds(300))
+            queue.pause(for: .milliseconds(-500))
+            queue.pause(until: .now - .seconds(1))
+            Self.expectSyncStart(on: queue, notBefore: paused + .milliseconds(300), within: .milliseconds(250), orExit: 3)
+        }
     }
 
     @Test("RateLimit.rate(0, per:) stops")

@@ -63,27 +63,35 @@ public enum DispatchMethod: Sendable {
     /// `.sync(on:)` runs like `.async(on:)` here: an async caller must not block its thread, so it
     /// suspends while the target runs the work. `.inline` runs `work` in the calling task.
     ///
+    /// Cancelling the calling task before `work` has begun removes it: it never runs, and this
+    /// throws `CancellationError` (a task cancelled before the call submits nothing). Once begun,
+    /// `work` runs to its end and this returns its result. From inside a ``ThrottledQueue/run(_:)``'s
+    /// work, a method whose target is that queue runs `work` in the calling task, nested in the
+    /// running one (see ``ExecutionChain/value``), instead of waiting for a turn that cannot come.
+    ///
     /// - Returns: What `work` returned.
-    /// - Throws: What `work` threw, or the target's refusal.
+    /// - Throws: What `work` threw, `CancellationError`, or the target's refusal.
     public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        // Without this, a cancelled caller could hand its work to an idle thread, which starts it
+        // before the cancellation is seen.
+        try Task.checkCancellation()
         switch self {
         case .inline:
             return try work()
         case .sync(let target):
-            return try await DispatchMethod.async(on: target).execute(work).value
+            return try await DispatchMethod.async(on: target).queued(work).value
         case .async, .after:
-            return try await execute(work).value
+            return try await queued(work).value
         }
     }
 
-    /// Runs `work` as this method says for `link`, unless its chain is cancelled first, and
-    /// finishes `link` with the result (or the refusal, or `CancellationError`), exactly once.
+    /// Runs `work` as this method says for `link`, unless its chain (or the task awaiting the link)
+    /// is cancelled first, and finishes `link` with the result (or the refusal, or
+    /// `CancellationError`), exactly once.
     func dispatch<T>(for link: ExecutionChain<T>, _ work: @escaping @Sendable () throws -> T) {
-        let group = link.group
-        let step: @Sendable () -> Void = {
-            guard !group.isCancelled else { return link.complete(.failure(CancellationError())) }
-            link.complete(Result { try work() })
-        }
+        // A link that finished before its step was dispatched (cancelled) hands nothing to a target.
+        guard !link.hasFinished else { return }
+        let step: @Sendable () -> Void = { link.runStep(work) }
         switch self {
         case .inline:
             step()

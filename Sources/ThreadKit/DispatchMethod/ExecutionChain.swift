@@ -20,7 +20,8 @@ import Darwin
 ///     .then(.async(on: .main)) { id in show(id) }
 /// ```
 public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendable {
-    // Sendable: `state` and `step` are guarded by `group.mutex`, which every link of a chain shares.
+    // Sendable: `state`, `step`, `previous` and `stepBegan` are guarded by `group.mutex`, which every
+    // link of a chain shares; `cancellerKey` is written in `init`, before the link is shared.
 
     // The stored properties and the finished link's init are usable from inlinable code, so that
     // `DispatchMethod.execute` makes a finished link with its `Value` known: no type metadata is
@@ -37,6 +38,11 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     @usableFromInline var state: State
     /// This link's step once dispatched to a target, until it starts.
     @usableFromInline var step: PendingStep?
+    /// Whether this link's step has begun to run: from then on it runs to its end, and the
+    /// cancellation of a task awaiting ``value`` no longer removes it.
+    @usableFromInline var stepBegan: Bool
+    /// This link's entry among its group's cancellers while it is unfinished (0: none).
+    @usableFromInline var cancellerKey: Int
 
     @usableFromInline enum State {
         /// Not finished: what to call with the result once it comes.
@@ -49,7 +55,9 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
         _ = lazyGroup.storeIfNil(group)
         self.previous = previous
         state = .pending(followers: [])
-        group.add { [weak self] in self?.complete(.failure(CancellationError())) }
+        stepBegan = false
+        cancellerKey = 0
+        cancellerKey = group.add { [weak self] in self?.complete(.failure(CancellationError())) }
     }
 
     /// A first link whose step has run already (`.inline` and `.sync`): nothing is shared or
@@ -60,6 +68,8 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
         previous = nil
         state = .finished(result)
         step = nil
+        stepBegan = true
+        cancellerKey = 0
     }
 
     /// Runs `work` with this step's value, as `method` says, once this step has finished.
@@ -92,9 +102,11 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     ///
     /// Re-entry aware: if a step this link waits for is queued on a serial context that the
     /// calling thread holds (it runs that context's work, or work that the context's holder is
-    /// blocked waiting for), the step can only run here, so it runs inline (a delayed step once its
-    /// time has come). A wait that would close a cycle of blocked threads stops the process with a
-    /// message naming it.
+    /// blocked waiting for), or that the calling Swift task holds (it runs a
+    /// ``ThrottledQueue/run(_:)``'s work), the step can only run here, so it runs inline (a delayed
+    /// step once its time has come). A wait that would close a cycle of blocked threads stops the
+    /// process with a message naming it; so does a wait from inside a step of this chain that the
+    /// waited-for step comes after (or is), which could never end.
     ///
     /// - Throws: The error of this step or of one before it, or `CancellationError` if the chain
     ///   was cancelled before this step ran.
@@ -106,6 +118,12 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
         var claimed: (PendingStep, @Sendable () -> Void)?
         while true {
             if case .finished(let result) = state { return try result.get() }
+            if RunningSteps.contains(earliestUnfinished()) {
+                group.mutex.unlock()
+                preconditionFailure(
+                    "deadlock: ExecutionChain.wait() from inside a step of the same chain, waiting for that step "
+                        + "or one after it: the step cannot finish while it waits")
+            }
             claimed = claimStepToRunInline()
             if claimed != nil {
                 group.mutex.unlock()
@@ -133,10 +151,51 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     }
 
     /// This step's value, once it has finished; the caller suspends, no thread blocks.
+    ///
+    /// Cancelling the awaiting task before this step has begun removes the step: it never runs,
+    /// this link fails with `CancellationError` (so do the steps after it, which never run either),
+    /// and so does this await. A step that has begun runs to its end, and the await returns its
+    /// result. Steps before this one are not affected.
+    ///
+    /// Re-entry aware, as ``wait()`` is: a step this link waits for that is queued on a serial
+    /// context the calling task holds (inside ``ThrottledQueue/run(_:)``'s work, for a step on that
+    /// queue) can only run here, so it runs in the calling task, as a nested task of the queue.
+    ///
+    /// - Throws: The error of this step or of one before it, or `CancellationError` if the chain
+    ///   or the awaiting task was cancelled before this step began.
     public var value: Value {
         get async throws {
-            try await withCheckedThrowingContinuation { continuation in
-                whenFinished { continuation.resume(with: $0) }
+            try await withTaskCancellationHandler {
+                try await runHeldStepsInline()
+                return try await withCheckedThrowingContinuation { continuation in
+                    whenFinished { continuation.resume(with: $0) }
+                }
+            } onCancel: {
+                cancelUnlessBegun()
+            }
+        }
+    }
+
+    /// For ``value``: runs in the calling task each step this link waits for that sits on a
+    /// context the calling task holds (nobody else can run it), until none does. A delayed step is
+    /// awaited, not slept for, until it is due.
+    ///
+    /// Only the task's holds count: a context the thread holds (a dedicated thread or a one-thread
+    /// pool that runs the task's jobs) runs the step itself once the task suspends.
+    private func runHeldStepsInline() async throws {
+        while true {
+            let (due, claimed) = group.mutex.withLock { () -> (MonotonicInstant?, (PendingStep, @Sendable () -> Void)?) in
+                guard case .pending = state, let step = waitedForStep(), let context = step.context,
+                      ThrottledQueue.Hold.taskHolds(context) else { return (nil, nil) }
+                if let due = step.due, MonotonicInstant.now() < due { return (due, nil) }
+                return (nil, step.claim().map { (step, $0) })
+            }
+            if let claimed {
+                Self.runInline(claimed)
+            } else if let due {
+                try await Task.sleep(for: MonotonicInstant.now().duration(to: due))
+            } else {
+                return
             }
         }
     }
@@ -152,14 +211,46 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
 
     /// Finishes this step with `result`, once; later results are ignored.
     func complete(_ result: Result<Value, any Error>) {
+        finish(result, unlessBegun: false)
+    }
+
+    /// Fails this link with `CancellationError` if its step has not begun (the awaiting task of
+    /// ``value`` was cancelled): the step never runs. A step that has begun runs to its end.
+    func cancelUnlessBegun() {
+        finish(.failure(CancellationError()), unlessBegun: true)
+    }
+
+    /// Runs this link's step, `work`, on the calling thread, unless the link has finished already
+    /// (the chain was cancelled, or the task awaiting it was, before the step began), and finishes
+    /// the link with its result. The thread is known to run a step of this link meanwhile, so that
+    /// a ``wait()`` for it from inside is reported instead of hanging.
+    func runStep(_ work: () throws -> Value) {
+        let begins = group.mutex.withLock { () -> Bool in
+            guard case .pending = state, !group.isCancelledLocked else { return false }
+            stepBegan = true
+            return true
+        }
+        guard begins else { return complete(.failure(CancellationError())) }
+        complete(RunningSteps.running(self) { Result { try work() } })
+    }
+
+    /// Whether this link has finished; takes the chain's lock.
+    var hasFinished: Bool {
+        group.mutex.withLock { isFinished }
+    }
+
+    private func finish(_ result: Result<Value, any Error>, unlessBegun: Bool) {
+        typealias Released = (PendingStep?, (@Sendable () -> Void)?, (any ChainLink)?, (@Sendable () -> Void)?)
         let (followers, released) = group.mutex.withLock {
-            () -> ([@Sendable (Result<Value, any Error>) -> Void]?, (PendingStep?, (any ChainLink)?)) in
-            guard case .pending(let followers) = state else { return (nil, (nil, nil)) }
+            () -> ([@Sendable (Result<Value, any Error>) -> Void]?, Released) in
+            guard case .pending(let followers) = state, !(unlessBegun && stepBegan) else { return (nil, (nil, nil, nil, nil)) }
             state = .finished(result)
             group.changed.broadcast()
-            return (followers, (step.take(), previous.take()))
+            let unclaimedWork = step?.claim()
+            return (followers, (step.take(), unclaimedWork, previous.take(), group.removeCanceller(cancellerKey)))
         }
-        // An unclaimed step's work and the earlier links' values are released here, not under the lock.
+        // An unclaimed step's work (it will never run), the earlier links' values and this link's
+        // canceller are released here, not under the lock.
         withExtendedLifetime(released) {}
         for follower in followers ?? [] { follower(result) }
     }
@@ -211,22 +302,28 @@ protocol ChainLink: AnyObject, Sendable {
 }
 
 extension ChainLink {
-    /// The dispatched, unstarted step of the earliest unfinished link up to this one: the step
-    /// whose run this link waits for. `nil` while that link's step is not dispatched yet.
-    func waitedForStep() -> PendingStep? {
+    /// The earliest unfinished link up to this one (this one, if the one before has finished or
+    /// is no longer known): the link whose step this one waits for.
+    func earliestUnfinished() -> any ChainLink {
         var earliestUnfinished: any ChainLink = self
         var link = previous
         while let current = link, !current.isFinished {
             earliestUnfinished = current
             link = current.previous
         }
-        return earliestUnfinished.pendingStep
+        return earliestUnfinished
     }
 
-    /// The waited-for step, claimed, if it sits on a context the calling thread holds: only this
-    /// thread can run it.
+    /// The dispatched, unstarted step of the earliest unfinished link up to this one: the step
+    /// whose run this link waits for. `nil` while that link's step is not dispatched yet.
+    func waitedForStep() -> PendingStep? {
+        earliestUnfinished().pendingStep
+    }
+
+    /// The waited-for step, claimed, if it sits on a context the calling thread (or Swift task)
+    /// holds: only this thread can run it.
     func claimStepToRunInline() -> (PendingStep, @Sendable () -> Void)? {
-        guard let step = waitedForStep(), let context = step.context, ExecutionContexts.holds(context),
+        guard let step = waitedForStep(), let context = step.context, ExecutionContexts.holdsIncludingTask(context),
               let work = step.claim() else { return nil }
         return (step, work)
     }
@@ -264,36 +361,91 @@ final class PendingStep: Sendable {
 }
 
 /// What the links of one chain share: their lock, whether the chain was cancelled, and how to fail
-/// each link then.
+/// each unfinished link then.
 @usableFromInline
 final class ChainGroup: @unchecked Sendable {
-    // Sendable: `isCancelledFlag` and `cancellers` are guarded by `mutex`.
+    // Sendable: `isCancelledFlag`, `cancellers` and `nextKey` are guarded by `mutex`.
     let mutex = PThreadMutex()
     /// Broadcast when a link finishes or a step is dispatched, for waiters.
     let changed = MonotonicCondition()
     private var isCancelledFlag = false
-    /// Fail each link with `CancellationError` (a link already finished ignores it).
-    private var cancellers: [@Sendable () -> Void] = []
+    /// Fail each unfinished link with `CancellationError`, by the link's key. A link's entry leaves
+    /// when the link finishes, so a long chain keeps only its unfinished links' entries.
+    private var cancellers: [Int: @Sendable () -> Void] = [:]
+    private var nextKey = 1
 
     var isCancelled: Bool { mutex.withLock { isCancelledFlag } }
 
-    /// Registers a link's canceller; called at once if the chain is cancelled already.
-    func add(_ canceller: @escaping @Sendable () -> Void) {
-        let cancelNow = mutex.withLock {
-            if !isCancelledFlag { cancellers.append(canceller) }
-            return isCancelledFlag
+    /// ``isCancelled``, with `mutex` held.
+    var isCancelledLocked: Bool { isCancelledFlag }
+
+    /// How many unfinished links the chain would fail if cancelled now.
+    var cancellerCount: Int { mutex.withLock { cancellers.count } }
+
+    /// Registers an unfinished link's canceller and returns its key; if the chain is cancelled
+    /// already, calls it at once instead and returns 0.
+    func add(_ canceller: @escaping @Sendable () -> Void) -> Int {
+        let key = mutex.withLock { () -> Int in
+            guard !isCancelledFlag else { return 0 }
+            defer { nextKey += 1 }
+            cancellers[nextKey] = canceller
+            return nextKey
         }
-        if cancelNow { canceller() }
+        if key == 0 { canceller() }
+        return key
+    }
+
+    /// Removes a finished link's canceller and hands it back, to be released after the lock is let
+    /// go. `mutex` held.
+    func removeCanceller(_ key: Int) -> (@Sendable () -> Void)? {
+        guard key != 0, let canceller = cancellers.removeValue(forKey: key) else { return nil }
+        // A dictionary keeps its capacity: once the chain has no unfinished link, a burst of them
+        // leaves no storage behind.
+        if cancellers.isEmpty, cancellers.capacity > 16 { cancellers = [:] }
+        return canceller
     }
 
     func cancel() {
         let cancellers: [@Sendable () -> Void] = mutex.withLock {
             guard !isCancelledFlag else { return [] }
             isCancelledFlag = true
-            defer { self.cancellers = [] }
-            return self.cancellers
+            defer { self.cancellers = [:] }
+            return self.cancellers.sorted { $0.key < $1.key }.map(\.value)
         }
         for canceller in cancellers { canceller() }
+    }
+}
+
+/// The links whose step the calling thread runs, innermost first: a stack of entries on the
+/// threads' own stacks, reached through one thread-local pointer.
+enum RunningSteps {
+    private struct Entry {
+        let link: ObjectIdentifier
+        let outer: UnsafeMutableRawPointer?
+    }
+
+    private static let innermost = ThreadLocalPointer()
+
+    /// Runs `body`, the step of `link`, with the calling thread known to run it.
+    static func running<R>(_ link: AnyObject, _ body: () -> R) -> R {
+        var entry = Entry(link: ObjectIdentifier(link), outer: innermost.current)
+        return withUnsafeMutablePointer(to: &entry) { pointer in
+            innermost.current = UnsafeMutableRawPointer(pointer)
+            defer { innermost.current = pointer.pointee.outer }
+            return body()
+        }
+    }
+
+    /// Whether the calling thread runs the step of `link` (perhaps with other steps nested inside).
+    static func contains(_ link: AnyObject) -> Bool {
+        let id = ObjectIdentifier(link)
+        var pointer = innermost.current
+        while let current = pointer {
+            let entry = current.assumingMemoryBound(to: Entry.self).pointee
+            if entry.link == id { return true }
+            pointer = entry.outer
+        }
+        return false
     }
 }
 

@@ -3,11 +3,17 @@ extension ThrottledQueue {
     ///
     /// The start follows the queue's rules like any other task, and its end is reported when
     /// `work` returns or throws (which `.serial` counts from). If the calling task is cancelled
-    /// before its turn, it leaves the queue, `work` never runs, and this throws `CancellationError`.
+    /// before its turn (or before the call), it leaves the queue, `work` never runs, and this throws
+    /// `CancellationError`; once its turn has come, `work` runs to its end and this returns its
+    /// result.
     ///
-    /// Inside `work` (and the child tasks it awaits), the queue knows its task is running: a `sync`
-    /// or `run` on the same queue is nested, waiting out its gap and running at once, ahead of
-    /// queued tasks; `waitUntilIdle()` stops with a precondition failure instead of waiting forever.
+    /// Inside `work`, across its awaits and in the structured child tasks it starts (`async let`,
+    /// task groups), the queue knows its task is running: a `sync` or `run` on the same queue, or
+    /// work queued on it through ``DispatchMethod`` and waited for (``ExecutionChain/wait()``,
+    /// ``ExecutionChain/value``, ``DispatchMethod/run(_:)``), is nested, waiting out its gap and
+    /// running at once, ahead of queued tasks; `waitUntilIdle()` stops with a precondition failure
+    /// instead of waiting forever. An unstructured `Task` started inside `work` is separate work,
+    /// not the holder: it waits for its turn like any other caller.
     ///
     /// - Returns: What `work` returned.
     /// - Throws: What `work` threw, `CancellationError`, or a ``ThreadPoolError`` if the queue's
@@ -24,11 +30,8 @@ extension ThrottledQueue {
         } onCancel: {
             leave(ticket)?.resume(throwing: CancellationError())
         }
-        let hold = Hold(queue: self, pool: nil, ticket: ticket, outer: outer)
-        defer {
-            hold.taskEnded()
-            endTask(startedAt: hold.startedAt, ticket: ticket)
-        }
+        let hold = Hold(queue: self, pool: nil, outer: outer)
+        defer { endTask(startedAt: hold.startedAt, ticket: ticket) }
         return try await Hold.withTaskHold(hold) { try await work() }
     }
 }

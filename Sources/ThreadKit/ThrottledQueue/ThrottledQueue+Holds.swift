@@ -1,4 +1,3 @@
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -18,13 +17,14 @@ extension ThrottledQueue {
     /// the caller is, to report a wait that could never end.
     ///
     /// Synchronous work has a fixed thread, so its holds live in a thread-local; async work can
-    /// move between threads, so `run`'s holds travel in a task-local.
+    /// move between threads, so `run`'s holds travel in a task-local, honoured only by the task
+    /// that runs `run` and its structured child tasks (see ``ofTask``).
     final class Hold: @unchecked Sendable {
-        // Sendable: `startedAt` is written only before the hold is shared: just before the task's
-        // work, by the thread it belongs to (``withThreadHold(_:_:)``) or by `run`'s task
-        // (``withTaskHold(_:_:)``), before any child task can see it; a thread's hold is only ever
-        // read by that thread. `hasNestedTaskRunning` is guarded by the queue's mutex;
-        // `taskRuns` is an atomic. The rest is constant.
+        // Sendable: `startedAt` and `binding` are written only before the hold is shared: just
+        // before the task's work, by the thread it belongs to (``withThreadHold(_:_:)``) or by
+        // `run`'s task (``withTaskHold(_:_:)``), before any other task can see it; a thread's hold
+        // is only ever read by that thread. `hasNestedTaskRunning` is guarded by the queue's mutex.
+        // The rest is constant.
 
         /// The queue whose task runs.
         let queue: ThrottledQueue
@@ -32,56 +32,43 @@ extension ThrottledQueue {
         private(set) var startedAt: MonotonicInstant
         /// The pool whose thread runs the task, when the queue's worker runs it.
         let pool: ThreadPool?
-        /// For `run`'s work, its ticket: a task started from a child that outlived the work is not
-        /// nested in it.
-        let ticket: Ticket?
+        /// For `run`'s work: where the task-local binding of this hold lives (see ``ofTask``).
+        private var binding: UnsafeMutableRawPointer?
         /// The hold this one is nested in.
         let outer: Hold?
         /// Whether a task nested in this one runs now (a `sync` or `run` on the same queue from
         /// inside it, or from a child task of `run`'s work). Guarded by the queue's mutex: nested
         /// tasks of one holder run one at a time, so concurrent child tasks keep the exclusion.
         var hasNestedTaskRunning = false
-        /// Whether the task still runs: `false` once `run`'s work has returned. An atomic, so that
-        /// ``heldContexts()`` reads it without a lock, from inside any other lock.
-        private let taskRuns = Atomic<Bool>(true)
 
-        init(queue: ThrottledQueue, pool: ThreadPool?, ticket: Ticket?, outer: Hold?, startedAt: MonotonicInstant = .now()) {
+        init(queue: ThrottledQueue, pool: ThreadPool?, outer: Hold?, startedAt: MonotonicInstant = .now()) {
             self.queue = queue
             self.startedAt = startedAt
             self.pool = pool
-            self.ticket = ticket
             self.outer = outer
         }
 
-        /// The innermost hold of `queue`'s running task in this chain. Read under `queue`'s mutex,
-        /// which guards the phase of its tickets.
+        /// The innermost hold of `queue`'s running task in this chain.
         func innermost(of queue: ThrottledQueue) -> Hold? {
             var hold: Hold? = self
             while let current = hold {
-                if current.queue === queue, (current.ticket?.phase ?? .granted) == .granted { return current }
+                if current.queue === queue { return current }
                 hold = current.outer
             }
             return nil
         }
 
-        /// The queues whose running tasks this chain holds now, as serial contexts: each hold's
-        /// queue while its task runs (a task that outlived `run`'s work inherited a chain whose
-        /// tasks have ended, and holds nothing of it).
+        /// The queues whose running tasks this chain holds, as serial contexts.
         ///
         /// Takes no lock: a blocking wait calls it with its own lock held.
         func heldContexts() -> [SerialContext] {
             var contexts: [SerialContext] = []
             var hold: Hold? = self
             while let current = hold {
-                if current.taskRuns.load(ordering: .acquiring) { contexts.append(SerialContext(.throttled(current.queue))) }
+                contexts.append(SerialContext(.throttled(current.queue)))
                 hold = current.outer
             }
             return contexts
-        }
-
-        /// Marks the task ended, before the queue hears of it.
-        func taskEnded() {
-            taskRuns.store(false, ordering: .releasing)
         }
 
         /// The first hold in this chain whose task runs on a thread of `pool`.
@@ -97,14 +84,38 @@ extension ThrottledQueue {
         /// Runs `work`, `run`'s work, with `hold` as the current task's innermost hold, and sets the
         /// hold's `startedAt` as the last thing before `work` begins (see ``withThreadHold(_:_:)``).
         static func withTaskHold<Result: Sendable>(_ hold: Hold, _ work: () async throws -> Result) async rethrows -> Result {
-            try await $ofTask.withValue(hold) {
+            try await $bound.withValue(hold) {
+                hold.binding = bindingStorage()
                 hold.startedAt = MonotonicInstant.now()
                 return try await work()
             }
         }
 
-        /// The holds of `run`'s work, in the current Swift task and the child tasks it starts.
-        @TaskLocal static var ofTask: Hold?
+        /// The holds of `run`'s work, as the current Swift task sees them: in the task that runs
+        /// `run` and in the structured child tasks it starts (`async let`, task groups), never in an
+        /// unstructured `Task` started inside the work, nor after the work has returned.
+        ///
+        /// Every task inherits the task-local that carries the hold, but not in the same way
+        /// (SE-0311): a structured child task reads its parent's bindings in place, where an
+        /// unstructured `Task` gets copies of them. So a hold counts only where its binding is
+        /// found at the very place `run` made it. An unstructured task is a separate piece of work
+        /// that may outlive the run: it waits for its turn like any other caller, and is never
+        /// taken for the holder (which would overlap it with the work, or report a false deadlock).
+        static var ofTask: Hold? {
+            guard let hold = bound, let binding = hold.binding, binding == bindingStorage() else { return nil }
+            return hold
+        }
+
+        /// The binding of `run`'s holds, as inherited by every task started inside the work: read
+        /// it through ``ofTask``.
+        @TaskLocal private static var bound: Hold?
+
+        /// Where the current task finds its binding of ``bound``: the same address in the task that
+        /// bound it and in its structured child tasks, another in an unstructured task's copy.
+        private static func bindingStorage() -> UnsafeMutableRawPointer? {
+            // A task-local's key is its `TaskLocal` object; the runtime returns where the value lives.
+            swiftTaskLocalValueGet(UnsafeRawPointer(Unmanaged.passUnretained($bound).toOpaque()))
+        }
 
         /// The holds of the current thread: one thread-local read.
         static var ofThread: Hold? {
@@ -139,5 +150,28 @@ extension ThrottledQueue {
             precondition(result == 0, "pthread_key_create failed with error \(result)")
             return key
         }()
+    }
+}
+
+/// The Swift runtime's lookup of a task-local value, which `TaskLocal.get()` calls: it returns the
+/// address of the current task's binding for `key` (a `TaskLocal` object), or `nil`.
+@_silgen_name("swift_task_localValueGet")
+private func swiftTaskLocalValueGet(_ key: UnsafeRawPointer) -> UnsafeMutableRawPointer?
+
+extension ThrottledQueue.Hold {
+    /// Whether the calling Swift task holds `context`: it runs the work of a
+    /// ``ThrottledQueue/run(_:)`` on that queue (or a structured child task of that work does).
+    static func taskHolds(_ context: SerialContext) -> Bool {
+        guard case .throttled = context.kind, let holds = ofTask else { return false }
+        return holds.heldContexts().contains(context)
+    }
+}
+
+extension ExecutionContexts {
+    /// Whether the calling thread holds `context`, or the calling Swift task does (see
+    /// ``ThrottledQueue/Hold/taskHolds(_:)``): either way, work queued on `context` that the caller
+    /// blocks for can only run on the caller.
+    static func holdsIncludingTask(_ context: SerialContext) -> Bool {
+        holds(context) || ThrottledQueue.Hold.taskHolds(context)
     }
 }

@@ -168,12 +168,17 @@ public final class ThrottledQueue: @unchecked Sendable {
     // MARK: - Controlling
 
     /// Starts no task for `duration` from now (a longer pause already in force stays).
+    ///
+    /// A zero or negative `duration` (what a `Retry-After` date already past gives) means no pause:
+    /// it changes nothing, and never shortens a pause in force.
     public func pause(for duration: Duration) {
-        precondition(duration >= .zero, "ThrottledQueue '\(label)': pause duration must not be negative, got \(duration)")
-        pause(until: MonotonicInstant.now().advanced(by: duration))
+        pause(until: MonotonicInstant.now().advanced(by: max(duration, .zero)))
     }
 
     /// Starts no task before `deadline` (a longer pause already in force stays).
+    ///
+    /// A `deadline` already past means no pause: it changes nothing, and never shortens a pause in
+    /// force.
     public func pause(until deadline: ContinuousClock.Instant) {
         pause(until: MonotonicInstant(deadline))
     }
@@ -418,7 +423,7 @@ public final class ThrottledQueue: @unchecked Sendable {
     ///
     /// - Returns: When the work began and when it ended.
     private func perform(_ work: @Sendable () -> Void, on workerPool: ThreadPool) -> (MonotonicInstant, MonotonicInstant) {
-        let hold = Hold(queue: self, pool: workerPool, ticket: nil, outer: Hold.ofThread)
+        let hold = Hold(queue: self, pool: workerPool, outer: Hold.ofThread)
         Hold.withThreadHold(hold) { work() }
         return (hold.startedAt, MonotonicInstant.now())
     }
@@ -484,12 +489,15 @@ public final class ThrottledQueue: @unchecked Sendable {
     }
 
     private func pause(until instant: MonotonicInstant) {
+        let now = MonotonicInstant.now()
+        // A pause that has ended already holds nothing: the schedule keeps the one in force.
+        guard instant > now else { return }
         mutex.withLock {
             schedule.pause(until: instant)
             changed.signal()
             wakeWaiters()
         }
-        Log.log(.throttle, "\(label): paused for \(MonotonicInstant.now().duration(to: instant))")
+        Log.log(.throttle, "\(label): paused for \(now.duration(to: instant))")
     }
 
     /// The innermost hold of this queue's running task by the calling thread or task: a call from
@@ -533,7 +541,7 @@ public final class ThrottledQueue: @unchecked Sendable {
             ExecutionContexts.blocking(for: context) { _blockingWaitForTurn(turn) }
         }
         mutex.unlock()
-        let hold = Hold(queue: self, pool: nil, ticket: nil, outer: threadHold)
+        let hold = Hold(queue: self, pool: nil, outer: threadHold)
         defer { endTask(startedAt: hold.startedAt, ticket: nil, nestedIn: holder) }
         return try Hold.withThreadHold(hold) { try work() }
     }
