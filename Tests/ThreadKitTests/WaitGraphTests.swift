@@ -79,6 +79,26 @@ import Testing
         #expect(graph.cycle(if: "T4", holding: ["D"], waitsFor: "A") == nil)
     }
 
+    @Test("A thread blocked again while serving a request in its wait replaces its entry, and gets the outer one back")
+    func nestedBlockReplacesAndRestores() {
+        var graph = WaitGraph<String, [String]>()
+        #expect(graph.block("T1", holding: ["A"], waitingFor: "B") == nil)
+        // T1 serves a request for A, holding what the requester held, and blocks for C.
+        let outer = graph.block("T1", holding: ["A", "B"], waitingFor: "C")
+        #expect(outer?.holds == ["A"])
+        #expect(outer?.waitsFor == "B")
+        #expect(graph.blocked.count == 1)
+        #expect(graph.cycle(if: "T2", holding: ["C"], waitsFor: "B")?.count == 2)
+        // The inner wait ends: the outer entry comes back.
+        let inner = graph.block("T1", holding: outer!.holds, waitingFor: outer!.waitsFor)
+        #expect(inner?.waitsFor == "C")
+        #expect(graph.cycle(if: "T2", holding: ["B"], waitsFor: "A")?.count == 2)
+        #expect(graph.cycle(if: "T2", holding: ["C"], waitsFor: "B") == nil)
+        #expect(graph.unblock("T1")?.waitsFor == "B")
+        #expect(graph.unblock("T1") == nil)
+        #expect(graph.blocked.isEmpty)
+    }
+
     @Test("The message names each thread, what it holds and what it waits for")
     func message() {
         let threads = (Marker(), Marker())
@@ -86,7 +106,7 @@ import Testing
         let second = ExecutionContexts.ThreadKey(id: ObjectIdentifier(threads.1), name: "T2")
         let thread = DedicatedThread(name: "db")
         defer { thread.dispose() }
-        let db = SerialContext(.thread(thread))
+        let db = SerialContext(.thread(thread.core))
         let api = SerialContext(.throttled(ThrottledQueue(label: "api")))
         let text = ExecutionContexts.message(
             for: [.init(thread: first, holds: db, waitsFor: api), .init(thread: second, holds: api, waitsFor: db)])

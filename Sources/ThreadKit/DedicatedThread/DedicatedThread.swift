@@ -1,12 +1,11 @@
-import Synchronization
-
 /// One named thread that runs work in FIFO order, for thread-affine resources and as an actor's executor.
 ///
 /// Closures (``execute(_:)``, ``sync(_:)``, ``run(_:)``) and Swift jobs (an actor whose executor it
 /// is, or tasks that prefer it) share one queue and run one at a time, in the order they arrived, on
 /// the one thread, whose identity never changes: a SQLite connection or a C library with
-/// thread-local state can live on it. The thread starts at once and lives until disposed; while it
-/// has nothing to do, or is paused, it sleeps on a condition and uses no CPU.
+/// thread-local state can live on it. The thread starts at once and lives until disposed, or until
+/// nothing references this object any more: then it runs what is queued and exits, as after
+/// ``dispose()``. While it has nothing to do, or is paused, it sleeps on a condition and uses no CPU.
 ///
 /// ```swift
 /// let db = DedicatedThread(name: "SQLite")
@@ -17,27 +16,13 @@ import Synchronization
 ///     nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
 /// }
 /// ```
-public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sendable {
-    // Sendable: `state` is guarded by `mutex`, `batch` by `batchMutex` (taken inside `mutex` when
-    // both are needed); `workNudge` and each `SyncRequest.phase` are atomics; the rest is constant.
-
+public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
     /// The thread's name, for `Thread.current.name` (the kernel keeps its first 15 bytes), log
     /// records and errors.
     public let name: String
 
-    private let mutex = PThreadMutex()
-    /// Signalled for the sleeping thread: work arrived, a pause ended, or a dispose.
-    private let workArrived = MonotonicCondition()
-    /// Broadcast when a `sync` item whose caller sleeps has run, and when the thread has exited.
-    private let progress = MonotonicCondition()
-    private var state = State()
-    /// The items the thread took out of the queue in one go, to run one by one. Submitters never
-    /// take this lock, so the thread and its submitters meet on `mutex` once per batch, not once
-    /// per item; ``pause()``, ``pendingCount`` and ``disposeNow()`` look at both.
-    private let batchMutex = PThreadMutex()
-    private var batch = Batch()
-    /// Bumped by a submitter that finds the thread spinning for work: it need not be woken.
-    private let workNudge = Atomic<Int>(0)
+    /// The queue and the thread; what the thread holds on to, rather than this front.
+    let core: DedicatedThreadCore
 
     /// Creates the thread and starts it at once.
     ///
@@ -48,12 +33,11 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     /// - Parameter name: Names the thread, its log lines and errors.
     public init(name: String) {
         self.name = name
-        do {
-            try NamedThread.start(name: name) { [self] in runThread() }
-        } catch {
-            state.lifecycle = .failedToStart(errno: error.errno)
-            state.hasExited = true
-        }
+        core = DedicatedThreadCore(name: name)
+    }
+
+    deinit {
+        core.release()
     }
 
     // MARK: - Submitting work
@@ -62,44 +46,42 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     ///
     /// - Throws: ``DedicatedThreadError/disposed(name:)`` after ``dispose()`` or ``disposeNow()``.
     public func execute(_ work: @escaping @Sendable () -> Void) throws {
-        try submit(.closure(work, onDrop: nil))
+        try core.execute(work)
     }
 
     /// Runs `work` on the thread and returns its result, blocking the calling thread until then.
     ///
     /// Called on the thread itself, it runs `work` at once, inline: waiting for itself could never
-    /// end. Called from elsewhere, `work` runs after everything submitted before it. The thread
-    /// must be running: a `sync` on a disposed thread, or while the thread is paused and nothing
-    /// will resume it, cannot return. The first stops the process with a message naming the thread.
+    /// end. Called from work this thread is blocked waiting for (A → B → A: this thread's work
+    /// called `sync` onto B, and B's work calls this), `work` still runs on this thread, which
+    /// serves it in its wait, and the caller waits for it. Called from elsewhere, `work` runs after
+    /// everything submitted before it. The thread must be running: a `sync` on a disposed thread,
+    /// or while the thread is paused and nothing will resume it, cannot return. The first stops
+    /// the process with a message naming the thread.
     ///
     /// - Returns: What `work` returned.
     /// - Throws: What `work` threw.
     public func sync<T>(_ work: () throws -> T) rethrows -> T {
-        try sync(work, refused: { preconditionFailure("sync on DedicatedThread '\(name)' cannot run: \($0)") },
-                 rethrowing: { throw $0 })
+        try core.sync(work)
     }
 
     /// Like ``sync(_:)``, but a refusal (a disposed thread, or one that never started) is thrown.
     func syncOrThrow<T>(_ work: () throws -> T) throws -> T {
-        try sync(work, refused: { throw $0 }, rethrowing: { throw $0 })
+        try core.syncOrThrow(work)
     }
 
     /// Runs `work` on the thread and suspends (without blocking a thread) until it has run.
     ///
+    /// If the calling task is already cancelled, the work is not submitted; if it is cancelled
+    /// before the thread starts the work, the work never starts (its closure is released at once)
+    /// and this throws `CancellationError`. Once started, the work runs to its end and this
+    /// returns its result.
+    ///
     /// - Returns: What `work` returned.
-    /// - Throws: What `work` threw, or ``DedicatedThreadError/disposed(name:)`` if the thread was
-    ///   disposed before it ran (``disposeNow()`` drops it; later calls are refused).
+    /// - Throws: What `work` threw, `CancellationError`, or ``DedicatedThreadError/disposed(name:)``
+    ///   if the thread was disposed before it ran (``disposeNow()`` drops it; later calls are refused).
     public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            let item = Item.closure(
-                { continuation.resume(with: Result { try work() }) },
-                onDrop: { [name] in continuation.resume(throwing: DedicatedThreadError.disposed(name: name)) })
-            do {
-                try submit(item)
-            } catch {
-                continuation.resume(throwing: error)
-            }
-        }
+        try await core.run(work)
     }
 
     /// Runs a Swift concurrency job on the thread, in FIFO order with the closures.
@@ -109,17 +91,24 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     /// breaking an actor's isolation, so a job that arrives after ``dispose()`` stops the process
     /// with a message naming the thread.
     public func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        do {
-            try submit(.job(job))
-        } catch {
-            preconditionFailure("actor used after its DedicatedThread '\(name)' was disposed: \(error)")
-        }
+        core.enqueue(job)
+    }
+
+    /// The executor that actors using this thread see: its core, which the thread's Swift jobs
+    /// reference instead of this object, so that they never keep it alive.
+    public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
+        UnownedSerialExecutor(ordinary: core)
+    }
+
+    /// The task executor that tasks preferring this thread see: its core, as for
+    /// ``asUnownedSerialExecutor()``.
+    public func asUnownedTaskExecutor() -> UnownedTaskExecutor {
+        UnownedTaskExecutor(ordinary: core)
     }
 
     /// Stops the process unless called on this thread: an actor's isolation check.
     public func checkIsolated() {
-        precondition(isCurrent, "expected to run on DedicatedThread '\(name)', but running on thread '\(NamedThread.currentName())'")
+        core.checkIsolated()
     }
 
     // MARK: - Controlling
@@ -127,29 +116,22 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     /// After the item running now, starts nothing until ``resume()``. Work may still be submitted;
     /// it waits in the queue while the thread sleeps. A disposed thread ignores it.
     public func pause() {
-        mutex.withLock {
-            // A disposed thread drains its queue; a pause now would strand it.
-            guard case .running = state.lifecycle else { return }
-            setPaused(true)
-        }
+        core.pause()
     }
 
     /// Lets a paused thread take the next item again.
     public func resume() {
-        mutex.withLock {
-            setPaused(false)
-            wakeThread()
-        }
+        core.resume()
     }
 
     /// Whether the thread is paused.
     public var isPaused: Bool {
-        mutex.withLock { state.isPaused }
+        core.isPaused
     }
 
     /// Whether the calling thread is this thread.
     public var isCurrent: Bool {
-        Self.current.current == Unmanaged.passUnretained(self).toOpaque()
+        core.isCurrent
     }
 
     /// Stops the process unless called on this thread, with a message naming it and the caller.
@@ -164,12 +146,7 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     /// A paused thread resumes to do so. Returns at once; ``awaitTermination(timeout:)`` waits for
     /// the end. Calling it again does nothing.
     public func dispose() {
-        mutex.withLock {
-            guard case .running = state.lifecycle else { return }
-            state.lifecycle = .draining
-            setPaused(false)
-            wakeThread()
-        }
+        core.dispose()
     }
 
     /// Refuses new work, drops the queued closures, and lets the thread exit after the item running now.
@@ -182,22 +159,7 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     /// - Returns: How many queued closures will never run; 0 if the thread was already stopped.
     @discardableResult
     public func disposeNow() -> Int {
-        let dropped: [Item] = mutex.withLock {
-            switch state.lifecycle {
-            case .running, .draining: break
-            case .stopped, .failedToStart: return []
-            }
-            state.lifecycle = .stopped
-            setPaused(false)
-            let isClosure = { (item: Item) in if case .closure = item { true } else { false } }
-            // The batch was queued first: its closures are dropped first.
-            let dropped = batchMutex.withLock { batch.items.removeAll(where: isClosure) }
-                + state.queue.removeAll(where: isClosure)
-            wakeThread()
-            return dropped
-        }
-        for case .closure(_, let onDrop?) in dropped { onDrop() }
-        return dropped.count
+        core.disposeNow()
     }
 
     /// Blocks until the thread has exited after a dispose, or `timeout` has passed.
@@ -206,256 +168,12 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, @unchecked Sen
     /// - Returns: `true` once the thread is gone (or never started), `false` on timeout, and always
     ///   `false` while it was not disposed.
     public func awaitTermination(timeout: Duration) -> Bool {
-        precondition(timeout >= .zero, "DedicatedThread '\(name)': awaitTermination timeout must not be negative, got \(timeout)")
-        let deadline = MonotonicInstant.now().advanced(by: timeout)
-        return mutex.withLock {
-            while !state.hasExited {
-                if MonotonicInstant.now() >= deadline { return false }
-                progress.wait(mutex, until: deadline)
-            }
-            return true
-        }
+        core.awaitTermination(timeout: timeout)
     }
 
     /// How many closures and jobs wait in the queue (not the one running).
     public var pendingCount: Int {
-        mutex.withLock { state.queue.count + batchMutex.withLock { batch.items.count } }
-    }
-
-    // MARK: - Internals
-
-    private enum Lifecycle {
-        case running
-        /// ``dispose()``: running what is queued, then exiting.
-        case draining
-        /// ``disposeNow()``: queued closures dropped; running jobs and `sync` calls, then exiting.
-        case stopped
-        /// The system refused to start the thread.
-        case failedToStart(errno: Int32)
-    }
-
-    private struct State {
-        var lifecycle = Lifecycle.running
-        var queue = RingBuffer<Item>()
-        var isPaused = false
-        var hasExited = false
-        /// The thread is watching `workNudge` before it sleeps.
-        var isSpinning = false
-        /// How long the thread watches for work before it sleeps, learned from its last sleeps.
-        var spinBudget = SpinBudget(ceiling: DedicatedThread.spinBeforeSleeping)
-        /// The thread sleeps on `workArrived`.
-        var isSleeping = false
-    }
-
-    /// What the thread took out of the queue and has not started yet, oldest first.
-    private struct Batch {
-        var items = RingBuffer<Item>()
-        /// A copy of `State.isPaused`, for the thread to look at between items.
-        var isPaused = false
-    }
-
-    /// One unit of work in the queue.
-    private enum Item {
-        /// From ``execute(_:)`` or ``run(_:)``; `onDrop` resumes a `run` caller that ``disposeNow()`` dropped.
-        case closure(@Sendable () -> Void, onDrop: (@Sendable () -> Void)?)
-        case job(UnownedJob)
-        /// A blocked ``sync(_:)`` caller's work.
-        case sync(SyncRequest)
-    }
-
-    /// A `sync` caller's work, run on the thread while the caller waits for `phase` to be `done`.
-    private final class SyncRequest: Sendable {
-        static let pending = 0, done = 1, callerSleeps = 2
-        /// `work` is a loan (see ``BorrowedWork``).
-        let work: BorrowedWork
-        /// `pending`, then `done` once the thread has run the work. A caller that stops spinning
-        /// moves `pending` to `callerSleeps` under the thread's mutex before it sleeps, and the
-        /// thread, finding that, broadcasts `progress` under the mutex: no wakeup is lost.
-        let phase = Atomic<Int>(SyncRequest.pending)
-
-        init(_ work: @escaping () -> Void) {
-            self.work = BorrowedWork(work)
-        }
-    }
-
-    /// How long a `sync` caller, and (at most) the thread when it runs out of work, watch for the
-    /// other side before sleeping: a round trip between two awake threads costs well under a
-    /// microsecond, a wakeup several. Both sides yield the core while they watch (see
-    /// ``spinBriefly(for:until:)``); the thread's spin shrinks to nothing while work keeps coming
-    /// later than this (see ``SpinBudget``).
-    static let spinBeforeSleeping = Duration.microseconds(20)
-
-    /// The dedicated thread running now, if the calling thread is one.
-    private static let current = ThreadLocalPointer()
-
-    private func submit(_ item: Item) throws(DedicatedThreadError) {
-        try mutex.withLock { () throws(DedicatedThreadError) in
-            switch state.lifecycle {
-            case .running: break
-            case .draining, .stopped: throw .disposed(name: name)
-            case .failedToStart(let errno): throw .threadStartFailed(name: name, errno: errno)
-            }
-            state.queue.append(item)
-            if state.queue.count == 1 { wakeThread() }
-        }
-    }
-
-    /// Tells the thread to look again if it spins or sleeps. Mutex held.
-    private func wakeThread() {
-        if state.isSleeping {
-            workArrived.signal()
-        } else if state.isSpinning {
-            workNudge.wrappingAdd(1, ordering: .releasing)
-        }
-    }
-
-    /// Pauses or resumes, in the state and in the batch's copy the thread reads. Mutex held.
-    private func setPaused(_ isPaused: Bool) {
-        state.isPaused = isPaused
-        batchMutex.withLock { batch.isPaused = isPaused }
-    }
-
-    /// `sync`, with the error path spelled out so that `sync` itself only rethrows `work`'s errors.
-    ///
-    /// Follows the rules of ``ExecutionContexts``: inline when the caller holds this thread (it is
-    /// this thread, or runs work for which this thread is blocked waiting); a stop if waiting would
-    /// close a cycle; else the work runs here holding what the caller held.
-    private func sync<T>(
-        _ work: () throws -> T, refused: (DedicatedThreadError) throws -> Never,
-        rethrowing rethrow: (any Error) throws -> Never
-    ) rethrows -> T {
-        let context = SerialContext(.thread(self))
-        if isCurrent || ExecutionContexts.holds(context) { return try work() }
-        var result: Result<T, any Error>?
-        var refusal: DedicatedThreadError?
-        ExecutionContexts.includingTaskHolds {
-            let handover = ExecutionContexts.handover(in: nil)  // the thread holds its own context
-            withoutActuallyEscaping(work) { work in
-                let request = SyncRequest { handover.run { result = Result { try work() } } }
-                do throws(DedicatedThreadError) {
-                    try submit(.sync(request))
-                } catch {
-                    refusal = error
-                    return
-                }
-                ExecutionContexts.blocking(for: context) { _blockingWaitForSync(request) }
-            }
-        }
-        if let refusal { try refused(refusal) }
-        switch result! {
-        case .success(let value): return value
-        case .failure(let error): try rethrow(error)
-        }
-    }
-
-    private func _blockingWaitForSync(_ request: SyncRequest) {
-        if spinBriefly(for: Self.spinBeforeSleeping, until: { request.phase.load(ordering: .acquiring) == SyncRequest.done }) {
-            return
-        }
-        mutex.withLock {
-            guard request.phase.compareExchange(
-                expected: SyncRequest.pending, desired: SyncRequest.callerSleeps, ordering: .acquiringAndReleasing
-            ).exchanged else { return }  // done meanwhile
-            while request.phase.load(ordering: .acquiring) != SyncRequest.done { progress.wait(mutex) }
-        }
-    }
-
-    /// Tells a `sync` caller that its work has run.
-    private func finish(_ request: SyncRequest) {
-        if request.phase.exchange(SyncRequest.done, ordering: .acquiringAndReleasing) == SyncRequest.callerSleeps {
-            mutex.withLock { progress.broadcast() }
-        }
-    }
-
-    /// The thread's body: run the batch item by item; when it is empty, take the whole queue as the
-    /// next batch, or watch briefly for work and then sleep; until disposed and drained.
-    private func runThread() {
-        Self.current.current = Unmanaged.passUnretained(self).toOpaque()
-        ExecutionContexts.holdForever(SerialContext(.thread(self)))
-        // No binding outlives a run: `perform` consumes a temporary taken out of `next`, so the
-        // item's closure is released before a lock is taken again.
-        var next: Item?
-        var hasSpun = false
-        while true {
-            batchMutex.lock()
-            if !batch.isPaused { next = batch.items.popFirst() }
-            batchMutex.unlock()
-            if next != nil {
-                if let request = perform(next.take()!) { finish(request) }
-                hasSpun = false
-                continue
-            }
-            mutex.lock()
-            switch nextStep(hasSpun: hasSpun) {
-            case .runBatch:
-                mutex.unlock()
-                hasSpun = false
-            case .spin:
-                state.isSpinning = true
-                let nudge = workNudge.load(ordering: .acquiring)
-                let budget = state.spinBudget.current
-                mutex.unlock()
-                _ = spinBriefly(for: budget) { workNudge.load(ordering: .acquiring) != nudge }
-                mutex.lock()
-                state.isSpinning = false
-                mutex.unlock()
-                hasSpun = true
-            case .sleep:
-                state.isSleeping = true
-                let asleepSince = MonotonicInstant.now(), isWaitingForWork = !state.isPaused
-                _blockingWaitForWork()
-                state.isSleeping = false
-                if isWaitingForWork { state.spinBudget.slept(for: asleepSince.duration(to: .now())) }
-                mutex.unlock()
-                hasSpun = false
-            case .exit:
-                state.hasExited = true
-                progress.broadcast()
-                mutex.unlock()
-                return
-            }
-        }
-    }
-
-    private enum Step {
-        /// The batch has items to run (it was refilled from the queue, or a resume came meanwhile).
-        case runBatch
-        case spin
-        case sleep
-        case exit
-    }
-
-    /// What the thread does once its batch is empty or paused; refills the batch from the queue.
-    /// Mutex held.
-    private func nextStep(hasSpun: Bool) -> Step {
-        if state.isPaused { return .sleep }  // a dispose resumes it to drain
-        let batchIsEmpty = batchMutex.withLock {
-            // The batch is empty here, unless a resume came after the thread saw it paused.
-            if batch.items.isEmpty { swap(&batch.items, &state.queue) }
-            return batch.items.isEmpty
-        }
-        if !batchIsEmpty { return .runBatch }
-        guard case .running = state.lifecycle else { return .exit }
-        return hasSpun || state.spinBudget.current == .zero ? .sleep : .spin
-    }
-
-    /// Runs `item`; returns the `sync` request whose caller is to be told.
-    private func perform(_ item: consuming Item) -> SyncRequest? {
-        switch consume item {
-        case .closure(let work, _):
-            work()
-            return nil
-        case .job(let job):
-            job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
-            return nil
-        case .sync(let request):
-            request.work.run()
-            return request
-        }
-    }
-
-    private func _blockingWaitForWork() {
-        workArrived.wait(mutex)
+        core.pendingCount
     }
 }
 

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 /// Where a ``DispatchMethod`` runs work: a Dispatch queue, or one of ThreadKit's executors.
 ///
@@ -44,7 +45,7 @@ extension DispatchTarget {
         switch self {
         case .main: SerialContext(.main)
         case .serialQueue(let queue): SerialContext(.queue(queue))
-        case .thread(let thread): SerialContext(.thread(thread))
+        case .thread(let thread): SerialContext(.thread(thread.core))
         case .throttled(let queue): SerialContext(.throttled(queue))
         case .pool(let pool): pool.size == 1 ? SerialContext(.pool(pool)) : nil
         case .global, .concurrentQueue: nil
@@ -69,10 +70,17 @@ extension DispatchTarget {
     }
 
     /// Runs `work` on the target and blocks until it has run, following the re-entry rules of
-    /// ``ExecutionContexts``: inline if the calling thread holds the target's context (or is the
-    /// thread the target needs), a stop with a message if waiting would close a cycle of blocked
-    /// threads, else a wait. The work holds what the caller held, so a nested `sync` back onto any
-    /// of those contexts runs inline too.
+    /// ``ExecutionContexts``: if the calling thread holds the target's context (or is a thread the
+    /// target owns), the work runs without waiting for the target's queue, inline, or, for a
+    /// thread-affine context reached through others, on the thread that runs that context's work;
+    /// a stop with a message if waiting would close a cycle of blocked threads; else a wait. The
+    /// work holds what the caller held, so a nested `sync` back onto any of those contexts is
+    /// re-entry too.
+    ///
+    /// A caller that runs a thread-affine context's work (a dedicated thread, work inside a serial
+    /// queue or the main queue) waits serving nested requests: the work may need a piece of that
+    /// context's work run on its thread, by the caller. It hands the work over asynchronously
+    /// then, since `DispatchQueue.sync` would block it where it cannot serve.
     ///
     /// Not generic, so that a caller in another module runs it without looking up type metadata;
     /// `work` keeps its own result.
@@ -85,21 +93,23 @@ extension DispatchTarget {
             return try thread.syncOrThrow(work)
         case .throttled(let queue):
             return queue.sync(work)
-        case .main where Thread.isMainThread:
-            return work()
         case .pool(let pool) where pool.isCurrentThreadMember:
             return work()
         default:
             break
         }
         let context = serialContext
-        if let context, ExecutionContexts.holds(context) { return work() }
-        try ExecutionContexts.includingTaskHolds {
-            let handover = ExecutionContexts.handover(in: context)
-            try withoutActuallyEscaping(work) { work in
-                let holding = { handover.run(work) }
-                guard let context else { return try runAndWaitElsewhere(holding) }
-                return try ExecutionContexts.blocking(for: context) { try runAndWaitElsewhere(holding) }
+        if let context, ExecutionContexts.reenter(context, work) { return }
+        try ExecutionContexts.includingMainQueue {
+            try ExecutionContexts.includingTaskHolds {
+                let serving = ExecutionContexts.servesNestedRequests
+                let handover = ExecutionContexts.handover(in: context, serving: serving)
+                try withoutActuallyEscaping(work) { work in
+                    let holding = { handover.run(work) }
+                    let wait = { serving ? try runAndWaitServing(holding) : try runAndWaitElsewhere(holding) }
+                    guard let context else { return try wait() }
+                    return try ExecutionContexts.blocking(for: context, wait)
+                }
             }
         }
     }
@@ -114,5 +124,58 @@ extension DispatchTarget {
         case .thread(let thread): try thread.syncOrThrow(work)
         case .throttled(let queue): queue.sync(work)
         }
+    }
+
+    /// Like ``runAndWaitElsewhere(_:)``, but the caller sleeps on its own parker, serving nested
+    /// requests, while the target runs `work` (submitted asynchronously).
+    private func runAndWaitServing(_ work: () -> Void) throws {
+        try withoutActuallyEscaping(work) { work in
+            let borrowed = BorrowedWork(work)
+            let handOff = HandOff()
+            let watch = HandOffWatch(borrowed, handOff)
+            let run: @Sendable () -> Void = { watch.run() }
+            defer { borrowed.discard() }  // a target that let go of it unrun may still hold the watch
+            switch self {
+            case .main: DispatchQueue.main.async(execute: run)
+            case .global(let qos): DispatchQueue.global(qos: qos).async(execute: run)
+            case .serialQueue(let queue), .concurrentQueue(let queue): queue.async(execute: run)
+            case .pool(let pool): try pool.execute(run)
+            case .thread, .throttled: preconditionFailure("\(self) hands its work over itself")
+            }
+            handOff.completion._blockingWait()
+            if !handOff.ran.load(ordering: .acquiring), case .pool(let pool) = self {
+                throw ThreadPoolError.disposed(pool: pool.name)
+            }
+        }
+    }
+}
+
+/// What a `sync` caller waiting serving and the work it handed to a target share.
+private final class HandOff: Sendable {
+    /// Finished once the work has run, or once the target let go of it unrun.
+    let completion = ExecutionContexts.Completion()
+    /// Whether the work ran.
+    let ran = Atomic<Bool>(false)
+}
+
+/// Runs a handed-over work, and finishes its ``HandOff`` also when the target lets go of it unrun
+/// (a pool's `disposeNow()`): nobody waits forever.
+private final class HandOffWatch: Sendable {
+    private let work: BorrowedWork
+    private let handOff: HandOff
+
+    init(_ work: BorrowedWork, _ handOff: HandOff) {
+        self.work = work
+        self.handOff = handOff
+    }
+
+    func run() {
+        handOff.ran.store(true, ordering: .releasing)
+        work.run()
+        handOff.completion.finish()
+    }
+
+    deinit {
+        if !handOff.ran.load(ordering: .acquiring) { handOff.completion.finish() }
     }
 }

@@ -14,7 +14,9 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
     enum Kind: Sendable {
         case main
         case queue(DispatchQueue)
-        case thread(DedicatedThread)
+        /// A dedicated thread's core, which its thread holds: never the ``DedicatedThread`` itself,
+        /// which the thread must not keep alive.
+        case thread(DedicatedThreadCore)
         case throttled(ThrottledQueue)
         case pool(ThreadPool)
     }
@@ -25,7 +27,7 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
     init(_ kind: Kind) {
         self.kind = kind
         switch kind {
-        case .main: id = ObjectIdentifier(DispatchQueue.main)
+        case .main: id = MainQueue.identity
         case .queue(let queue): id = ObjectIdentifier(queue)
         case .thread(let thread): id = ObjectIdentifier(thread)
         case .throttled(let queue): id = ObjectIdentifier(queue)
@@ -34,6 +36,17 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
     }
 
     static func == (lhs: SerialContext, rhs: SerialContext) -> Bool { lhs.id == rhs.id }
+
+    /// Whether the context's work must run on one particular thread: a dedicated thread's on that
+    /// thread, a queue's on the thread that runs inside the queue (where `getSpecific` and an
+    /// actor's isolation check see it). A pool of size 1 and a throttled queue only promise one
+    /// piece of work at a time, wherever it runs.
+    var isThreadAffine: Bool {
+        switch kind {
+        case .main, .queue, .thread: true
+        case .throttled, .pool: false
+        }
+    }
 
     func hash(into hasher: inout Hasher) { hasher.combine(id) }
 
@@ -59,27 +72,123 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
+/// The main queue's one identity, and whether the calling code runs on it.
+///
+/// On Linux every read of `DispatchQueue.main` makes a new wrapper object, so neither its identity
+/// nor the thread tells the main queue apart: after `dispatchMain()` its work runs on worker
+/// threads, and a freed wrapper's address is soon another queue's. As libdispatch-based libraries
+/// do, the main queue carries a specific of ours, which only code running on it sees.
+enum MainQueue {
+    /// Stands for the main queue: the object whose identity a main-queue context has.
+    private final class Marker: Sendable {}
+
+    private static let marker = Marker()
+
+    /// The identity of every ``SerialContext`` of the main queue.
+    static let identity = ObjectIdentifier(marker)
+
+    /// Set on the main queue once, on first use; libdispatch's specifics are thread-safe.
+    private static let key: DispatchSpecificKey<Marker> = {
+        let key = DispatchSpecificKey<Marker>()
+        DispatchQueue.main.setSpecific(key: key, value: marker)
+        return key
+    }()
+
+    /// Whether the calling code runs on the main queue: on the main thread before `dispatchMain()`
+    /// (libdispatch counts its code as the main queue's), or in main-queue work, wherever it runs.
+    static var isCurrent: Bool {
+        DispatchQueue.getSpecific(key: key) != nil
+    }
+}
+
 /// The serial contexts each thread holds, and the blocked threads' waits: re-entry and deadlock
 /// detection for every blocking wait in ThreadKit.
 ///
 /// A thread holds a context while it runs that context's work, and also every context whose holder
 /// is blocked waiting for the work it runs (a `sync` chain A → B → C hands A and B on to the thread
 /// running C). Before blocking for a context:
-/// 1. if the thread holds it, the work runs inline instead (re-entry; exclusion holds, because the
-///    context's holder is blocked waiting for this thread);
+/// 1. if the thread holds it, the work runs without waiting for the context's queue (re-entry;
+///    exclusion holds, because the context's holder is blocked waiting for this thread): inline,
+///    unless the context is thread-affine and another thread runs its work; that thread, blocked in
+///    a wait that serves nested requests, runs it (see ``reenter(_:_:)``);
 /// 2. if waiting would close a cycle among blocked threads, the process stops with a message that
 ///    names the cycle (deadlock);
 /// 3. otherwise the thread blocks.
 ///
-/// A thread that holds nothing pays one thread-local read and never touches the shared registry:
-/// it cannot be part of a cycle.
+/// A thread that holds nothing pays one thread-local read (and one `getSpecific`: is it on the main
+/// queue?) and never touches the shared registry: it cannot be part of a cycle.
+///
+/// A thread that runs a thread-affine context's work (see ``SerialContext/isThreadAffine``) waits
+/// on its own ``Parker`` in ``DedicatedThread/sync(_:)`` and `DispatchMethod.sync`, serving the
+/// requests that re-enter its contexts through the work it waits for.
 enum ExecutionContexts {
     /// Whether the calling thread holds `context`.
     static func holds(_ context: SerialContext) -> Bool {
-        // The main thread is the only one that can run the main queue's work.
-        if case .main = context.kind, Thread.isMainThread { return true }
+        if case .main = context.kind, MainQueue.isCurrent { return true }
         guard let record = Record.current else { return false }
         return record.held.contains(context)
+    }
+
+    /// Rule 1, re-entry: if the calling thread holds `context`, runs `work` for it and returns
+    /// `true`; else returns `false` and does nothing.
+    ///
+    /// Where `work` runs (see ``ReentryPlace``): inline if this thread runs the context's work
+    /// itself (it is the dedicated thread, or runs inside the queue), or if the context has no
+    /// thread affinity. Reached through other contexts (A → B → A), a thread-affine context's work
+    /// runs on the thread that runs A's work: that thread is blocked in a wait whose handover
+    /// reached this one, and serves the request there; this thread waits, serving in turn.
+    static func reenter(_ context: SerialContext, _ work: () -> Void) -> Bool {
+        if case .main = context.kind, MainQueue.isCurrent {
+            work()
+            return true
+        }
+        guard let record = Record.current, let held = record.held.last(holding: context) else { return false }
+        let place = ReentryPlace(
+            isThreadAffine: context.isThreadAffine,
+            ownerIsCaller: held.owner.toOpaque() == Unmanaged.passUnretained(record).toOpaque(),
+            ownerServes: held.ownerServes)
+        switch place {
+        case .inline: work()
+        case .owner: includingTaskHolds { request(work, from: held.owner.takeUnretainedValue().parker, for: record) }
+        }
+        return true
+    }
+
+    /// Hands `work` to the thread whose parker is `owner`, and blocks until it has run there,
+    /// serving nested requests meanwhile. The work holds what this thread holds.
+    private static func request(_ work: () -> Void, from owner: Parker, for record: Record) {
+        withoutActuallyEscaping(work) { work in
+            let borrowed = BorrowedWork(work)
+            let completion = Completion(waiter: record.parker)
+            owner.post(NestedRequest(
+                work: borrowed, handover: Handover(caller: Unmanaged.passUnretained(record), context: nil, serving: true),
+                completion: completion))
+            completion._blockingWait()
+            borrowed.discard()
+        }
+    }
+
+    /// Whether the calling thread runs the work of a thread-affine context it holds: nested
+    /// requests for that context come to this thread, so it must wait in a way that serves them
+    /// (``Completion``), and pass `serving: true` to ``handover(in:serving:)``.
+    static var servesNestedRequests: Bool {
+        guard let record = Record.current else { return false }
+        let thread = Unmanaged.passUnretained(record).toOpaque()
+        return record.held.entries.contains { $0.owner.toOpaque() == thread && $0.context.isThreadAffine }
+    }
+
+    /// Runs `body`, a blocking wait or what prepares it, with the calling thread holding the main
+    /// queue if it runs on it: code that libdispatch runs there (`DispatchQueue.main.async`,
+    /// code on the main thread) holds it without ThreadKit having been told.
+    static func includingMainQueue<T>(_ body: () throws -> T) rethrows -> T {
+        guard MainQueue.isCurrent else { return try body() }
+        let main = SerialContext(.main)
+        let record = Record.currentOrNew()
+        guard !record.held.contains(main) else { return try body() }
+        let depth = record.held.count
+        record.push(main)
+        defer { record.pop(to: depth) }
+        return try body()
     }
 
     /// Runs `body`, a piece of `context`'s work, with the calling thread holding `context`.
@@ -94,8 +203,12 @@ enum ExecutionContexts {
     /// What the calling thread, about to block until other work has run, hands on to that work:
     /// the contexts it holds, plus `context`, the one the work runs in. Call it inside
     /// ``includingTaskHolds(_:)``, so that what the calling Swift task holds is handed on too.
-    static func handover(in context: SerialContext?) -> Handover {
-        Handover(caller: Record.current.map(Unmanaged.passUnretained), context: context)
+    ///
+    /// - Parameter serving: Whether the caller waits in a way that serves nested requests
+    ///   (``Completion``): the work may then send the caller's thread-affine contexts' work back
+    ///   to it; else such work runs inline where it is asked for.
+    static func handover(in context: SerialContext?, serving: Bool = false) -> Handover {
+        Handover(caller: Record.current.map(Unmanaged.passUnretained), context: context, serving: serving)
     }
 
     /// Runs `body`, a blocking wait, with the calling thread also holding what the current Swift
@@ -137,6 +250,8 @@ enum ExecutionContexts {
         // caller's last change, and the caller changes it again only after the work has run.
         fileprivate let caller: Unmanaged<Record>?
         fileprivate let context: SerialContext?
+        /// Whether the caller serves nested requests while it waits for this work.
+        fileprivate let serving: Bool
 
         /// Runs `body`, the caller's work, holding what the caller held and the work's context.
         ///
@@ -151,7 +266,7 @@ enum ExecutionContexts {
             guard added > 0 else { return try body() }
             let record = current ?? Record.currentOrNew()
             let depth = record.held.count
-            if !onCallersThread { record.push(contentsOf: callersHeld) }
+            if !onCallersThread, let caller { record.push(contentsOf: callersHeld, handedOverBy: caller, serving: serving) }
             if let context { record.push(context) }
             defer { record.pop(to: depth) }
             return try body()
@@ -169,7 +284,7 @@ enum ExecutionContexts {
     ///
     /// Call it only after the re-entry check (the thread does not hold `context`).
     static func blocking<T>(for context: SerialContext, _ wait: () throws -> T) rethrows -> T {
-        try includingTaskHolds(except: context) { try register(waitFor: context, wait) }
+        try includingMainQueue { try includingTaskHolds(except: context) { try register(waitFor: context, wait) } }
     }
 
     /// ``blocking(for:_:)`` once the task's holds are on the thread's record.
@@ -178,16 +293,25 @@ enum ExecutionContexts {
         let thread = ThreadKey(record)
         // The registry keeps a view of the record's buffer (see `Record`).
         let held = record.held
-        Registry.shared.withLock { graph in
+        // A thread that serves a nested request while blocked in an outer wait is registered
+        // already: its outer entry comes back once this wait ends.
+        let outer = Registry.shared.withLock { graph in
             if let cycle = graph.cycle(if: thread, holding: held, waitsFor: context) {
                 preconditionFailure(message(for: cycle))
             }
-            graph.block(thread, holding: held, waitingFor: context)
+            return graph.block(thread, holding: held, waitingFor: context).map { (count: $0.holds.count, waitsFor: $0.waitsFor) }
         }
         record.registrationChanged(isRegistered: true)
         defer {
-            Registry.shared.withLock { $0.unblock(thread) }
-            record.registrationChanged(isRegistered: false)
+            Registry.shared.withLock { graph in
+                if let outer {
+                    // Viewed afresh: the buffer the outer entry viewed may have been outgrown.
+                    _ = graph.block(thread, holding: record.held(first: outer.count), waitingFor: outer.waitsFor)
+                } else {
+                    _ = graph.unblock(thread)
+                }
+            }
+            record.registrationChanged(isRegistered: outer != nil)
         }
         return try wait()
     }
@@ -227,22 +351,38 @@ enum ExecutionContexts {
         static let shared = Locked(WaitGraph<ThreadKey, HeldContexts>())
     }
 
+    /// A held context, and which thread runs its work.
+    struct Held {
+        let context: SerialContext
+        /// The record of the thread that runs the context's work (it is the dedicated thread, or
+        /// runs inside the queue): where nested requests for a thread-affine context go. Blocked
+        /// for as long as another thread holds the context through it, so it stays alive.
+        let owner: Unmanaged<Record>
+        /// Whether `owner` waits in a way that serves nested requests (see ``Handover``).
+        let ownerServes: Bool
+    }
+
     /// A thread's held contexts, innermost last, read in place.
     struct HeldContexts: RandomAccessCollection, @unchecked Sendable {
         // Sendable: read by other threads only while the owning thread is blocked (see `Record`).
-        fileprivate let buffer: UnsafeBufferPointer<SerialContext>
+        fileprivate let entries: UnsafeBufferPointer<Held>
 
-        init(start: UnsafePointer<SerialContext>?, count: Int) {
-            buffer = UnsafeBufferPointer(start: start, count: count)
+        init(start: UnsafePointer<Held>?, count: Int) {
+            entries = UnsafeBufferPointer(start: start, count: count)
         }
 
         var startIndex: Int { 0 }
-        var endIndex: Int { buffer.count }
-        subscript(position: Int) -> SerialContext { buffer[position] }
+        var endIndex: Int { entries.count }
+        subscript(position: Int) -> SerialContext { entries[position].context }
 
         /// Whether `context` is among them: compares identities in place, copying no context.
         func contains(_ context: SerialContext) -> Bool {
-            buffer.contains { $0.id == context.id }
+            entries.contains { $0.context.id == context.id }
+        }
+
+        /// The innermost entry for `context`, if it is among them.
+        func last(holding context: SerialContext) -> Held? {
+            entries.last { $0.context.id == context.id }
         }
     }
 
@@ -257,11 +397,13 @@ enum ExecutionContexts {
     /// changes; otherwise it is freed at once.
     final class Record {
         let threadName: String
-        private var base: UnsafeMutablePointer<SerialContext>
+        /// Where this thread sleeps in its serving waits, and receives nested requests.
+        let parker = Parker()
+        private var base: UnsafeMutablePointer<Held>
         private var capacity = 4
         private var count = 0
         /// Buffers outgrown while the registry viewed them, and how many contexts each holds.
-        private var outgrown: [(base: UnsafeMutablePointer<SerialContext>, count: Int)] = []
+        private var outgrown: [(base: UnsafeMutablePointer<Held>, count: Int)] = []
         /// Whether the registry has an entry for this thread, viewing the buffer.
         private var isRegistered = false
         /// Whether ``includingTaskHolds(_:)`` has pushed the current task's holds.
@@ -282,16 +424,25 @@ enum ExecutionContexts {
         /// while the owner is blocked (a ``Handover``, or the registry under its lock).
         var held: HeldContexts { HeldContexts(start: base, count: count) }
 
+        /// The outermost `prefix` held contexts, viewed in the current buffer.
+        func held(first prefix: Int) -> HeldContexts { HeldContexts(start: base, count: min(prefix, count)) }
+
+        /// Holds `context`, whose work this thread runs.
         func push(_ context: SerialContext) {
             reserve(count + 1)
-            (base + count).initialize(to: context)
+            (base + count).initialize(to: Held(context: context, owner: Unmanaged.passUnretained(self), ownerServes: false))
             count += 1
         }
 
-        func push(contentsOf contexts: HeldContexts) {
+        /// Holds what `caller`, blocked until this thread has run its work, holds; the contexts
+        /// whose work `caller` runs are served by it if it waits `serving`.
+        func push(contentsOf contexts: HeldContexts, handedOverBy caller: Unmanaged<Record>, serving: Bool) {
             guard !contexts.isEmpty else { return }
             reserve(count + contexts.count)
-            (base + count).initialize(from: contexts.buffer.baseAddress!, count: contexts.count)
+            for (offset, entry) in contexts.entries.enumerated() {
+                let ownerServes = entry.owner.toOpaque() == caller.toOpaque() ? serving : entry.ownerServes
+                (base + count + offset).initialize(to: Held(context: entry.context, owner: entry.owner, ownerServes: ownerServes))
+            }
             count += contexts.count
         }
 
@@ -312,7 +463,7 @@ enum ExecutionContexts {
         private func reserve(_ needed: Int) {
             guard needed > capacity else { return }
             let newCapacity = max(needed, capacity * 2)
-            let newBase = UnsafeMutablePointer<SerialContext>.allocate(capacity: newCapacity)
+            let newBase = UnsafeMutablePointer<Held>.allocate(capacity: newCapacity)
             if isRegistered {
                 newBase.initialize(from: base, count: count)
                 outgrown.append((base, count))

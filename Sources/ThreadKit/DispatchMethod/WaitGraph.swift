@@ -31,16 +31,24 @@ where Holds.Element: Equatable & Sendable {
     private(set) var blocked: [Blocked] = []
 
     /// Records that `thread` blocks, holding `holds`, until `waitsFor` runs its work.
-    mutating func block(_ thread: Thread, holding holds: Holds, waitingFor waitsFor: Context) {
-        unblock(thread)
+    ///
+    /// - Returns: The entry this one replaces: `thread` was blocked already, and runs work nested
+    ///   in that wait (a request it serves while it waits). The caller puts it back afterwards.
+    @discardableResult
+    mutating func block(_ thread: Thread, holding holds: Holds, waitingFor waitsFor: Context) -> Blocked? {
+        let replaced = unblock(thread)
         blocked.append(Blocked(thread: thread, holds: holds, waitsFor: waitsFor))
+        return replaced
     }
 
     /// Records that `thread` no longer waits.
-    mutating func unblock(_ thread: Thread) {
-        guard let index = blocked.firstIndex(where: { $0.thread == thread }) else { return }
+    ///
+    /// - Returns: Its entry, if it had one.
+    @discardableResult
+    mutating func unblock(_ thread: Thread) -> Blocked? {
+        guard let index = blocked.firstIndex(where: { $0.thread == thread }) else { return nil }
         blocked.swapAt(index, blocked.count - 1)
-        blocked.removeLast()
+        return blocked.removeLast()
     }
 
     /// The cycle that `thread`, holding `holds`, would close by waiting for `context`, or `nil`.
