@@ -49,6 +49,29 @@ import LoopbackHTTPServer
         }
     }
 
+    /// Limits as large as `Int` allows: the numbers a client sends may exceed any `Int` without
+    /// the parser's arithmetic overflowing (a trap, so in a child process).
+    @Test func aParserWithTheLargestLimitsAnswersHugeNumbersWith413() async {
+        await #expect(processExitsWith: .success) {
+            func status(_ text: String) -> Int? {
+                var parser = HTTPRequestParser(maxHeadBytes: .max, maxBodyBytes: .max)
+                parser.append(Array(text.utf8))
+                do {
+                    _ = try parser.next()
+                    return nil
+                } catch {
+                    return error.status
+                }
+            }
+            #expect(status("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n") == 413)
+            #expect(status("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n") == 413)
+            #expect(status("POST / HTTP/1.1\r\nContent-Length: 9223372036854775807\r\n\r\nabc") == nil)   // waits for the body
+            var parser = HTTPRequestParser(maxHeadBytes: .max, maxBodyBytes: .max)
+            parser.append(Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+            #expect((try? parser.next())?.headers == ["host": "x"])
+        }
+    }
+
     @Test func acceptBacksOffWhileOutOfDescriptorsAndAcceptsOnceOneIsFree() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             let server = try LoopbackHTTPServer()
