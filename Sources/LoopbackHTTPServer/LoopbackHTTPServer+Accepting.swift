@@ -52,8 +52,7 @@ extension LoopbackHTTPServer {
                     failing = error
                     Self.log("accept failed (\(String(cString: strerror(error)))); trying again every \(AcceptFailure.backOffInterval) ms")
                 }
-                var wake = [pollfd(fd: wakePipe.read, events: Int16(POLLIN), revents: 0)]
-                _ = poll(&wake, 1, AcceptFailure.backOffInterval)
+                backOff()
                 continue
             }
             if failing != nil {
@@ -63,6 +62,17 @@ extension LoopbackHTTPServer {
             _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
             var yes: Int32 = 1
             setsockopt(connection, Int32(IPPROTO_TCP), TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
+            guard startServing(connection) else { return }
+        }
+    }
+
+    /// Starts the thread that serves `connection`. While the system refuses threads, it writes one
+    /// line to standard error and tries again every ``AcceptFailure/backOffInterval``, the
+    /// connection kept open, so its request is answered once a thread can start. Returns `false`,
+    /// the connection closed, once the server stops.
+    private func startServing(_ connection: Int32) -> Bool {
+        var refused = false
+        while true {
             let admitted = withState { state -> Bool in
                 guard !state.stopping else { return false }
                 state.connections.insert(connection)
@@ -71,10 +81,29 @@ extension LoopbackHTTPServer {
             }
             guard admitted else {
                 close(connection)
-                return
+                return false
             }
-            Self.startThread(named: "Loopback conn") { [self] in serve(connection) }
+            let error = Self.startThread(named: "Loopback conn") { [self] in serve(connection) }
+            guard error != 0 else {
+                if refused { Self.log("a connection thread started") }
+                return true
+            }
+            withState { state in
+                state.connections.remove(connection)
+                state.threads -= 1
+            }
+            if !refused {
+                refused = true
+                Self.log("could not start a connection thread (\(String(cString: strerror(error)))); trying again every \(AcceptFailure.backOffInterval) ms")
+            }
+            backOff()
         }
+    }
+
+    /// Waits ``AcceptFailure/backOffInterval``, or less if the server stops.
+    private func backOff() {
+        var wake = [pollfd(fd: wakePipe.read, events: Int16(POLLIN), revents: 0)]
+        _ = poll(&wake, 1, AcceptFailure.backOffInterval)
     }
 
     /// Waits until fewer than ``maxConnections`` connections are served; returns `false` once the

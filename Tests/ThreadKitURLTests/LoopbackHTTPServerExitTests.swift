@@ -128,6 +128,30 @@ import LoopbackHTTPServer
         #expect(log.contains("LoopbackHTTPServer: accepting again"), "\(log)")
     }
 
+    @Test func aConnectionWhoseThreadCannotStartIsAnsweredOnceThreadsStartAgain() async {
+        await #expect(processExitsWith: .success) {
+            let server = try LoopbackHTTPServer()
+            defer { server.shutdown() }
+            // Standard error into a pipe, to await the server's line saying it was refused.
+            var log: [Int32] = [0, 0]
+            precondition(pipe(&log) == 0)
+            let standardError = dup(STDERR_FILENO)
+            dup2(log[1], STDERR_FILENO)
+            let (client, line) = ThreadStarts.refused { () -> (RawHTTPClient?, String) in
+                guard let client = RawHTTPClient(port: server.port) else { return (nil, "") }
+                client.send("GET /?bytes=2 HTTP/1.1\nHost: x\n\n")
+                var fds = [pollfd(fd: log[0], events: Int16(POLLIN), revents: 0)]
+                guard poll(&fds, 1, 10_000) == 1 else { return (client, "") }
+                var bytes = [UInt8](repeating: 0, count: 512)
+                return (client, String(decoding: bytes[..<max(0, read(log[0], &bytes, bytes.count))], as: UTF8.self))
+            }
+            dup2(standardError, STDERR_FILENO)
+            #expect(line.hasPrefix("LoopbackHTTPServer: could not start a connection thread (Resource temporarily unavailable)"), "\(line)")
+            // Threads start again: the connection, held open meanwhile, is served.
+            #expect(client?.readResponse()?.text == "xx")
+        }
+    }
+
     /// An open descriptor of `/proc/self/task/<tid>/schedstat` for the thread named `name`, once
     /// it has that name (5 s at most).
     static func openSchedstat(ofThreadNamed name: String) -> Int32? {
