@@ -52,7 +52,7 @@ extension LoopbackHTTPServer {
         do {
             target = try HTTPRequestTarget(message.target)
         } catch {
-            _ = send(Self.errorReply(error, keepAlive: false), on: connection)
+            reject(error, on: connection)
             return false
         }
         var request = Request(method: message.method, path: target.path, query: target.query, headers: message.headers,
