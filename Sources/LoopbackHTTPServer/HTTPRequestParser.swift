@@ -127,6 +127,13 @@ public struct HTTPRequestParser: Sendable {
         buffer.append(contentsOf: bytes)
     }
 
+    /// Whether the bytes fed so far end between requests: after a whole request (or none) and at
+    /// most empty lines, nothing of a next request.
+    public var isBetweenRequests: Bool {
+        guard case .requestLine = phase else { return false }
+        return position == buffer.count
+    }
+
     /// Whether the current request's head has been read and its body has not been read in full.
     public var isReadingBody: Bool {
         switch phase {
@@ -161,7 +168,7 @@ public struct HTTPRequestParser: Sendable {
     ///   failed with; nothing if it ended between requests.
     public mutating func finish() throws(HTTPRequestError) {
         if case .failed(let error) = phase { throw error }
-        guard case .requestLine = phase, position == buffer.count else {
+        guard isBetweenRequests else {
             let error = HTTPRequestError.badRequest("the input ended inside a request")
             phase = .failed(error)
             throw error

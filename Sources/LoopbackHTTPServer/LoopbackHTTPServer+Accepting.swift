@@ -36,13 +36,15 @@ extension LoopbackHTTPServer {
         defer { threadExited() }
         var failing: Int32?   // the errno of the back-off episode under way, logged once
         while true {
-            guard waitForConnectionSlot() else { return }
             var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0),
                        pollfd(fd: wakePipe.read, events: Int16(POLLIN), revents: 0)]
-            let ready = poll(&fds, 2, -1)
-            if ready < 0 { continue }   // EINTR
+            if poll(&fds, 2, -1) < 0 {
+                if errno != EINTR { backOff() }   // ENOMEM: never spin
+                continue
+            }
             if fds[1].revents != 0 || withState({ $0.stopping }) { return }
             guard fds[0].revents & Int16(POLLIN) != 0 else { continue }
+            guard waitForConnectionSlot() else { return }
             // Linux's accepted socket does not inherit the listener's O_NONBLOCK: it blocks.
             let connection = accept(listener, nil, nil)
             guard connection >= 0 else {
@@ -106,12 +108,18 @@ extension LoopbackHTTPServer {
         _ = poll(&wake, 1, AcceptFailure.backOffInterval)
     }
 
-    /// Waits until fewer than ``maxConnections`` connections are served; returns `false` once the
-    /// server stops.
+    /// Waits until fewer than ``maxConnections`` connections are served, while a connection waits
+    /// to be accepted: closes an idle one to make room, or else waits for one to close. Returns
+    /// `false` once the server stops.
     private func waitForConnectionSlot() -> Bool {
         condition.lock()
         defer { condition.unlock() }
-        while !state.stopping, state.connections.count >= maxConnections { condition.wait() }
+        while !state.stopping, state.connections.count >= maxConnections {
+            // Its thread, in recv, sees the end and leaves; it closes the descriptor only after
+            // taking it out of `idle` under this lock, so the descriptor is still its own here.
+            if let idle = state.idle.popFirst() { _ = Glibc.shutdown(idle, Int32(SHUT_RDWR)) }
+            condition.wait()
+        }
         return !state.stopping
     }
 

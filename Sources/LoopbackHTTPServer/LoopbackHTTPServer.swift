@@ -34,9 +34,11 @@ import Darwin
 /// it does after a reply whose own headers say `Connection: close` (as ``Reply/route(_:)``'s 400s do).
 ///
 /// **Threads.** One thread accepts; each open connection is served by a thread of its own, at
-/// most ``maxConnections`` at once (256 by default). Beyond that the server accepts nothing
-/// until a connection closes: a new connection waits in the listening socket's backlog (1,024),
-/// its request unanswered but not refused. If `accept` fails for want of resources (`EMFILE`,
+/// most ``maxConnections`` at once (256 by default). When that many are open and another one
+/// waits, the server closes an idle keep-alive connection (one that waits for a next request the
+/// client has not begun; a client reopens it when it needs it) to make room. If none is idle, it
+/// accepts nothing until a connection closes: a new connection waits in the listening socket's
+/// backlog (1,024), its request unanswered but not refused. If `accept` fails for want of resources (`EMFILE`,
 /// `ENFILE`, `ENOBUFS`, `ENOMEM`, or any error that is not transient), the accept thread writes
 /// one line to standard error and tries again every 100 ms, instead of spinning; the waiting
 /// connection is accepted once a descriptor is free. Likewise, if the system refuses a
@@ -109,6 +111,8 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
         var threads = 0
         /// The connections being served, one thread each.
         var connections: Set<Int32> = []
+        /// The connections whose thread waits for a next request that the client has not begun.
+        var idle: Set<Int32> = []
         var current = 0
         /// The connections whose request is counted in `current`.
         var counted: Set<Int32> = []

@@ -155,15 +155,18 @@ import LoopbackHTTPServer
         #expect(throws: HTTPRequestError.self) { try parser.finish() }
     }
 
-    @Test func reportsAHeadReadWhileItsBodyIsPendingAndAsksToContinue() throws {
+    @Test func reportsAHeadReadWhileItsBodyIsPendingAsksToContinueAndWhenItIsBetweenRequests() throws {
         var parser = HTTPRequestParser()
+        #expect(parser.isBetweenRequests)
         parser.append(Self.crlf("POST / HTTP/1.1\nExpect: 100-continue\nContent-Length: 3\n\n"))
-        #expect(!parser.isReadingBody)   // nothing is parsed before next()
+        #expect(!parser.isReadingBody && !parser.isBetweenRequests)   // nothing is parsed before next()
         #expect(try parser.next() == nil)
-        #expect(parser.isReadingBody && parser.expectsContinue)
-        parser.append(Array("abc".utf8))
+        #expect(parser.isReadingBody && parser.expectsContinue && !parser.isBetweenRequests)
+        parser.append(Array("abc\r\n".utf8))
         #expect(try parser.next()?.body == Array("abc".utf8))
-        #expect(!parser.isReadingBody && !parser.expectsContinue)
+        #expect(!parser.isReadingBody && !parser.expectsContinue && !parser.isBetweenRequests)   // an empty line not yet read
+        #expect(try parser.next() == nil)
+        #expect(parser.isBetweenRequests)
     }
 
     @Test func aHeaderBlockFedOneByteAtATimeCostsLinearWork() throws {
