@@ -127,6 +127,13 @@ public struct HTTPRequestParser: Sendable {
         buffer.append(contentsOf: bytes)
     }
 
+    /// Whether the bytes fed so far end between requests: after a whole request (or none) and at
+    /// most empty lines, nothing of a next request.
+    public var isBetweenRequests: Bool {
+        guard case .requestLine = phase else { return false }
+        return position == buffer.count
+    }
+
     /// Whether the current request's head has been read and its body has not been read in full.
     public var isReadingBody: Bool {
         switch phase {
@@ -161,7 +168,7 @@ public struct HTTPRequestParser: Sendable {
     ///   failed with; nothing if it ended between requests.
     public mutating func finish() throws(HTTPRequestError) {
         if case .failed(let error) = phase { throw error }
-        guard case .requestLine = phase, position == buffer.count else {
+        guard isBetweenRequests else {
             let error = HTTPRequestError.badRequest("the input ended inside a request")
             phase = .failed(error)
             throw error
@@ -259,7 +266,8 @@ public struct HTTPRequestParser: Sendable {
 
     /// The next line, without its line end; `limit` bounds its length with the line end.
     private mutating func nextLine(limit: Int) -> Line {
-        let end = min(buffer.count, position + max(0, limit))
+        // `limit` may be as large as the parser's own limits (`Int.max`): never add it to a position.
+        let end = buffer.count - position > limit ? position + max(0, limit) : buffer.count
         var index = scanned
         while index < end {
             work += 1
@@ -415,10 +423,20 @@ public struct HTTPRequestParser: Sendable {
         }
         var value = 0
         for byte in text.utf8 {
-            value = value * 10 + Int(byte - 0x30)
-            if value > limit { throw HTTPRequestError(status: 413, reason: "the body is longer than \(limit) bytes") }
+            value = try accumulate(value, digit: Int(byte - 0x30), base: 10, limit: limit)
         }
         return value
+    }
+
+    /// `value` with `digit` appended in `base`; a 413 once it exceeds `limit` (the body's room left,
+    /// at most `bodyLimit`). Never overflows, however large the limits and however many digits.
+    private static func accumulate(_ value: Int, digit: Int, base: Int, limit: Int,
+                                   bodyLimit: Int? = nil) throws(HTTPRequestError) -> Int {
+        let (shifted, overflowed) = value.multipliedReportingOverflow(by: base)
+        guard !overflowed, shifted <= limit - digit else {
+            throw HTTPRequestError(status: 413, reason: "the body is longer than \(bodyLimit ?? limit) bytes")
+        }
+        return shifted + digit
     }
 
     /// A chunk-size line's size, its extensions ignored.
@@ -427,10 +445,7 @@ public struct HTTPRequestParser: Sendable {
         var index = range.lowerBound
         while index < range.upperBound, let digit = Self.hexValue(buffer[index]) {
             work += 1
-            size = size * 16 + digit
-            if size > maxBodyBytes - body.count {
-                throw HTTPRequestError(status: 413, reason: "the body is longer than \(maxBodyBytes) bytes")
-            }
+            size = try Self.accumulate(size, digit: digit, base: 16, limit: maxBodyBytes - body.count, bodyLimit: maxBodyBytes)
             index += 1
         }
         guard index > range.lowerBound else { throw .badRequest("a chunk size is not a hexadecimal number") }

@@ -36,13 +36,15 @@ extension LoopbackHTTPServer {
         defer { threadExited() }
         var failing: Int32?   // the errno of the back-off episode under way, logged once
         while true {
-            guard waitForConnectionSlot() else { return }
             var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0),
                        pollfd(fd: wakePipe.read, events: Int16(POLLIN), revents: 0)]
-            let ready = poll(&fds, 2, -1)
-            if ready < 0 { continue }   // EINTR
+            if poll(&fds, 2, -1) < 0 {
+                if errno != EINTR { backOff() }   // ENOMEM: never spin
+                continue
+            }
             if fds[1].revents != 0 || withState({ $0.stopping }) { return }
             guard fds[0].revents & Int16(POLLIN) != 0 else { continue }
+            guard waitForConnectionSlot() else { return }
             // Linux's accepted socket does not inherit the listener's O_NONBLOCK: it blocks.
             let connection = accept(listener, nil, nil)
             guard connection >= 0 else {
@@ -52,8 +54,7 @@ extension LoopbackHTTPServer {
                     failing = error
                     Self.log("accept failed (\(String(cString: strerror(error)))); trying again every \(AcceptFailure.backOffInterval) ms")
                 }
-                var wake = [pollfd(fd: wakePipe.read, events: Int16(POLLIN), revents: 0)]
-                _ = poll(&wake, 1, AcceptFailure.backOffInterval)
+                backOff()
                 continue
             }
             if failing != nil {
@@ -63,6 +64,17 @@ extension LoopbackHTTPServer {
             _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
             var yes: Int32 = 1
             setsockopt(connection, Int32(IPPROTO_TCP), TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
+            guard startServing(connection) else { return }
+        }
+    }
+
+    /// Starts the thread that serves `connection`. While the system refuses threads, it writes one
+    /// line to standard error and tries again every ``AcceptFailure/backOffInterval``, the
+    /// connection kept open, so its request is answered once a thread can start. Returns `false`,
+    /// the connection closed, once the server stops.
+    private func startServing(_ connection: Int32) -> Bool {
+        var refused = false
+        while true {
             let admitted = withState { state -> Bool in
                 guard !state.stopping else { return false }
                 state.connections.insert(connection)
@@ -71,18 +83,43 @@ extension LoopbackHTTPServer {
             }
             guard admitted else {
                 close(connection)
-                return
+                return false
             }
-            Self.startThread(named: "Loopback conn") { [self] in serve(connection) }
+            let error = Self.startThread(named: "Loopback conn") { [self] in serve(connection) }
+            guard error != 0 else {
+                if refused { Self.log("a connection thread started") }
+                return true
+            }
+            withState { state in
+                state.connections.remove(connection)
+                state.threads -= 1
+            }
+            if !refused {
+                refused = true
+                Self.log("could not start a connection thread (\(String(cString: strerror(error)))); trying again every \(AcceptFailure.backOffInterval) ms")
+            }
+            backOff()
         }
     }
 
-    /// Waits until fewer than ``maxConnections`` connections are served; returns `false` once the
-    /// server stops.
+    /// Waits ``AcceptFailure/backOffInterval``, or less if the server stops.
+    private func backOff() {
+        var wake = [pollfd(fd: wakePipe.read, events: Int16(POLLIN), revents: 0)]
+        _ = poll(&wake, 1, AcceptFailure.backOffInterval)
+    }
+
+    /// Waits until fewer than ``maxConnections`` connections are served, while a connection waits
+    /// to be accepted: closes an idle one to make room, or else waits for one to close. Returns
+    /// `false` once the server stops.
     private func waitForConnectionSlot() -> Bool {
         condition.lock()
         defer { condition.unlock() }
-        while !state.stopping, state.connections.count >= maxConnections { condition.wait() }
+        while !state.stopping, state.connections.count >= maxConnections {
+            // Its thread, in recv, sees the end and leaves; it closes the descriptor only after
+            // taking it out of `idle` under this lock, so the descriptor is still its own here.
+            if let idle = state.idle.popFirst() { _ = Glibc.shutdown(idle, Int32(SHUT_RDWR)) }
+            condition.wait()
+        }
         return !state.stopping
     }
 

@@ -13,6 +13,7 @@ extension LoopbackHTTPServer {
         defer {
             withState {
                 _ = $0.connections.remove(connection)
+                _ = $0.idle.remove(connection)
                 if $0.counted.remove(connection) != nil { $0.current -= 1 }
             }
             close(connection)
@@ -39,7 +40,11 @@ extension LoopbackHTTPServer {
                 continueSent = true
                 guard send(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8), on: connection) else { return }
             }
+            // Between requests the accept thread may close the connection to make room for another.
+            let idle = parser.isBetweenRequests
+            if idle { withState { _ = $0.idle.insert(connection) } }
             let count = recv(connection, &chunk, chunk.count, 0)
+            if idle { withState { _ = $0.idle.remove(connection) } }
             if count < 0, errno == EINTR { continue }
             guard count > 0 else { return }   // closed, inside a request or not: nobody to answer
             parser.append(chunk[..<count])
@@ -52,7 +57,7 @@ extension LoopbackHTTPServer {
         do {
             target = try HTTPRequestTarget(message.target)
         } catch {
-            _ = send(Self.errorReply(error, keepAlive: false), on: connection)
+            reject(error, on: connection)
             return false
         }
         var request = Request(method: message.method, path: target.path, query: target.query, headers: message.headers,

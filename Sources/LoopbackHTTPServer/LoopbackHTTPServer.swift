@@ -34,12 +34,16 @@ import Darwin
 /// it does after a reply whose own headers say `Connection: close` (as ``Reply/route(_:)``'s 400s do).
 ///
 /// **Threads.** One thread accepts; each open connection is served by a thread of its own, at
-/// most ``maxConnections`` at once (256 by default). Beyond that the server accepts nothing
-/// until a connection closes: a new connection waits in the listening socket's backlog (1,024),
-/// its request unanswered but not refused. If `accept` fails for want of resources (`EMFILE`,
+/// most ``maxConnections`` at once (256 by default). When that many are open and another one
+/// waits, the server closes an idle keep-alive connection (one that waits for a next request the
+/// client has not begun; a client reopens it when it needs it) to make room. If none is idle, it
+/// accepts nothing until a connection closes: a new connection waits in the listening socket's
+/// backlog (1,024), its request unanswered but not refused. If `accept` fails for want of resources (`EMFILE`,
 /// `ENFILE`, `ENOBUFS`, `ENOMEM`, or any error that is not transient), the accept thread writes
 /// one line to standard error and tries again every 100 ms, instead of spinning; the waiting
-/// connection is accepted once a descriptor is free.
+/// connection is accepted once a descriptor is free. Likewise, if the system refuses a
+/// connection's thread (`pthread_create` fails), the accept thread writes one line and tries again
+/// every 100 ms, the connection held open: its request is answered once a thread can start.
 public final class LoopbackHTTPServer: @unchecked Sendable {
     // Sendable: `state` is only touched under `condition`'s lock; the rest is immutable.
 
@@ -107,6 +111,8 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
         var threads = 0
         /// The connections being served, one thread each.
         var connections: Set<Int32> = []
+        /// The connections whose thread waits for a next request that the client has not begun.
+        var idle: Set<Int32> = []
         var current = 0
         /// The connections whose request is counted in `current`.
         var counted: Set<Int32> = []
@@ -187,7 +193,11 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
         self.wakePipe = (pipeEnds[0], pipeEnds[1])
         self.handler = handler
         state.threads = 1
-        Self.startThread(named: "Loopback accept") { [self] in acceptLoop() }
+        let refused = Self.startThread(named: "Loopback accept") { [self] in acceptLoop() }
+        guard refused == 0 else {
+            for descriptor in [fd, pipeEnds[0], pipeEnds[1]] { close(descriptor) }
+            throw LoopbackHTTPServerError.threadStart(refused)
+        }
     }
 
     /// `http://<address>:<port>`.
@@ -244,26 +254,54 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
         return body(&state)
     }
 
-    /// Starts a thread that runs `body`, named `name` for Foundation and for the kernel (so that
-    /// `top -H`, a debugger or a test reading `/proc` sees it).
-    static func startThread(named name: String, _ body: @escaping @Sendable () -> Void) {
-        let thread = Thread {
-            #if canImport(Glibc)
-            // Foundation passes a name on to the kernel only if the thread is fully started when it
-            // is set; both names fit the kernel's 15 bytes.
-            _ = setKernelThreadName?(pthread_self(), name)
+    /// Starts a detached thread that runs `body`, named `name` (at most 15 bytes: the kernel's
+    /// limit) so that `top -H`, a debugger or a test reading `/proc` sees it.
+    ///
+    /// - Returns: 0, or `pthread_create`'s error if the system refused the thread (`body` is then
+    ///   released unrun). Foundation's `Thread.start()` ignores that failure: its thread silently
+    ///   never runs.
+    static func startThread(named name: String, _ body: @escaping @Sendable () -> Void) -> Int32 {
+        let launch = Unmanaged.passRetained(Launch(name: name, body: body)).toOpaque()
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        #if canImport(Glibc) || canImport(Musl)
+        var thread = pthread_t()
+        #else
+        var thread: pthread_t?
+        #endif
+        let result = pthread_create(&thread, &attributes, { context in
+            Unmanaged<Launch>.fromOpaque(context!).takeRetainedValue().run()
+            return nil
+        }, launch)
+        if result != 0 { Unmanaged<Launch>.fromOpaque(launch).release() }
+        return result
+    }
+
+    /// What a new thread runs, handed to it through `pthread_create`.
+    private final class Launch: Sendable {
+        let name: String
+        let body: @Sendable () -> Void
+
+        init(name: String, body: @escaping @Sendable () -> Void) {
+            self.name = name
+            self.body = body
+        }
+
+        func run() {
+            #if canImport(Glibc) || canImport(Musl)
+            _ = LoopbackHTTPServer.setKernelThreadName?(pthread_self(), name)
             #endif
             body()
         }
-        thread.name = name
-        thread.start()
     }
 
-    #if canImport(Glibc)
+    #if canImport(Glibc) || canImport(Musl)
     // pthread_setname_np is declared only under _GNU_SOURCE, which Swift's Glibc module does not
     // set, so it is looked up by name once.
-    private typealias SetKernelThreadName = @convention(c) (pthread_t, UnsafePointer<CChar>) -> Int32
-    private static let setKernelThreadName: SetKernelThreadName? = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "pthread_setname_np")
+    fileprivate typealias SetKernelThreadName = @convention(c) (pthread_t, UnsafePointer<CChar>) -> Int32
+    fileprivate static let setKernelThreadName: SetKernelThreadName? = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "pthread_setname_np")
         .map { unsafeBitCast($0, to: SetKernelThreadName.self) }
     #endif
 

@@ -49,6 +49,29 @@ import LoopbackHTTPServer
         }
     }
 
+    /// Limits as large as `Int` allows: the numbers a client sends may exceed any `Int` without
+    /// the parser's arithmetic overflowing (a trap, so in a child process).
+    @Test func aParserWithTheLargestLimitsAnswersHugeNumbersWith413() async {
+        await #expect(processExitsWith: .success) {
+            func status(_ text: String) -> Int? {
+                var parser = HTTPRequestParser(maxHeadBytes: .max, maxBodyBytes: .max)
+                parser.append(Array(text.utf8))
+                do {
+                    _ = try parser.next()
+                    return nil
+                } catch {
+                    return error.status
+                }
+            }
+            #expect(status("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n") == 413)
+            #expect(status("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n") == 413)
+            #expect(status("POST / HTTP/1.1\r\nContent-Length: 9223372036854775807\r\n\r\nabc") == nil)   // waits for the body
+            var parser = HTTPRequestParser(maxHeadBytes: .max, maxBodyBytes: .max)
+            parser.append(Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+            #expect((try? parser.next())?.headers == ["host": "x"])
+        }
+    }
+
     @Test func acceptBacksOffWhileOutOfDescriptorsAndAcceptsOnceOneIsFree() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             let server = try LoopbackHTTPServer()
@@ -103,6 +126,30 @@ import LoopbackHTTPServer
         let log = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
         #expect(log.components(separatedBy: "LoopbackHTTPServer: accept failed (Too many open files)").count == 2, "\(log)")
         #expect(log.contains("LoopbackHTTPServer: accepting again"), "\(log)")
+    }
+
+    @Test func aConnectionWhoseThreadCannotStartIsAnsweredOnceThreadsStartAgain() async {
+        await #expect(processExitsWith: .success) {
+            let server = try LoopbackHTTPServer()
+            defer { server.shutdown() }
+            // Standard error into a pipe, to await the server's line saying it was refused.
+            var log: [Int32] = [0, 0]
+            precondition(pipe(&log) == 0)
+            let standardError = dup(STDERR_FILENO)
+            dup2(log[1], STDERR_FILENO)
+            let (client, line) = ThreadStarts.refused { () -> (RawHTTPClient?, String) in
+                guard let client = RawHTTPClient(port: server.port) else { return (nil, "") }
+                client.send("GET /?bytes=2 HTTP/1.1\nHost: x\n\n")
+                var fds = [pollfd(fd: log[0], events: Int16(POLLIN), revents: 0)]
+                guard poll(&fds, 1, 10_000) == 1 else { return (client, "") }
+                var bytes = [UInt8](repeating: 0, count: 512)
+                return (client, String(decoding: bytes[..<max(0, read(log[0], &bytes, bytes.count))], as: UTF8.self))
+            }
+            dup2(standardError, STDERR_FILENO)
+            #expect(line.hasPrefix("LoopbackHTTPServer: could not start a connection thread (Resource temporarily unavailable)"), "\(line)")
+            // Threads start again: the connection, held open meanwhile, is served.
+            #expect(client?.readResponse()?.text == "xx")
+        }
     }
 
     /// An open descriptor of `/proc/self/task/<tid>/schedstat` for the thread named `name`, once

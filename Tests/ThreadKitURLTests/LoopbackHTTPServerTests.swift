@@ -168,6 +168,29 @@ import LoopbackHTTPServer
 
     // MARK: - Threads
 
+    @Test func anIdleKeepAliveConnectionMakesRoomForAWaitingOne() throws {
+        let server = try LoopbackHTTPServer(maxConnections: 2)
+        defer { server.shutdown() }
+        var idle: [RawHTTPClient] = []
+        for _ in 0..<2 {
+            let client = try #require(RawHTTPClient(port: server.port))
+            client.send("GET /?bytes=1 HTTP/1.1\n\n")
+            #expect(client.readResponse()?.text == "x")
+            idle.append(client)   // kept alive, between requests
+        }
+        let waiting = try #require(RawHTTPClient(port: server.port))
+        waiting.send("GET /?bytes=2 HTTP/1.1\n\n")
+        #expect(waiting.readResponse()?.text == "xx")
+        // Exactly one idle connection was closed for it.
+        let deadline = ContinuousClock.now + .seconds(10)
+        var closed: [Bool] = []
+        repeat {
+            closed = idle.map { !$0.silent(for: .milliseconds(10)) }
+        } while !closed.contains(true) && ContinuousClock.now < deadline
+        #expect(closed.filter { $0 }.count == 1)
+        #expect(server.connectionCount == 2 && server.total == 3)
+    }
+
     @Test func connectionsBeyondTheBoundWaitToBeAcceptedUntilOneCloses() async throws {
         let server = try LoopbackHTTPServer(maxConnections: 2)
         defer { server.shutdown() }
