@@ -27,7 +27,7 @@ public final class URLDispatcher: Sendable {
     /// A dispatcher with the default limits and an ephemeral session configuration; never disposed.
     public static let shared = URLDispatcher()
 
-    private let core: URLDispatcherCore
+    let core: URLDispatcherCore
 
     /// A dispatcher whose endpoints get `limits` until ``setLimits(_:for:)`` says otherwise.
     ///
@@ -111,8 +111,11 @@ public final class URLDispatcher: Sendable {
     ///
     /// It never throws when called: every error (unsupported URL, long-request limit, timeout,
     /// transport) comes out of the iteration, before any element if the request never got a
-    /// response. The request is sent at once; ending the iteration early (or cancelling the
-    /// iterating task) cancels it and frees its slot.
+    /// response. The request is sent at once, unless the calling task is already cancelled: then
+    /// it is never sent and the iteration throws `CancellationError`. Leaving the iteration early
+    /// (or dropping its iterator) cancels the request and frees its slot, even while the stream
+    /// itself is kept; cancelling the iterating task does too, and the iteration throws
+    /// `CancellationError`, as with AsyncHTTPClient's body streams.
     ///
     /// - Parameters:
     ///   - request: An http or https request.
@@ -123,18 +126,23 @@ public final class URLDispatcher: Sendable {
     public func stream(for request: URLRequest, kind: Kind = .long(), timeout: Duration? = nil,
                        idleTimeout: Duration? = nil) -> URLResponseStream {
         let (stream, continuation) = AsyncThrowingStream<URLResponseStream.Element, any Error>.makeStream()
+        let ending = StreamEnding()
         let record: RequestRecord
         do {
             record = try makeRecord(request, kind: kind, timeout: timeout, idleTimeout: idleTimeout, queueTimeout: nil)
         } catch {
             continuation.finish(throwing: error)
-            return URLResponseStream(base: stream)
+            return URLResponseStream(base: stream, ending: ending, cancelRequest: {})
         }
-        record.attach(StreamSink(continuation: continuation))
+        record.attach(StreamSink(continuation: continuation, ending: ending))
         let core = core
-        continuation.onTermination = { _ in core.cancel(record) }
+        let cancelRequest: @Sendable () -> Void = { core.cancel(record) }
+        // The stream dropped unread, or the task waiting in it cancelled.
+        continuation.onTermination = { _ in cancelRequest() }
+        // Asked for by a cancelled task: refused when submitted, with CancellationError.
+        if Task.isCancelled { cancelRequest() }
         if let error = core.submit(record) { record.post(.completion(error)) }
-        return URLResponseStream(base: stream)
+        return URLResponseStream(base: stream, ending: ending, cancelRequest: cancelRequest)
     }
 
     /// Sends `request` and blocks the calling thread until its whole response is in.
