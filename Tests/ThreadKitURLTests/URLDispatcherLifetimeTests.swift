@@ -19,6 +19,18 @@ final class WeakBox<T: AnyObject>: @unchecked Sendable {
 /// delegate the dispatcher's engine, alive for good.
 extension URLIntegrationTests {
 @Suite struct URLDispatcherLifetimeTests {
+    @Test func theSessionKeepsNoCacheWhateverTheConfigurationSays() {
+        let configuration = URLSessionConfiguration.default
+        configuration.urlCache = URLCache(memoryCapacity: 1 << 20, diskCapacity: 0, diskPath: nil)
+        configuration.requestCachePolicy = .returnCacheDataElseLoad
+        for dispatcher in [URLDispatcher(configuration: configuration), URLDispatcher(), URLDispatcher(configuration: .ephemeral)] {
+            let keepsNoCache = dispatcher.core.sessionKeepsNoCache
+            #expect(keepsNoCache)
+            dispatcher.dispose()
+        }
+        #expect(configuration.urlCache != nil, "the caller's configuration is left as it was")
+    }
+
     @Test func cancelsRacingTheStartsLeaveNoTransferThatKeepsTheSessionAlive() async throws {
         try await withServer { server in
             let core = WeakBox<URLDispatcherCore>(nil)
