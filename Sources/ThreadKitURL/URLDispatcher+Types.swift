@@ -20,7 +20,7 @@ extension URLDispatcher {
         public var maxRetryAfter: Duration
 
         /// The long-request limit when none is given: 3, or `maxRequests - 1` when that is less.
-        public static func defaultMaxLongRequests(forMaxRequests maxRequests: Int) -> Int {
+        static func defaultMaxLongRequests(forMaxRequests maxRequests: Int) -> Int {
             max(0, min(3, maxRequests - 1))
         }
 
