@@ -79,9 +79,14 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     private(set) var maxRequests: Int
     private(set) var maxLongRequests: Int
     private var throttle: StartThrottle
-    /// The FIFO, with holes left by requests that left it early; `head` is the first live place.
+    /// The FIFO, with holes left by requests that left it (started, or ended while waiting);
+    /// `head` is the first live place. ``compact()`` keeps the holes from `head` on fewer than the
+    /// waiting requests (plus a small allowance), so storage and each scan stay proportional to
+    /// what waits now, never to the history.
     private var queue: [Waiting?] = []
     private var head = 0
+    /// The holes in `queue[head...]`.
+    private var holes = 0
     /// Where each waiting request sits in `queue`.
     private var places: [ID: Int] = [:]
     /// The running requests and whether each is long.
@@ -154,6 +159,7 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         if let place = places.removeValue(forKey: id) {
             if queue[place]?.kind.isLong == true { queuedLong -= 1 }
             queue[place] = nil
+            holes += 1
             counts.queued -= 1
             record(outcome)
             compact()
@@ -204,6 +210,7 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         let removed = queue[head...].compactMap { $0?.id }
         queue.removeAll()
         head = 0
+        holes = 0
         places.removeAll()
         queuedLong = 0
         counts.queued = 0
@@ -238,6 +245,7 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
             }
             throttle.recordStart(at: now)
             queue[index] = nil
+            holes += 1
             places[waiting.id] = nil
             counts.queued -= 1
             counts.running += 1
@@ -261,17 +269,47 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         }
     }
 
-    /// Drops the holes at the front, and rebuilds the queue once holes make up most of it.
+    /// The most holes the queue keeps beside its waiting requests before it is rebuilt.
+    static var holeAllowance: Int { 64 }
+
+    /// How many places the queue stores, holes included (for tests: bounded by what waits now).
+    var storedPlaces: Int { queue.count }
+
+    /// Drops the holes at the front, and rebuilds the queue without holes once they outnumber
+    /// the waiting requests (and the allowance).
+    ///
+    /// Holes also pile up behind a request that waits at the front (a long one waiting for a long
+    /// slot while short ones pass it): dropping only the front ones would let the queue, and
+    /// every ``grant(now:)`` that scans it, grow with the history. A rebuild costs the places it
+    /// copies, at most twice the holes made since the last one: amortised O(1) per request.
     private mutating func compact() {
-        while head < queue.count, queue[head] == nil { head += 1 }
+        while head < queue.count, queue[head] == nil {
+            head += 1
+            holes -= 1
+        }
         if head == queue.count {
-            queue.removeAll(keepingCapacity: true)
+            queue.removeAll(keepingCapacity: queue.capacity <= 4 * Self.holeAllowance)
             head = 0
+            holes = 0
             return
         }
-        guard head > 64, head * 2 > queue.count else { return }
-        queue.removeFirst(head)
+        let waiting = queue.count - head - holes
+        guard holes > Self.holeAllowance, holes > waiting else {
+            // Also give back the dropped front once it is most of the storage.
+            guard head > Self.holeAllowance, head * 2 > queue.count else { return }
+            queue.removeFirst(head)
+            head = 0
+            reindex()
+            return
+        }
+        queue = queue[head...].filter { $0 != nil }
         head = 0
+        holes = 0
+        reindex()
+    }
+
+    /// Rebuilds `places` after the queue's places moved.
+    private mutating func reindex() {
         places.removeAll(keepingCapacity: true)
         for (place, waiting) in queue.enumerated() {
             if let waiting { places[waiting.id] = place }

@@ -15,6 +15,9 @@ enum RequestEvent: Sendable {
 /// Receives one request's events, in order, one at a time, never after the completion.
 protocol RequestSink: AnyObject, Sendable {
     func deliver(_ event: RequestEvent)
+    /// Whether delivering runs user code (a delegate), rather than resuming a continuation or
+    /// waking a waiter: such events never go out from the shared timer thread.
+    var callsUserCode: Bool { get }
 }
 
 /// One request as the dispatcher tracks it.
@@ -87,6 +90,11 @@ final class RequestRecord: @unchecked Sendable {
         mailbox.withLock { $0.sink = sink }
     }
 
+    /// Whether delivering an event to the owner runs user code (see ``RequestSink/callsUserCode``).
+    var callsUserCode: Bool {
+        mailbox.withLock { $0.sink?.callsUserCode ?? false }
+    }
+
     /// Lets go of the sink without telling it anything (a request refused at once, whose caller got
     /// the error thrown). The sink is released after the lock.
     func detach() {
@@ -141,6 +149,9 @@ final class CollectingSink: RequestSink, @unchecked Sendable {
         self.endpoint = endpoint
         self.finish = finish
     }
+
+    /// `finish` resumes a continuation or wakes a blocked `dataSync` caller.
+    var callsUserCode: Bool { false }
 
     func deliver(_ event: RequestEvent) {
         switch event {

@@ -52,6 +52,8 @@ final class DelegateSink: RequestSink {
         self.delegate = delegate
     }
 
+    var callsUserCode: Bool { true }
+
     func deliver(_ event: RequestEvent) {
         switch event {
         case .response(let response): delegate.operation(operation, didReceive: response)

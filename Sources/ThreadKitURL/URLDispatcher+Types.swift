@@ -19,16 +19,26 @@ extension URLDispatcher {
         /// The longest pause a `Retry-After` can impose.
         public var maxRetryAfter: Duration
 
+        /// The long-request limit when none is given: 3, or `maxRequests - 1` when that is less.
+        static func defaultMaxLongRequests(forMaxRequests maxRequests: Int) -> Int {
+            max(0, min(3, maxRequests - 1))
+        }
+
         /// Limits for an endpoint.
+        ///
+        /// A default never makes a valid argument trap: without `maxLongRequests`, the long limit
+        /// is 3, or `maxRequests - 1` when that is less (`maxRequests: 3` gets 2, `maxRequests: 1`
+        /// gets 0). A `maxLongRequests` given explicitly is checked as it is.
         ///
         /// - Parameters:
         ///   - maxRequests: At least 1.
-        ///   - maxLongRequests: At least 0 and less than `maxRequests`.
+        ///   - maxLongRequests: At least 0 and less than `maxRequests`; `nil` (the default): see above.
         ///   - rate: A cap on starts per window, or `nil`.
         ///   - honorRetryAfter: Pause the endpoint on a 429 or 503 with `Retry-After`.
         ///   - maxRetryAfter: At least zero: the longest such pause.
-        public init(maxRequests: Int = 6, maxLongRequests: Int = 3, rate: RateLimit? = nil,
+        public init(maxRequests: Int = 6, maxLongRequests: Int? = nil, rate: RateLimit? = nil,
                     honorRetryAfter: Bool = true, maxRetryAfter: Duration = .seconds(120)) {
+            let maxLongRequests = maxLongRequests ?? Self.defaultMaxLongRequests(forMaxRequests: maxRequests)
             EndpointSlots<Int>.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
             precondition(maxRetryAfter >= .zero, "URLDispatcher.EndpointLimits: maxRetryAfter must not be negative, got \(maxRetryAfter)")
             self.maxRequests = maxRequests
@@ -41,20 +51,20 @@ extension URLDispatcher {
 
     /// Where requests go: a lower-cased scheme, a lower-cased host and a port.
     ///
-    /// `http://API.example.com/a` and `http://api.example.com:80/b` are the same endpoint;
+    /// `http://API.example.com/a`, `HTTP://api.example.com:80/b` are the same endpoint;
     /// `https://api.example.com` is another one (port 443).
     public struct Endpoint: Hashable, Sendable, CustomStringConvertible {
-        /// `http`, `https`, `ws` or `wss`.
+        /// `http` or `https`.
         public let scheme: String
         /// The host, lower-cased.
         public let host: String
-        /// The explicit port, else 80 for http/ws, 443 for https/wss.
+        /// The explicit port, else 80 for http, 443 for https.
         public let port: Int
 
-        /// The endpoint of `url`.
+        /// The endpoint of `url`; the scheme's case does not matter.
         ///
-        /// - Throws: ``URLDispatcherError/unsupportedURL`` if the scheme is not http, https, ws
-        ///   or wss, or there is no host.
+        /// - Throws: ``URLDispatcherError/unsupportedURL`` if the scheme is not http or https
+        ///   (`ws` and `wss` included: URLSession's data tasks cannot serve them), or there is no host.
         public init(url: URL) throws {
             guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased(), !host.isEmpty else {
                 Log.log(.urlDispatcher, "unsupported URL \(url.absoluteString): no host")
@@ -62,8 +72,8 @@ extension URLDispatcher {
             }
             let defaultPort: Int
             switch scheme {
-            case "http", "ws": defaultPort = 80
-            case "https", "wss": defaultPort = 443
+            case "http": defaultPort = 80
+            case "https": defaultPort = 443
             default:
                 Log.log(.urlDispatcher, "unsupported URL \(url.absoluteString): scheme \(scheme)")
                 throw URLDispatcherError.unsupportedURL
@@ -144,7 +154,7 @@ public enum URLDispatcherError: Error, Equatable, CustomStringConvertible {
         }
     }
 
-    /// The URL has no host, or a scheme other than http, https, ws, wss. (`Log.enable(.urlDispatcher)`
+    /// The URL has no host, or a scheme other than http and https (in any case). (`Log.enable(.urlDispatcher)`
     /// logs the URL.)
     case unsupportedURL
     /// A long request with the `.reject` policy found the endpoint's long requests at `limit`.
@@ -160,7 +170,7 @@ public enum URLDispatcherError: Error, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .unsupportedURL:
-            "URLDispatcher: unsupported URL: it needs an http, https, ws or wss scheme and a host"
+            "URLDispatcher: unsupported URL: it needs an http or https scheme and a host"
         case .longRequestLimit(let endpoint, let limit):
             "URLDispatcher: \(endpoint) already has its limit of \(limit) long request\(limit == 1 ? "" : "s") in flight or waiting"
         case .timedOut(let endpoint, let after, let phase):
@@ -174,9 +184,9 @@ public enum URLDispatcherError: Error, Equatable, CustomStringConvertible {
 }
 
 extension Duration {
-    /// "300 ms", "1.5 s": for messages.
+    /// "300 ms", "1.5 s": for messages; any duration, however far out.
     var readable: String {
-        let milliseconds = Double(components.seconds) * 1e3 + Double(components.attoseconds) / 1e15
+        let milliseconds = self / .milliseconds(1)
         if milliseconds < 1_000 { return "\(String(format: "%g", milliseconds)) ms" }
         return "\(String(format: "%g", milliseconds / 1e3)) s"
     }

@@ -15,7 +15,7 @@ import ThreadKit
 /// Timeouts are ThreadKit's, counted from when a request gets its slot: FoundationNetworking on
 /// Linux truncates request timeouts to whole seconds, counts time queued in libcurl, and never
 /// enforces `timeoutIntervalForResource`, so the dispatcher sets the session's own timeouts far out
-/// and cancels the transfer itself. See `Docs/URLDispatcher.md`.
+/// and cancels the transfer itself. Its session keeps no cache. See `Docs/URLDispatcher.md`.
 ///
 /// Four ways to send a request: ``data(for:kind:timeout:queueTimeout:)`` (async),
 /// ``stream(for:kind:timeout:idleTimeout:)`` (an async sequence of the response and the body's
@@ -27,14 +27,17 @@ public final class URLDispatcher: Sendable {
     /// A dispatcher with the default limits and an ephemeral session configuration; never disposed.
     public static let shared = URLDispatcher()
 
-    private let core: URLDispatcherCore
+    let core: URLDispatcherCore
 
     /// A dispatcher whose endpoints get `limits` until ``setLimits(_:for:)`` says otherwise.
     ///
     /// - Parameters:
     ///   - limits: The limits of every endpoint without limits of its own.
     ///   - configuration: The session's configuration, copied. Its timeouts are set far out (ThreadKit
-    ///     enforces its own) and its `httpMaximumConnectionsPerHost` above every ThreadKit limit.
+    ///     enforces its own), its `httpMaximumConnectionsPerHost` above every ThreadKit limit, and
+    ///     its cache off, whatever it says (`urlCache = nil`, `.reloadIgnoringLocalCacheData`):
+    ///     FoundationNetworking's cache lookup races with a cancel and takes the process down
+    ///     (swift-corelibs-foundation issue 3296).
     public init(limits: EndpointLimits = .init(), configuration: URLSessionConfiguration = .ephemeral) {
         core = URLDispatcherCore(limits: limits, configuration: configuration)
     }
@@ -93,7 +96,8 @@ public final class URLDispatcher: Sendable {
     ///   - queueTimeout: The longest wait for a slot. Default: `timeout`.
     /// - Returns: The body and the response.
     /// - Throws: ``URLDispatcherError`` (unsupported URL, long-request limit, timeout, disposed),
-    ///   `CancellationError` if the calling task is cancelled, or the transfer's `URLError`.
+    ///   `CancellationError` if the calling task is cancelled (one cancelled before the call never
+    ///   sends its request), or the transfer's `URLError`.
     public func data(for request: URLRequest, kind: Kind = .short, timeout: Duration? = nil,
                      queueTimeout: Duration? = nil) async throws -> (Data, HTTPURLResponse) {
         let record = try makeRecord(request, kind: kind, timeout: timeout, idleTimeout: nil, queueTimeout: queueTimeout)
@@ -111,8 +115,11 @@ public final class URLDispatcher: Sendable {
     ///
     /// It never throws when called: every error (unsupported URL, long-request limit, timeout,
     /// transport) comes out of the iteration, before any element if the request never got a
-    /// response. The request is sent at once; ending the iteration early (or cancelling the
-    /// iterating task) cancels it and frees its slot.
+    /// response. The request is sent at once, unless the calling task is already cancelled: then
+    /// it is never sent and the iteration throws `CancellationError`. Leaving the iteration early
+    /// (or dropping its iterator) cancels the request and frees its slot, even while the stream
+    /// itself is kept; cancelling the iterating task does too, and the iteration throws
+    /// `CancellationError`, as with AsyncHTTPClient's body streams.
     ///
     /// - Parameters:
     ///   - request: An http or https request.
@@ -123,18 +130,23 @@ public final class URLDispatcher: Sendable {
     public func stream(for request: URLRequest, kind: Kind = .long(), timeout: Duration? = nil,
                        idleTimeout: Duration? = nil) -> URLResponseStream {
         let (stream, continuation) = AsyncThrowingStream<URLResponseStream.Element, any Error>.makeStream()
+        let ending = StreamEnding()
         let record: RequestRecord
         do {
             record = try makeRecord(request, kind: kind, timeout: timeout, idleTimeout: idleTimeout, queueTimeout: nil)
         } catch {
             continuation.finish(throwing: error)
-            return URLResponseStream(base: stream)
+            return URLResponseStream(base: stream, ending: ending, cancelRequest: {})
         }
-        record.attach(StreamSink(continuation: continuation))
+        record.attach(StreamSink(continuation: continuation, ending: ending))
         let core = core
-        continuation.onTermination = { _ in core.cancel(record) }
+        let cancelRequest: @Sendable () -> Void = { core.cancel(record) }
+        // The stream dropped unread, or the task waiting in it cancelled.
+        continuation.onTermination = { _ in cancelRequest() }
+        // Asked for by a cancelled task: refused when submitted, with CancellationError.
+        if Task.isCancelled { cancelRequest() }
         if let error = core.submit(record) { record.post(.completion(error)) }
-        return URLResponseStream(base: stream)
+        return URLResponseStream(base: stream, ending: ending, cancelRequest: cancelRequest)
     }
 
     /// Sends `request` and blocks the calling thread until its whole response is in.
@@ -162,9 +174,11 @@ public final class URLDispatcher: Sendable {
     /// Sends `request` and reports to `delegate`: the response, the body's chunks, then exactly one
     /// completion, in order, one at a time, and nothing after it.
     ///
-    /// Delegate methods run on the session's delegate queue, or for an ending ThreadKit decides
-    /// (timeout, cancel, dispose) on the thread that decided it (the timer thread, the caller of
-    /// ``URLDispatchOperation/cancel()``): keep them short, as with `URLSession` delegates.
+    /// Delegate methods run on the session's delegate queue (one serial queue per dispatcher), the
+    /// completions of timeouts included: never on ``TimerThread/shared``. An ending decided by a
+    /// call of yours (``URLDispatchOperation/cancel()``, ``dispose()``) is delivered on your thread
+    /// before that call returns. Keep them short, as with `URLSession` delegates: a slow one holds
+    /// up the other operations' events.
     ///
     /// - Parameters:
     ///   - request: An http or https request; its `timeoutInterval` is the timeout (a total deadline for

@@ -7,6 +7,11 @@ import FoundationNetworking
 /// The engine behind ``URLDispatcher``: one lock over every endpoint's ``EndpointSlots`` and the
 /// requests; it carries the slots' decisions out (starting transfers, arming wake-ups and
 /// timeouts) outside that lock, and never calls user code while holding it.
+///
+/// Its timer calls on ``TimerThread/shared`` only keep the books (end a request, cancel its
+/// transfer, start the next); what they owe a delegate, and their log records, go to the
+/// session's delegate queue, where ordinary completions are delivered: user code never runs on
+/// the shared timer thread.
 final class URLDispatcherCore: Sendable {
     private struct EndpointEntry: Sendable {
         var limits: URLDispatcher.EndpointLimits
@@ -48,9 +53,8 @@ final class URLDispatcherCore: Sendable {
     let origin = ContinuousClock.now
     private let state = Locked(State())
     private let session: URLSession
-    /// Guards creating tasks against invalidating the session: FoundationNetworking traps on a task
-    /// made on an invalidated session. Never held together with `state`.
-    private let sessionGate = Locked(false)
+    /// The session's delegate queue (serial): its events, and what a timer call owes user code.
+    private let delegateQueue: OperationQueue
     private let relay: SessionRelay
 
     /// The dispatcher's own session timeouts: far beyond any ThreadKit timeout, which it enforces itself.
@@ -64,12 +68,23 @@ final class URLDispatcherCore: Sendable {
         configuration.timeoutIntervalForRequest = Self.sessionTimeout
         configuration.timeoutIntervalForResource = Self.sessionTimeout
         configuration.httpMaximumConnectionsPerHost = Self.connectionsPerHost
+        // No cache, whatever the caller's configuration says: FoundationNetworking's cache lookup
+        // races with a cancel and crashes the process (swift-corelibs-foundation issue 3296), and
+        // `.ephemeral` still carries an in-memory cache.
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         let queue = OperationQueue()
         queue.name = "URLDispatcher delegate queue"
         queue.maxConcurrentOperationCount = 1
+        delegateQueue = queue
         relay = SessionRelay()
         session = URLSession(configuration: configuration, delegate: relay, delegateQueue: queue)
         relay.core.withLock { $0 = self }
+    }
+
+    /// Whether the session keeps no cache (for tests).
+    var sessionKeepsNoCache: Bool {
+        session.configuration.urlCache == nil && session.configuration.requestCachePolicy == .reloadIgnoringLocalCacheData
     }
 
     func now() -> Duration { origin.duration(to: .now) }
@@ -164,7 +179,7 @@ final class URLDispatcherCore: Sendable {
         guard let handle = try? TimerThread.shared.schedule(at: deadline, { [self] in
             end(record, outcome: .timedOut,
                 error: URLDispatcherError.timedOut(endpoint: record.endpoint, after: record.queueTimeout, phase: .queued),
-                onlyIf: .queued)
+                onlyIf: .queued, onTimer: true)
         }) else { return }
         let keep = state.withLock { _ -> Bool in
             guard record.phase == .queued else { return false }
@@ -215,25 +230,56 @@ final class URLDispatcherCore: Sendable {
     }
 
     /// Creates and resumes the transfer of a request that got its slot, with its timeout armed first.
+    ///
+    /// The task is made and registered in one step, under the lock, and only for a request still
+    /// running: a request ended meanwhile (cancelled, timed out, disposed) gets no task at all, and
+    /// a task, once made, is known to whoever ends the request, who cancels it. A task made and
+    /// neither resumed nor cancelled would keep the session from ever finishing its invalidation.
+    /// No task is made after ``dispose()``: it ends every running request before it invalidates
+    /// the session, and no request starts after it.
     private func startTransfer(_ record: RequestRecord) {
         var request = record.request
         request.timeoutInterval = Self.sessionTimeout
-        let task = sessionGate.withLock { invalidated in invalidated ? nil : session.dataTask(with: request) }
-        guard let task else {
-            end(record, outcome: .failed, error: URLDispatcherError.disposed)
-            return
-        }
-        let registered = state.withLock { state -> Bool in
-            guard record.phase == .running else { return false }
+        request.cachePolicy = .reloadIgnoringLocalCacheData
+        request.url = request.url.map(Self.lowercasingScheme)
+        let task = state.withLock { state -> URLSessionDataTask? in
+            guard record.phase == .running else { return nil }
+            let task = session.dataTask(with: request)
             record.task = task
             state.tasks[task.taskIdentifier] = record
-            return true
+            return task
         }
-        guard registered else { return }
+        guard let task else { return }
         let phase: URLDispatcherError.TimeoutPhase = record.isLong ? .headers : .total
         armTimeout(record, at: record.startedAt + record.timeout, phase: phase)
         task.resume()
-        Log.log(.urlDispatcher, "started \(record.request.httpMethod ?? "GET") \(record.request.url?.absoluteString ?? "?")")
+        logSoon("started \(record.request.httpMethod ?? "GET") \(record.request.url?.absoluteString ?? "?")")
+    }
+
+    /// `url` with its scheme in lower case: FoundationNetworking serves `http` and `https` only so.
+    static func lowercasingScheme(_ url: URL) -> URL {
+        guard let scheme = url.scheme, scheme != scheme.lowercased(),
+              var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return url }
+        components.scheme = scheme.lowercased()
+        return components.url ?? url
+    }
+
+    /// Logs `message` from the delegate queue: for records made where a log delegate must not run
+    /// (the shared timer thread).
+    private func logSoon(_ message: @autoclosure () -> String) {
+        guard Log.isEnabled(.urlDispatcher) else { return }
+        let text = message()
+        delegateQueue.addOperation { Log.log(.urlDispatcher, text) }
+    }
+
+    /// Delivers `event` to `record`'s owner: here, unless this is a timer call and the owner is
+    /// user code (a delegate), which then hears it on the delegate queue, as ordinary events.
+    private func deliver(_ event: RequestEvent, to record: RequestRecord, onTimer: Bool) {
+        if onTimer, record.callsUserCode {
+            delegateQueue.addOperation { record.post(event) }
+        } else {
+            record.post(event)
+        }
     }
 
     private func armTimeout(_ record: RequestRecord, at deadline: Duration, phase: URLDispatcherError.TimeoutPhase) {
@@ -270,8 +316,8 @@ final class URLDispatcherCore: Sendable {
             let after = phase == .idle ? record.idleTimeout : record.timeout
             let ended = end(record, outcome: .timedOut,
                             error: URLDispatcherError.timedOut(endpoint: record.endpoint, after: after, phase: phase),
-                            onlyIf: .running)
-            if ended { Log.log(.urlDispatcher, "timed out after \(after.readable) \(phase): \(record.endpoint)") }
+                            onlyIf: .running, onTimer: true)
+            if ended { logSoon("timed out after \(after.readable) \(phase): \(record.endpoint)") }
         }
     }
 
@@ -290,11 +336,14 @@ final class URLDispatcherCore: Sendable {
     /// out of that window, and means the server has seen its connection close before the slot is
     /// used again.
     ///
-    /// - Parameter cancelsTransfer: Whether an ending with an error cancels the session task; not
-    ///   when the session itself reported the task complete.
+    /// - Parameters:
+    ///   - cancelsTransfer: Whether an ending with an error cancels the session task; not when the
+    ///     session itself reported the task complete.
+    ///   - onTimer: Whether this is a timer call on ``TimerThread/shared``: a delegate then gets
+    ///     its completion on the delegate queue. The grace timers' completions always go there.
     @discardableResult
     func end(_ record: RequestRecord, outcome: EndpointSlots<Int>.Outcome, error: (any Error)?,
-             onlyIf required: RequestRecord.Phase? = nil, cancelsTransfer: Bool = true) -> Bool {
+             onlyIf required: RequestRecord.Phase? = nil, cancelsTransfer: Bool = true, onTimer: Bool = false) -> Bool {
         let now = now()
         let result = state.withLock { state -> (Effects, URLSessionDataTask?)? in
             guard record.phase == .queued || record.phase == .running else { return nil }
@@ -321,11 +370,13 @@ final class URLDispatcherCore: Sendable {
         if let cancelling {
             cancelling.cancel()
             let identifier = cancelling.taskIdentifier
-            let callerGrace = try? TimerThread.shared.schedule(after: Self.cancelGrace) { record.post(.completion(error)) }
-            let slotGrace = try? TimerThread.shared.schedule(after: Self.slotGrace) { [self] in cancelLanded(identifier) }
-            if callerGrace == nil || slotGrace == nil { cancelLanded(identifier) }
+            let callerGrace = try? TimerThread.shared.schedule(after: Self.cancelGrace) { [self] in
+                deliver(.completion(error), to: record, onTimer: true)
+            }
+            let slotGrace = try? TimerThread.shared.schedule(after: Self.slotGrace) { [self] in cancelLanded(identifier, onTimer: true) }
+            if callerGrace == nil || slotGrace == nil { cancelLanded(identifier, onTimer: onTimer) }
         } else {
-            record.post(.completion(error))
+            deliver(.completion(error), to: record, onTimer: onTimer)
         }
         return true
     }
@@ -339,8 +390,8 @@ final class URLDispatcherCore: Sendable {
     static let slotGrace = Duration.seconds(1)
 
     /// The cancel of the task `identifier` has landed (the session reported it complete) or its slot
-    /// grace is over: free the slot and deliver the completion (if the caller's grace has not).
-    private func cancelLanded(_ identifier: Int) {
+    /// grace is over (`onTimer`): free the slot and deliver the completion (if the caller's grace has not).
+    private func cancelLanded(_ identifier: Int, onTimer: Bool = false) {
         let now = now()
         let landed = state.withLock { state -> (RequestRecord, Effects)? in
             guard let record = state.cancelling.removeValue(forKey: identifier) else { return nil }
@@ -350,7 +401,7 @@ final class URLDispatcherCore: Sendable {
         guard let (record, effects) = landed else { return }
         perform(effects)
         let error = state.withLock { _ in record.ending?.error }
-        record.post(.completion(error))
+        deliver(.completion(error), to: record, onTimer: onTimer)
     }
 
     /// Gives `record`'s slot (or queue place) back to its endpoint; returns who starts in its place.
@@ -398,14 +449,12 @@ final class URLDispatcherCore: Sendable {
         for timer in taken.timers { timer.cancel() }
         for record in taken.queued { record.post(.completion(URLDispatcherError.disposed)) }
         for record in taken.running { end(record, outcome: .failed, error: URLDispatcherError.disposed) }
-        // Every running transfer is cancelled above, by its own request. `invalidateAndCancel()`
-        // would cancel once more every task the session still lists, those whose completion is on
-        // its way included, and FoundationNetworking traps when a cancel races a completion
-        // ("a task that is not in the registry").
-        sessionGate.withLock { invalidated in
-            invalidated = true
-            session.finishTasksAndInvalidate()
-        }
+        // Every running transfer is cancelled above, by its own request, and no task is made from
+        // now on (see startTransfer). `invalidateAndCancel()` would cancel once more every task
+        // the session still lists, those whose completion is on its way included, and
+        // FoundationNetworking traps when a cancel races a completion ("a task that is not in the
+        // registry").
+        session.finishTasksAndInvalidate()
         Log.log(.urlDispatcher, "disposed: \(taken.queued.count) queued and \(taken.running.count) running requests failed")
     }
 
@@ -469,30 +518,20 @@ final class URLDispatcherCore: Sendable {
         end(record, outcome: error == nil ? .completed : .failed, error: error, cancelsTransfer: false)
     }
 
-    /// How long a 429 or 503 with `Retry-After` pauses the endpoint, if it does.
+    /// How long a 429 or 503 with `Retry-After` pauses the endpoint, if it does (see ``RetryAfter``);
+    /// a value that is not a Retry-After is ignored and logged.
     private func retryAfterPause(_ response: HTTPURLResponse, endpoint: URLDispatcher.Endpoint, now: Duration) -> Duration? {
         guard response.statusCode == 429 || response.statusCode == 503,
               let value = response.value(forHTTPHeaderField: "Retry-After") else { return nil }
         let limits = state.withLock { $0.endpoints[endpoint]?.limits ?? defaultLimits }
-        guard limits.honorRetryAfter, let delay = Self.retryAfterDelay(value) else { return nil }
-        return min(delay, limits.maxRetryAfter)
-    }
-
-    /// The delay a `Retry-After` value asks for: whole seconds, or an HTTP date (RFC 9110).
-    static func retryAfterDelay(_ value: String, now: Date = Date()) -> Duration? {
-        let trimmed = value.trimmingCharacters(in: .whitespaces)
-        if let seconds = Int(trimmed) { return seconds >= 0 ? .seconds(seconds) : nil }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
-            formatter.dateFormat = format
-            if let date = formatter.date(from: trimmed) {
-                let seconds = date.timeIntervalSince(now)
-                return seconds > 0 ? .milliseconds(Int64(seconds * 1000)) : .zero
-            }
+        guard limits.honorRetryAfter else { return nil }
+        switch RetryAfter.read(value, now: Date(), limit: limits.maxRetryAfter) {
+        case .pause(let pause):
+            return pause > .zero ? pause : nil
+        case .invalid(let reason):
+            Log.log(.urlDispatcher, "\(endpoint) answered \(response.statusCode) with Retry-After \"\(value)\", \(reason): ignored")
+            return nil
         }
-        return nil
     }
 }
 

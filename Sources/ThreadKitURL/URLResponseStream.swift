@@ -2,9 +2,15 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+@_spi(ThreadKitURL) import ThreadKit
 
 /// The answer to ``URLDispatcher/stream(for:kind:timeout:idleTimeout:)``: the response, then the
 /// body's chunks as they arrive; it ends when the body is complete, or throws the request's error.
+///
+/// Its iteration owns the request, as AsyncHTTPClient's body streams do: leaving the loop early
+/// (`break`, a thrown error, or dropping the iterator any other way) cancels the request and frees
+/// its slot at once, even while the stream value itself is still around; cancelling the task that
+/// iterates cancels the request too, and the iteration throws `CancellationError`. Iterate it once.
 public struct URLResponseStream: AsyncSequence, Sendable {
     /// One element: the response first, then chunks of the body.
     public enum Element: Sendable {
@@ -14,40 +20,95 @@ public struct URLResponseStream: AsyncSequence, Sendable {
         case data(Data)
     }
 
-    /// The stream's iterator.
+    /// The stream's iterator. When the last copy of it goes away, the request is cancelled (it
+    /// does nothing to a request that has ended).
     public struct AsyncIterator: AsyncIteratorProtocol {
         var base: AsyncThrowingStream<Element, any Error>.AsyncIterator
+        let ending: StreamEnding
+        let lifetime: IterationLifetime
+        var finished = false
 
         /// The next element, `nil` at the end of the body.
         ///
-        /// - Throws: The request's error: ``URLDispatcherError``, `CancellationError` or a `URLError`.
+        /// - Throws: The request's error: ``URLDispatcherError`` or a `URLError`; `CancellationError`
+        ///   if the calling task is cancelled before the body is complete (the request is then cancelled).
         public mutating func next() async throws -> Element? {
-            try await base.next()
+            guard !finished else { return nil }
+            if Task.isCancelled, !ending.isComplete { return try cancelled() }
+            let element: Element?
+            do {
+                element = try await base.next()
+            } catch {
+                finished = true
+                throw error
+            }
+            if let element { return element }
+            // The base stream also ends, without an error, when the task waiting in it is cancelled.
+            guard ending.isComplete else { return try cancelled() }
+            finished = true
+            return nil
+        }
+
+        private mutating func cancelled() throws -> Element? {
+            finished = true
+            lifetime.cancelRequest()
+            throw CancellationError()
         }
     }
 
     let base: AsyncThrowingStream<Element, any Error>
+    let ending: StreamEnding
+    /// Cancels the request; nothing once it has ended.
+    let cancelRequest: @Sendable () -> Void
 
     /// An iterator over the elements; the stream can be iterated once.
     public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: base.makeAsyncIterator())
+        AsyncIterator(base: base.makeAsyncIterator(), ending: ending, lifetime: IterationLifetime(cancelRequest))
     }
+}
+
+/// Whether a stream's request ended with its whole body: shared by its sink and its iterators.
+final class StreamEnding: Sendable {
+    private let complete = Locked(false)
+
+    /// Set before the base stream finishes, so an iterator that sees the end knows how it came.
+    func markComplete() { complete.withLock { $0 = true } }
+
+    var isComplete: Bool { complete.withLock { $0 } }
+}
+
+/// Held by an iterator and its copies only: the last one to go cancels the request.
+final class IterationLifetime: Sendable {
+    let cancelRequest: @Sendable () -> Void
+
+    init(_ cancelRequest: @escaping @Sendable () -> Void) {
+        self.cancelRequest = cancelRequest
+    }
+
+    deinit { cancelRequest() }
 }
 
 /// Feeds a ``URLResponseStream``.
 final class StreamSink: RequestSink {
     private let continuation: AsyncThrowingStream<URLResponseStream.Element, any Error>.Continuation
+    private let ending: StreamEnding
 
-    init(continuation: AsyncThrowingStream<URLResponseStream.Element, any Error>.Continuation) {
+    init(continuation: AsyncThrowingStream<URLResponseStream.Element, any Error>.Continuation, ending: StreamEnding) {
         self.continuation = continuation
+        self.ending = ending
     }
+
+    /// Yielding to the stream, or finishing it, only resumes the iterating task.
+    var callsUserCode: Bool { false }
 
     func deliver(_ event: RequestEvent) {
         switch event {
         case .response(let response): continuation.yield(.response(response))
         case .data(let data): continuation.yield(.data(data))
         case .completion(let error?): continuation.finish(throwing: error)
-        case .completion(nil): continuation.finish()
+        case .completion(nil):
+            ending.markComplete()
+            continuation.finish()
         }
     }
 }

@@ -44,6 +44,7 @@ enum Catalogue {
             ("dispatch.sync.held", DispatchWorkloads.syncWhileHolding),
             ("url.loopback", URLWorkloads.loopback),
             ("url.timeout", URLWorkloads.timeout),
+            ("url.history", URLWorkloads.history),
         ]
         return list
     }()

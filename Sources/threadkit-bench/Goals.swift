@@ -73,6 +73,8 @@ struct Goal {
         ratio("url.loopback", "wall", "URLSession", 1.1),
         Goal(workload: "url.loopback", metric: "endpoints off the limit", kind: .zero),
         Goal(workload: "url.timeout", metric: "lateness p99", kind: .atMost(10, unit: "ms")),
+        // Issue 19, item 4: the cost per request stays flat over the history.
+        Goal(workload: "url.history", metric: "last / first CPU", kind: .atMost(1.25, unit: "×")),
         // Issue 13, item 3: what users choose a pool by.
         ratio("pool.latency.u70.t10", "start latency p99", "GCD", 1.0),
         ratio("pool.latency.u70.t100", "start latency p99", "GCD", 1.0),

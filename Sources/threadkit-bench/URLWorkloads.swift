@@ -1,5 +1,6 @@
 // url.loopback and url.timeout: URLDispatcher against a plain URLSession with the same
-// configuration, over the package's own loopback HTTP server (127.0.0.1 only).
+// configuration, over the package's own loopback HTTP server (127.0.0.1 only); url.history:
+// URLDispatcher's cost per request over a long history.
 import Dispatch
 import Foundation
 #if canImport(FoundationNetworking)
@@ -133,6 +134,89 @@ enum URLWorkloads {
             ])
     }
 
+    /// Requests per window of `url.history`.
+    static let historyWindow = 1_000
+
+    /// `url.history`: 40,000 short requests to one loopback endpoint that answers at once, 6 in
+    /// flight, while a long request runs and another waits for its long slot at the front of the
+    /// endpoint's queue; the cost of 1,000 requests at the start and at the end of the run, in
+    /// process CPU time and in wall time, and the ratios. Each figure is the median of three
+    /// windows of 1,000 (of one in quick mode), so that one window slowed by the machine does not
+    /// make it.
+    ///
+    /// Every short request passes the waiting one: its bookkeeping must not grow with the requests
+    /// that passed before (a queue that kept their places made each grant scan them all).
+    static func history(scale: Scale) -> Workload {
+        let requests = max(scale.size(40_000), 2 * historyWindow)
+        let atOnce = 6
+        return Workload(
+            id: "url.history",
+            metrics: [
+                Metric(name: "first 1,000 CPU", unit: "ms"), Metric(name: "last 1,000 CPU", unit: "ms"),
+                Metric(name: "last / first CPU", unit: "×"),
+                Metric(name: "first 1,000 wall", unit: "ms"), Metric(name: "last 1,000 wall", unit: "ms"),
+                Metric(name: "last / first wall", unit: "×"),
+            ],
+            contenders: [
+                Contender(name: "ThreadKit") {
+                    let server = try LoopbackHTTPServer()
+                    defer { server.shutdown() }
+                    let dispatcher = URLDispatcher(limits: .init(maxRequests: atOnce + 1, maxLongRequests: 1), configuration: .ephemeral)
+                    defer { dispatcher.dispose() }
+                    let endpoint = try URLDispatcher.Endpoint(url: server.baseURL)
+                    func waitUntil(_ what: String, _ condition: () -> Bool) throws {
+                        let deadline = ContinuousClock.now + .seconds(10)
+                        while !condition() {
+                            guard ContinuousClock.now < deadline else { throw HistorySetUpFailed(what: what) }
+                            Thread.sleep(forTimeInterval: 0.001)
+                        }
+                    }
+                    let hang = URLRequest(url: server.url("/hang"))
+                    let long = Task { try await dispatcher.data(for: hang, kind: .long(), timeout: .seconds(3_600)) }
+                    defer { long.cancel() }
+                    try waitUntil("a long request running") { dispatcher.statistics(for: endpoint).runningLong == 1 }
+                    let waiting = Task { try await dispatcher.data(for: hang, kind: .long(whenFull: .wait), timeout: .seconds(3_600)) }
+                    defer { waiting.cancel() }
+                    try waitUntil("a long request waiting") { dispatcher.statistics(for: endpoint).queued == 1 }
+                    let url = server.url("/")
+                    let windows = blockingRun {
+                        await withTaskGroup(of: Bool.self) { group in
+                            var windows: [(cpu: Double, wall: Duration)] = [], failures = 0, next = 0, done = 0
+                            var cpuStart = ProcessCPU.nanoseconds(), wallStart = ContinuousClock.now
+                            func submit() {
+                                next += 1
+                                group.addTask { (try? await dispatcher.data(for: URLRequest(url: url), timeout: .seconds(10))) == nil }
+                            }
+                            while next < min(atOnce, requests) { submit() }
+                            for await failed in group {
+                                if failed { failures += 1 }
+                                done += 1
+                                if done % historyWindow == 0 {
+                                    let cpu = ProcessCPU.nanoseconds(), wall = ContinuousClock.now
+                                    windows.append((cpu - cpuStart, wallStart.duration(to: wall)))
+                                    (cpuStart, wallStart) = (cpu, wall)
+                                }
+                                if next < requests { submit() }
+                            }
+                            return failures == 0 ? windows : []
+                        }
+                    }
+                    guard windows.count >= 2 else { throw RequestsFailed(failed: 1, of: requests) }
+                    let statistics = dispatcher.statistics(for: endpoint)
+                    precondition(statistics.queued == 1 && statistics.completed == requests, "url.history: \(statistics)")
+                    let ends = min(3, windows.count / 2)
+                    func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+                    let firstCPU = median(windows.prefix(ends).map(\.cpu)) / 1e6, lastCPU = median(windows.suffix(ends).map(\.cpu)) / 1e6
+                    let firstWall = median(windows.prefix(ends).map { $0.wall.nanoseconds }) / 1e6
+                    let lastWall = median(windows.suffix(ends).map { $0.wall.nanoseconds }) / 1e6
+                    return Measurement(values: [
+                        "first 1,000 CPU": firstCPU, "last 1,000 CPU": lastCPU, "last / first CPU": lastCPU / firstCPU,
+                        "first 1,000 wall": firstWall, "last 1,000 wall": lastWall, "last / first wall": lastWall / firstWall,
+                    ])
+                },
+            ])
+    }
+
     /// Runs `body` on the cooperative pool and blocks the calling (non-cooperative) thread until it returns.
     private static func blockingRun<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
         let done = DispatchSemaphore(value: 0)
@@ -144,6 +228,12 @@ enum URLWorkloads {
         done.wait()
         return result.value!
     }
+}
+
+/// `url.history` could not set up its waiting long request: the round would measure something else.
+private struct HistorySetUpFailed: Error, CustomStringConvertible {
+    let what: String
+    var description: String { "url.history: no \(what) after 10 s" }
 }
 
 /// Some of a round's loopback requests failed: the round measured something else.

@@ -209,6 +209,58 @@ import Testing
         #expect(slots.counts == .init(running: 0, runningLong: 0, queued: 0, completed: 251, failed: 250))
     }
 
+    @Test func aWaitingRequestAtTheFrontKeepsTheStorageBoundedWhileManyPassIt() {
+        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil)
+        #expect(started(slots.submit(0, kind: .long(waits: true), now: .zero)) == [0])
+        #expect(started(slots.submit(1, kind: .long(waits: true), now: .zero)) == [])   // waits for the long slot
+        var largest = 0
+        for id in 2..<40_002 {
+            #expect(started(slots.submit(id, kind: .short, now: .zero)) == [id])
+            largest = max(largest, slots.storedPlaces)
+            #expect(released(slots.end(id, outcome: .completed, now: .zero))?.start == [])
+        }
+        #expect(largest <= 2 * Slots.holeAllowance + 2, "the queue stored \(largest) places for one waiting request")
+        #expect(slots.isQueued(1))
+        #expect(slots.counts == .init(running: 1, runningLong: 1, queued: 1, completed: 40_000))
+        // The waiter still has its place and starts when the long slot is free.
+        #expect(released(slots.end(0, outcome: .completed, now: .zero))?.start == [1])
+        #expect(slots.storedPlaces == 0)
+    }
+
+    @Test func requestsLeavingTheQueueBehindAWaiterKeepTheStorageBounded() {
+        var slots = Slots(maxRequests: 1, maxLongRequests: 0, rate: nil)
+        _ = slots.submit(0, kind: .short, now: .zero)   // holds the only slot
+        _ = slots.submit(1, kind: .short, now: .zero)   // waits at the front
+        var largest = 0
+        for id in 2..<40_002 {
+            #expect(started(slots.submit(id, kind: .short, now: .zero)) == [])
+            largest = max(largest, slots.storedPlaces)
+            #expect(slots.end(id, outcome: .failed, now: .zero) == .dequeued)
+        }
+        #expect(largest <= 2 * Slots.holeAllowance + 2, "the queue stored \(largest) places for one waiting request")
+        #expect(slots.counts == .init(running: 1, runningLong: 0, queued: 1, failed: 40_000))
+        #expect(released(slots.end(0, outcome: .completed, now: .zero))?.start == [1])
+    }
+
+    @Test func compactionKeepsTheOrderOfManyWaiters() {
+        var slots = Slots(maxRequests: 1, maxLongRequests: 0, rate: nil)
+        _ = slots.submit(0, kind: .short, now: .zero)
+        // 1,000 waiters; every third leaves, in an order that leaves holes everywhere.
+        for id in 1...1_000 { _ = slots.submit(id, kind: .short, now: .zero) }
+        let leaving = Array(stride(from: 3, through: 1_000, by: 3)).reversed()
+        for id in leaving { #expect(slots.end(id, outcome: .failed, now: .zero) == .dequeued) }
+        #expect(slots.storedPlaces <= 2 * slots.counts.queued + Slots.holeAllowance + 1)
+        var order: [Int] = []
+        var current = 0
+        while let next = released(slots.end(current, outcome: .completed, now: .zero))?.start.first {
+            order.append(next)
+            current = next
+            _ = slots.submit(10_000 + next, kind: .short, now: .zero)   // new arrivals go to the back
+            #expect(slots.end(10_000 + next, outcome: .failed, now: .zero) == .dequeued)
+        }
+        #expect(order == (1...1_000).filter { $0 % 3 != 0 })
+    }
+
     /// Random events against a trivially correct model: a list of waiters scanned from the front.
     @Test(arguments: [1, 2, 3, 4, 5, 6, 7, 8])
     func randomEventsAgreeWithAModel(seed: UInt64) {

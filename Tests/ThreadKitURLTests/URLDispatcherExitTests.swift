@@ -28,6 +28,37 @@ struct URLDispatcherExitTests {
         #expect(Self.stopped(result, saying: "maxRequests must be at least 1, got 0"))
     }
 
+    @Test func anExplicitLongLimitAboveTheTotalStopsNamingBoth() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = URLDispatcher.EndpointLimits(maxRequests: 1, maxLongRequests: 2)
+        }
+        #expect(Self.stopped(result, saying: "maxLongRequests (2) must be less than maxRequests (1)"))
+    }
+
+    @Test func aNegativeLongLimitStops() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = URLDispatcher.EndpointLimits(maxRequests: 4, maxLongRequests: -1)
+        }
+        #expect(Self.stopped(result, saying: "maxLongRequests must be at least 0, got -1"))
+    }
+
+    /// A default never makes a valid argument trap: the long limit's default adapts to a small
+    /// `maxRequests`. (Before, `maxRequests: 3` trapped on the default of 3.)
+    @Test func theLongLimitsDefaultAdaptsToASmallTotal() async {
+        await #expect(processExitsWith: .success) {
+            for (total, long) in [(1, 0), (2, 1), (3, 2), (4, 3), (5, 3), (6, 3), (100, 3)] {
+                let limits = URLDispatcher.EndpointLimits(maxRequests: total)
+                precondition(limits.maxRequests == total && limits.maxLongRequests == long,
+                             "maxRequests \(total) got maxLongRequests \(limits.maxLongRequests), not \(long)")
+            }
+            precondition(URLDispatcher.EndpointLimits().maxLongRequests == 3)
+            precondition(URLDispatcher.EndpointLimits(maxRequests: 3, rate: .rate(1, per: .seconds(1))).maxLongRequests == 2)
+            let dispatcher = URLDispatcher(limits: .init(maxRequests: 1))
+            precondition(!dispatcher.isLongRequestAllowed(to: URL(string: "http://127.0.0.1:9/")!))
+            dispatcher.dispose()
+        }
+    }
+
     @Test func aNegativeTimeoutStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let dispatcher = URLDispatcher()

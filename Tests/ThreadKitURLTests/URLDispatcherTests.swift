@@ -151,16 +151,61 @@ extension URLIntegrationTests {
         let b = try URLDispatcher.Endpoint(url: URL(string: "http://api.example.com:80/b?c=d")!)
         let c = try URLDispatcher.Endpoint(url: URL(string: "https://api.example.com/a")!)
         let d = try URLDispatcher.Endpoint(url: URL(string: "HTTPS://api.example.com:443")!)
-        let e = try URLDispatcher.Endpoint(url: URL(string: "ws://api.example.com:8080")!)
+        let e = try URLDispatcher.Endpoint(url: URL(string: "http://api.example.com:8080")!)
+        let f = try URLDispatcher.Endpoint(url: URL(string: "HTTP://API.example.COM/x")!)
         #expect(a == b)
         #expect(a != c)
         #expect(c == d)
+        #expect(a == f)
+        #expect(f.scheme == "http")
         #expect(a.description == "http://api.example.com:80")
         #expect(c.port == 443)
         #expect(e.port == 8080)
         #expect(throws: URLDispatcherError.unsupportedURL) { try URLDispatcher.Endpoint(url: URL(string: "ftp://example.com/")!) }
         #expect(throws: URLDispatcherError.unsupportedURL) { try URLDispatcher.Endpoint(url: URL(string: "file:///tmp/x")!) }
-        #expect(URLDispatcherError.unsupportedURL.description.contains("http, https, ws or wss"))
+        #expect(URLDispatcherError.unsupportedURL.description.contains("http or https"))
+    }
+
+    @Test func webSocketSchemesAreRefusedAtOnceByEveryEntryPoint() async throws {
+        try await withDispatcher { dispatcher in
+            for address in ["ws://127.0.0.1:9/socket", "wss://127.0.0.1:9/socket", "WS://127.0.0.1:9/", "gopher://127.0.0.1:9/"] {
+                let url = URL(string: address)!
+                #expect(throws: URLDispatcherError.unsupportedURL) { try URLDispatcher.Endpoint(url: url) }
+                await #expect(throws: URLDispatcherError.unsupportedURL) { try await dispatcher.data(for: URLRequest(url: url)) }
+                #expect(throws: URLDispatcherError.unsupportedURL) { try dispatcher.dataSync(for: URLRequest(url: url)) }
+                let delegate = RecordingDelegate()
+                #expect(throws: URLDispatcherError.unsupportedURL) { try dispatcher.dispatch(URLRequest(url: url), delegate: delegate) }
+                #expect(delegate.recorded.events.isEmpty)
+                var iterator = dispatcher.stream(for: URLRequest(url: url)).makeAsyncIterator()
+                await #expect(throws: URLDispatcherError.unsupportedURL) { _ = try await iterator.next() }
+                let allowed = dispatcher.isLongRequestAllowed(to: url)
+                #expect(!allowed)
+            }
+        }
+    }
+
+    @Test func anUpperCaseSchemeIsServedLikeALowerCaseOne() async throws {
+        try await withServer { server in
+            try await withDispatcher { dispatcher in
+                try await bounded {
+                    let url = URL(string: "HTTP://127.0.0.1:\(server.port)/?n=upper")!
+                    let (body, response) = try await dispatcher.data(for: URLRequest(url: url), timeout: .seconds(5))
+                    #expect(response.statusCode == 200)
+                    #expect(body == Data("ok".utf8))
+                    var iterator = dispatcher.stream(for: URLRequest(url: URL(string: "Http://127.0.0.1:\(server.port)/?n=stream")!),
+                                                     kind: .short, timeout: .seconds(5)).makeAsyncIterator()
+                    guard case .response(let streamed)? = try await iterator.next() else {
+                        Issue.record("no response first")
+                        return
+                    }
+                    #expect(streamed.statusCode == 200)
+                    while try await iterator.next() != nil {}
+                    let statistics = dispatcher.statistics(for: server.endpoint)
+                    #expect(statistics.completed == 2 && statistics.failed == 0)
+                }
+                #expect(server.arrivals.map(\.target) == ["/?n=upper", "/?n=stream"])
+            }
+        }
     }
 
     @Test func streamNeverThrowsWhenCalledItsErrorsComeOutOfTheIteration() async throws {

@@ -199,13 +199,37 @@ extension URLIntegrationTests {
         }
     }
 
-    @Test func retryAfterAcceptsSecondsAndHTTPDates() {
-        let now = Date(timeIntervalSince1970: 1_700_000_000)   // Tue, 14 Nov 2023 22:13:20 GMT
-        #expect(URLDispatcherCore.retryAfterDelay("7", now: now) == .seconds(7))
-        #expect(URLDispatcherCore.retryAfterDelay("Tue, 14 Nov 2023 22:13:30 GMT", now: now) == .seconds(10))
-        #expect(URLDispatcherCore.retryAfterDelay("Tue, 14 Nov 2023 22:13:00 GMT", now: now) == .zero)
-        #expect(URLDispatcherCore.retryAfterDelay("soon", now: now) == nil)
-        #expect(URLDispatcherCore.retryAfterDelay("-3", now: now) == nil)
+    @Test func aHugeOrDecimalRetryAfterPausesTheEndpointForTheCap() async throws {
+        // `/ra?v=N` answers 429 with the N-th Retry-After value; any other path 200.
+        let values = [
+            "99999999999999999999",            // 20 digits: more than the clock holds; capped, never "no pause"
+            "0.1",                             // a decimal: rounded up to 1 s, capped
+            "Sun, 06 Nov 1994 08:49:37 GMT",   // a date in the past: no pause
+            "soon",                            // junk: ignored
+        ]
+        let handler: @Sendable (LoopbackHTTPServer.Request) -> LoopbackHTTPServer.Reply = { request in
+            guard request.path == "/ra", let index = request.query["v"].flatMap({ Int($0) }) else { return .respond(status: 200) }
+            return .respond(status: 429, headers: ["Retry-After": values[index]])
+        }
+        try await withServer(handler) { server in
+            try await withDispatcher(.init(maxRetryAfter: .milliseconds(300))) { dispatcher in
+                try await bounded(.seconds(20)) {
+                    for index in values.indices {
+                        let (_, response) = try await dispatcher.data(for: server.request("/ra?v=\(index)"))
+                        #expect(response.statusCode == 429)
+                        let paused = dispatcher.statistics(for: server.endpoint).pausedUntil != nil
+                        #expect(paused == (index < 2), "Retry-After: \(values[index])")
+                        _ = try await dispatcher.data(for: server.request("/after?v=\(index)"))
+                    }
+                }
+                let times = server.arrivals.map(\.time)
+                #expect(times.count == 2 * values.count)
+                for index in 0..<2 {
+                    let held = times[2 * index].duration(to: times[2 * index + 1])
+                    #expect(held >= .milliseconds(300) && held < .seconds(5), "Retry-After: \(values[index]) held \(held)")
+                }
+            }
+        }
     }
 
     @Test func aRateCapsStartsPerWindow() async throws {
