@@ -20,7 +20,9 @@ import Darwin
 /// its own record and at most ``Limits/callerBudget`` more. If records still wait after that, it
 /// hands the role to the delivery thread (started on demand, named ``Limits/workerName``) and
 /// returns; the delivery thread delivers until the queue is empty, then waits for the next hand-off
-/// and exits after ``Limits/workerKeepAlive`` without one. Whenever records wait, someone holds the
+/// and exits after ``Limits/workerKeepAlive`` without one. A thread the package shares (a timer
+/// thread) never takes the role: it hands it to the delivery thread at once, so a delegate never
+/// runs there. Whenever records wait, someone holds the
 /// role, so no record is left behind when logging goes quiet. A target that logs from inside its
 /// call only queues the record: the deliverer delivers it after the call returns.
 ///
@@ -149,19 +151,36 @@ final class LogDelivery: @unchecked Sendable {
     // MARK: - Logging
 
     /// Queues `record` for the delegate in force now, and delivers if nobody else is.
+    ///
+    /// A thread the package shares (a timer thread, see ``markCurrentThreadShared()``) never
+    /// delivers: it hands the role to the delivery thread, so that a slow delegate cannot hold up
+    /// the calls that thread owes to others.
     func deliver(_ record: Log.Record) {
         let me = pthread_self()
-        var next: Entry? = mutex.withLock {
+        let mayDeliver = !Self.isCurrentThreadShared
+        enum Start { case queued, deliver(Entry), handedOff(startWorker: Bool) }
+        let start: Start = mutex.withLock {
             guard state.pending.count < limits.maxBacklog else {
                 countDrop(of: record.source)
-                return nil
+                return .queued
             }
             state.pending.append(Entry(record: record, target: state.delegate, generation: state.generation))
-            guard case .free = state.role else { return nil }
+            guard case .free = state.role else { return .queued }
+            guard mayDeliver else { return .handedOff(startWorker: handToWorker()) }
             state.role = .heldBy(me)
-            return takeNext(delivererName: record.threadName)
+            return takeNext(delivererName: record.threadName).map(Start.deliver) ?? .queued
         }
-        var budget = limits.callerBudget
+        var next: Entry?
+        switch start {
+        case .queued:
+            return
+        case .deliver(let entry):
+            next = entry
+        case .handedOff(let startWorker):
+            guard startWorker, !self.startWorker() else { return }
+            next = takeOverFromMissingWorker(me, delivererName: record.threadName)
+        }
+        var budget = mayDeliver ? limits.callerBudget : .max
         while next != nil {
             send(next.take()!)
             enum Then { case deliver(Entry), stop, startWorker }
@@ -175,13 +194,7 @@ final class LogDelivery: @unchecked Sendable {
                     state.role = .free
                     return .stop
                 }
-                state.role = .handedToWorker
-                if state.workerAlive {
-                    handOff.signal()
-                    return .stop
-                }
-                state.workerAlive = true
-                return .startWorker
+                return handToWorker() ? .startWorker : .stop
             }
             switch then {
             case .deliver(let entry):
@@ -190,21 +203,54 @@ final class LogDelivery: @unchecked Sendable {
                 return
             case .startWorker:
                 if startWorker() { return }
-                // No thread: keep delivering here, to the end. Late beats lost. Nobody took the
-                // role meanwhile: it was handed to a worker that does not exist.
                 budget = .max
-                next = mutex.withLock {
-                    state.workerAlive = false
-                    guard let entry = takeNext(delivererName: record.threadName) else {
-                        state.role = .free
-                        return nil
-                    }
-                    state.role = .heldBy(me)
-                    return entry
-                }
+                next = takeOverFromMissingWorker(me, delivererName: record.threadName)
             }
         }
     }
+
+    /// Hands the deliverer role to the delivery thread: wakes it, or says it must be started.
+    /// The caller holds `mutex`, and records wait.
+    ///
+    /// - Returns: Whether the caller must start the delivery thread (``startWorker()``).
+    private func handToWorker() -> Bool {
+        state.role = .handedToWorker
+        if state.workerAlive {
+            handOff.signal()
+            return false
+        }
+        state.workerAlive = true
+        return true
+    }
+
+    /// Takes the role back after the delivery thread could not be started, to deliver here to the
+    /// end: late beats lost. Nobody took the role meanwhile: it was handed to a worker that does
+    /// not exist.
+    ///
+    /// - Returns: The next entry to deliver, or `nil` (the role is free again).
+    private func takeOverFromMissingWorker(_ me: pthread_t, delivererName: String) -> Entry? {
+        mutex.withLock {
+            state.workerAlive = false
+            guard let entry = takeNext(delivererName: delivererName) else {
+                state.role = .free
+                return nil
+            }
+            state.role = .heldBy(me)
+            return entry
+        }
+    }
+
+    // MARK: - Threads the package shares
+
+    /// Marks the calling thread as one the package shares, whose records the delivery thread
+    /// delivers (see ``deliver(_:)``). Called by a thread of the package as it starts.
+    static func markCurrentThreadShared() {
+        sharedThreadMark.current = UnsafeMutableRawPointer(bitPattern: 1)
+    }
+
+    private static var isCurrentThreadShared: Bool { sharedThreadMark.current != nil }
+
+    private static let sharedThreadMark = ThreadLocalPointer()
 
     /// Counts a record of `source` that found the queue full. The caller holds `mutex`.
     private func countDrop(of source: Log.Source) {

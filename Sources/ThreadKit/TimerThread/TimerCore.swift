@@ -84,6 +84,8 @@ final class TimerCore: @unchecked Sendable {
             case .notStarted:
                 do throws(ThreadStartError) {
                     try NamedThread.start(name: name) { [self] in
+                        // Its records go to the log's delivery thread: a delegate never runs here.
+                        LogDelivery.markCurrentThreadShared()
                         Log.log(.timer, "\(name): the timer thread started")
                         runTimerThread()
                     }
