@@ -110,17 +110,27 @@ public enum DispatchMethod: Sendable {
                 context: target.serialContext, due: MonotonicInstant.now().advanced(by: delay), work: step)
             link.dispatched(pending)
             do {
-                try TimerThread.shared.schedule(after: delay) { submit(pending, to: target, for: link) }
+                try TimerThread.shared.schedule(after: delay) {
+                    submit(pending, to: target, for: link, fromTimer: true)
+                }
             } catch {
                 link.complete(.failure(error))
             }
         }
     }
 
-    private func submit<T>(_ pending: PendingStep, to target: DispatchTarget, for link: ExecutionChain<T>) {
+    /// Hands `pending` to `target`; from a timer call (`fromTimer`), without ever blocking the timer
+    /// thread or running the step on it (see ``DispatchTarget/submitWithoutWaiting(_:)``).
+    private func submit<T>(
+        _ pending: PendingStep, to target: DispatchTarget, for link: ExecutionChain<T>, fromTimer: Bool = false
+    ) {
         let watch = DropWatch(pending) { link.complete(.failure(CancellationError())) }
         do {
-            try target.submit { watch.run() }
+            if fromTimer {
+                try target.submitWithoutWaiting { watch.run() }
+            } else {
+                try target.submit { watch.run() }
+            }
         } catch {
             link.complete(.failure(error))  // before the watch's own failure, which is then ignored
         }

@@ -69,6 +69,22 @@ extension DispatchTarget {
         }
     }
 
+    /// Queues `work` like ``submit(_:)``, but never blocks the calling thread and never runs `work`
+    /// on it: what a timer call (a ``DispatchMethod/after(_:on:)`` step) must do, so that no other
+    /// call on `TimerThread.shared` waits behind it.
+    ///
+    /// Only a pool can make a submitter wait (a full queue under ``ThreadPool/OverflowPolicy/block``)
+    /// or run the work itself (``ThreadPool/OverflowPolicy/runOnCaller``). Here the work waits for
+    /// room in the pool's queue instead, as an async ``ThreadPool/run(_:)`` does, and a pool thread
+    /// runs it; ``ThreadPool/OverflowPolicy/reject`` still refuses it.
+    ///
+    /// - Throws: The target's refusal (a disposed pool, thread or throttled queue, a full pool that
+    ///   rejects).
+    func submitWithoutWaiting(_ work: @escaping @Sendable () -> Void) throws {
+        guard case .pool(let pool) = self else { return try submit(work) }
+        try pool.submit(.task(ScheduledTask(pool: pool, work: work)), waiting: .suspend)
+    }
+
     /// Runs `work` on the target and blocks until it has run, following the re-entry rules of
     /// ``ExecutionContexts``: if the calling thread holds the target's context (or is a thread the
     /// target owns), the work runs without waiting for the target's queue, inline, or, for a
