@@ -103,8 +103,12 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     /// Re-entry aware: if a step this link waits for is queued on a serial context that the
     /// calling thread holds (it runs that context's work, or work that the context's holder is
     /// blocked waiting for), or that the calling Swift task holds (it runs a
-    /// ``ThrottledQueue/run(_:)``'s work), the step can only run here, so it runs inline (a delayed
-    /// step once its time has come). A wait that would close a cycle of blocked threads stops the
+    /// ``ThrottledQueue/run(_:)``'s work), the step cannot wait for its context's queue: it runs
+    /// without waiting (a delayed step once its time has come), where any re-entered work runs. On
+    /// the calling thread, except for a thread-affine context (a ``DedicatedThread``, a serial
+    /// queue, the main queue) whose work another thread runs: that thread is blocked in a wait
+    /// that led here (A → B → a wait for a step on A), serves the step there, and this call waits
+    /// for it. A wait that would close a cycle of blocked threads stops the
     /// process with a message naming it; so does a wait from inside a step of this chain that the
     /// waited-for step comes after (or is), which could never end.
     ///
@@ -127,7 +131,7 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
             claimed = claimStepToRunInline()
             if claimed != nil {
                 group.mutex.unlock()
-                Self.runInline(claimed.take()!)
+                Self.runHeld(claimed.take()!)
                 group.mutex.lock()
                 continue
             }
@@ -139,13 +143,20 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
         }
     }
 
-    /// Runs a claimed step on the calling thread, which holds the step's context: a throttled
-    /// queue's step as a nested `sync`, which waits out the queue's gap and counts as a start.
-    private static func runInline(_ claimed: (step: PendingStep, work: @Sendable () -> Void)) {
+    /// Runs a claimed step for a waiter that holds the step's context, by rule 1 of re-entry (see
+    /// ``ExecutionContexts/reenter(_:_:)``): a throttled queue's step as a nested `sync`, which
+    /// waits out the queue's gap and counts as a start; a thread-affine context's step on the
+    /// thread that runs that context's work, which serves it in its wait, when the waiter holds
+    /// the context through other contexts (A → B → a wait for a step on A); else on the calling
+    /// thread.
+    private static func runHeld(_ claimed: (step: PendingStep, work: @Sendable () -> Void)) {
         claimed.step.sleepUntilDue()
-        if case .throttled(let queue)? = claimed.step.context?.kind {
+        guard let context = claimed.step.context else { return claimed.work() }
+        if case .throttled(let queue) = context.kind {
             queue.sync(claimed.work)
-        } else {
+        } else if !ExecutionContexts.reenter(context, claimed.work) {
+            // Held by the task only, never by the thread: not reached for a context that is not a
+            // throttled queue, but the step is claimed and must run.
             claimed.work()
         }
     }
@@ -191,7 +202,7 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
                 return (nil, step.claim().map { (step, $0) })
             }
             if let claimed {
-                Self.runInline(claimed)
+                Self.runHeld(claimed)
             } else if let due {
                 try await Task.sleep(for: MonotonicInstant.now().duration(to: due))
             } else {
