@@ -36,6 +36,36 @@ struct ExecutionChainBookkeepingTests {
         #expect(group.cancellerCount == 0)
     }
 
+    @Test("then racing cancel() from another thread: every new link fails with CancellationError, and none stays registered")
+    func thenRacingCancel() throws {
+        let pool = ThreadPool(name: KernelThreads.uniqueName("ECrc"), size: 1)
+        defer { pool.dispose() }
+        var cancelled = 0
+        for _ in 0..<200 {
+            let gate = Latch(), go = Latch()
+            let root = DispatchMethod.async(on: .pool(pool)).execute { () -> Int in
+                gate.wait(timeout: .seconds(5))
+                return 0
+            }
+            Thread {
+                go.wait(timeout: .seconds(5))
+                root.cancel()
+            }.start()
+            go.countDown()
+            let links = (0..<20).map { _ in root.then(.inline) { $0 + 1 } }
+            for link in links {
+                do {
+                    _ = try link.wait()
+                } catch is CancellationError {
+                    cancelled += 1
+                }
+            }
+            gate.countDown()
+            #expect(root.group.cancellerCount == 0)
+        }
+        #expect(cancelled == 200 * 20)
+    }
+
     @Test("A step that waits for another branch of its own chain (fan-out) is not a wait on itself: it returns")
     func waitOnASiblingBranchReturns() async throws {
         let pool = ThreadPool(name: KernelThreads.uniqueName("ECsib"), size: 2)

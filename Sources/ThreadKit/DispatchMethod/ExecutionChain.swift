@@ -20,8 +20,8 @@ import Darwin
 ///     .then(.async(on: .main)) { id in show(id) }
 /// ```
 public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendable {
-    // Sendable: `state`, `step`, `previous` and `stepBegan` are guarded by `group.mutex`, which every
-    // link of a chain shares; `cancellerKey` is written in `init`, before the link is shared.
+    // Sendable: `state`, `step`, `previous`, `stepBegan` and `cancellerKey` are guarded by
+    // `group.mutex`, which every link of a chain shares.
 
     // The stored properties and the finished link's init are usable from inlinable code, so that
     // `DispatchMethod.execute` makes a finished link with its `Value` known: no type metadata is
@@ -57,7 +57,15 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
         state = .pending(followers: [])
         stepBegan = false
         cancellerKey = 0
-        cancellerKey = group.add { [weak self] in self?.complete(.failure(CancellationError())) }
+        // The key is stored under the lock it is registered under: a `cancel()` from another
+        // thread may call the canceller, which reads it, before this initializer returns.
+        let canceller: @Sendable () -> Void = { [weak self] in self?.complete(.failure(CancellationError())) }
+        let isRegistered = group.mutex.withLock { () -> Bool in
+            guard let key = group.addLocked(canceller) else { return false }
+            cancellerKey = key
+            return true
+        }
+        if !isRegistered { canceller() }
     }
 
     /// A first link whose step has run already (`.inline` and `.sync`): nothing is shared or
@@ -393,17 +401,13 @@ final class ChainGroup: @unchecked Sendable {
     /// How many unfinished links the chain would fail if cancelled now.
     var cancellerCount: Int { mutex.withLock { cancellers.count } }
 
-    /// Registers an unfinished link's canceller and returns its key; if the chain is cancelled
-    /// already, calls it at once instead and returns 0.
-    func add(_ canceller: @escaping @Sendable () -> Void) -> Int {
-        let key = mutex.withLock { () -> Int in
-            guard !isCancelledFlag else { return 0 }
-            defer { nextKey += 1 }
-            cancellers[nextKey] = canceller
-            return nextKey
-        }
-        if key == 0 { canceller() }
-        return key
+    /// Registers an unfinished link's canceller and returns its key (never 0); `nil` if the chain
+    /// is cancelled already: the caller calls it then, once `mutex` is let go. `mutex` held.
+    func addLocked(_ canceller: @escaping @Sendable () -> Void) -> Int? {
+        guard !isCancelledFlag else { return nil }
+        defer { nextKey += 1 }
+        cancellers[nextKey] = canceller
+        return nextKey
     }
 
     /// Removes a finished link's canceller and hands it back, to be released after the lock is let
