@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import ThreadKit
 
@@ -40,30 +41,43 @@ struct ExecutionChainBookkeepingTests {
     func thenRacingCancel() throws {
         let pool = ThreadPool(name: KernelThreads.uniqueName("ECrc"), size: 1)
         defer { pool.dispose() }
-        var cancelled = 0
-        for _ in 0..<200 {
-            let gate = Latch(), go = Latch()
-            let root = DispatchMethod.async(on: .pool(pool)).execute { () -> Int in
-                gate.wait(timeout: .seconds(5))
-                return 0
+        let rounds = 2_000
+        let published = LockedValue<(round: Int, chain: ExecutionChain<Int>)?>(nil)
+        let seen = Atomic<Int>(0)
+        let canceller = Latch()
+        // Cancels each round's chain the moment it is published, while this thread adds links to it.
+        Thread {
+            var round = 0
+            while round < rounds {
+                guard let (next, chain) = published.value, next > round else {
+                    sched_yield()
+                    continue
+                }
+                chain.cancel()
+                round = next
+                seen.store(round, ordering: .releasing)
             }
-            Thread {
-                go.wait(timeout: .seconds(5))
-                root.cancel()
-            }.start()
-            go.countDown()
-            let links = (0..<20).map { _ in root.then(.inline) { $0 + 1 } }
+            canceller.countDown()
+        }.start()
+        var cancelled = 0, passedOn = 0
+        for round in 1...rounds {
+            let root = DispatchMethod.async(on: .pool(pool)).execute { 0 }
+            published.value = (round, root)
+            let links = (0..<4).map { _ in root.then(.inline) { $0 + 1 } }
+            while seen.load(ordering: .acquiring) < round { sched_yield() }
             for link in links {
                 do {
-                    _ = try link.wait()
+                    #expect(try link.wait() == 1)
+                    passedOn += 1
                 } catch is CancellationError {
                     cancelled += 1
                 }
             }
-            gate.countDown()
             #expect(root.group.cancellerCount == 0)
         }
-        #expect(cancelled == 200 * 20)
+        #expect(canceller.wait(timeout: .seconds(10)))
+        // A root whose step ran before the cancel passes its value on: its links finish normally.
+        #expect(cancelled + passedOn == rounds * 4)
     }
 
     @Test("A step that waits for another branch of its own chain (fan-out) is not a wait on itself: it returns")
