@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import ThreadKit
 
@@ -34,6 +35,53 @@ struct ExecutionChainBookkeepingTests {
         gate.countDown()
         #expect(try await link.value == 1_000)
         #expect(group.cancellerCount == 0)
+    }
+
+    @Test("then racing cancel() from another thread: every new link fails with CancellationError, and none stays registered")
+    func thenRacingCancel() async throws {
+        let pool = ThreadPool(name: KernelThreads.uniqueName("ECrc"), size: 1)
+        defer { pool.dispose() }
+        let rounds = 500
+        let published = LockedValue<(round: Int, chain: ExecutionChain<Int>)?>(nil)
+        let seen = Atomic<Int>(0)
+        let canceller = Latch()
+        // Cancels each round's chain the moment it is published, while the other thread adds links
+        // to it. Both run on threads of their own, never on Swift's cooperative threads.
+        Thread {
+            var round = 0
+            while round < rounds {
+                guard let (next, chain) = published.value, next > round else {
+                    sched_yield()
+                    continue
+                }
+                chain.cancel()
+                round = next
+                seen.store(round, ordering: .releasing)
+            }
+            canceller.countDown()
+        }.start()
+        let (cancelled, passedOn, leftOver) = await onNewThread { () -> (Int, Int, Int) in
+            var cancelled = 0, passedOn = 0, leftOver = 0
+            for round in 1...rounds {
+                let root = DispatchMethod.async(on: .pool(pool)).execute { 0 }
+                published.value = (round, root)
+                let links = (0..<4).map { _ in root.then(.inline) { $0 + 1 } }
+                while seen.load(ordering: .acquiring) < round { sched_yield() }
+                for link in links {
+                    // A root whose step ran before the cancel passes its value on.
+                    do {
+                        if try link.wait() == 1 { passedOn += 1 }
+                    } catch is CancellationError {
+                        cancelled += 1
+                    } catch {}
+                }
+                leftOver += root.group.cancellerCount
+            }
+            return (cancelled, passedOn, leftOver)
+        }
+        #expect(canceller.wait(timeout: .seconds(10)))
+        #expect(cancelled + passedOn == rounds * 4)
+        #expect(leftOver == 0)
     }
 
     @Test("A step that waits for another branch of its own chain (fan-out) is not a wait on itself: it returns")

@@ -223,6 +223,31 @@ struct ThreadAffineReentryTests {
         #expect(overlaps.value == 0)
     }
 
+    @Test(
+        "A chain step queued on a thread-affine context and waited for through another (A → B → wait) runs on its own context",
+        arguments: ["AB", "AR", "QB", "QR"], [false, true])
+    func chainStepWaitedForThroughAnotherContextRunsOnItsOwn(pattern: String, delayed: Bool) async throws {
+        let (levels, dispose) = Self.levels(pattern, prefix: "RAw")
+        defer { dispose() }
+        let (outer, middle) = (levels[0], levels[1])
+        let target: DispatchTarget =
+            switch outer {
+            case .thread(let thread): .thread(thread)
+            case .queue(let queue): .serialQueue(queue.queue)
+            case .pool: preconditionFailure("a pool of two is not thread-affine")
+            }
+        let method: DispatchMethod = delayed ? .after(.milliseconds(20), on: target) : .async(on: target)
+        let seen = await Self.guarded { () -> [Bool] in
+            outer.enter {
+                // Queued behind the work running now: only the outer context's own thread, blocked
+                // below in its wait for the middle level, can run it before that work ends.
+                let step = method.execute { outer.isCurrent }
+                return middle.enter { [(try? step.wait()) ?? false, middle.isCurrent] }
+            }
+        }
+        #expect(seen == [true, true], "nil: the nesting hung")
+    }
+
     @Test("Contexts without thread affinity still run nested work inline: a one-thread pool reached again from A runs on A")
     func poolOfOneRunsNestedWorkInline() async throws {
         let pool = ThreadPool(name: KernelThreads.uniqueName("RAp"), size: 1)
@@ -271,6 +296,22 @@ struct ThreadAffineReentryExitTests {
             a.sync { a.preconditionIsCurrent() }
             b.sync { a.sync { b.sync { b.preconditionIsCurrent() } } }
             precondition(three == 1 && five == 2, "counted \(three), \(five)")
+        }
+    }
+
+    @Test("An actor whose executor is A can assumeIsolated in a chain step on A that B's work waits for, in A → B")
+    func actorAssumeIsolatedInChainStepWaitedForThroughB() async {
+        await #expect(processExitsWith: .success) {
+            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
+            let a = DedicatedThread(name: "A")
+            let b = DedicatedThread(name: "B")
+            let store = PinnedCounter(thread: a)
+            let counted = a.sync {
+                let step = DispatchMethod.async(on: .thread(a)).execute { store.assumeIsolated { $0.increment() } }
+                let next = step.then(.async(on: .thread(a))) { _ in store.assumeIsolated { $0.increment() } }
+                return b.sync { try! next.wait() }
+            }
+            precondition(counted == 2, "counted \(counted)")
         }
     }
 }

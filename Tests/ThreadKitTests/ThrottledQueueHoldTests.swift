@@ -142,6 +142,51 @@ struct ThrottledQueueHoldTests {
         await ThrottledQueueTests.waitUntilIdle(queue)
         #expect(order.values == ["child", "run's work ends", "queued"])
     }
+
+    @Test(
+        "Child tasks of run's work get the queue one at a time, also one that reaches it through another thread's sync",
+        arguments: ["dedicated thread", "pool"])
+    func childTasksNestedThroughAnotherThreadDoNotOverlap(through: String) async throws {
+        let executor = ThreadPool(name: KernelThreads.uniqueName("TQov"), size: 4)
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("TQov"))
+        let pool = ThreadPool(name: KernelThreads.uniqueName("TQop"), size: 2)
+        defer {
+            executor.dispose()
+            thread.dispose()
+            pool.dispose()
+        }
+        let queue = ThrottledQueue(label: "TQ overlap", interval: .zero)
+        let inside = Counter(), overlaps = Counter(), ran = Counter()
+        /// A task of the queue: it must never find another of the queue's tasks running.
+        @Sendable func exclusive() {
+            if inside.increment() != 1 { overlaps.increment() }
+            usleep(50)  // widens the window in which an overlapping task would be seen
+            inside.increment(by: -1)
+            ran.increment()
+        }
+        let viaPool = through == "pool"
+        @Sendable func elsewhere(_ work: @escaping @Sendable () -> Void) {
+            if viaPool {
+                try! DispatchMethod.sync(on: .pool(pool)).execute(work).wait()
+            } else {
+                thread.sync(work)
+            }
+        }
+        let outcome = await ThrottledQueueRobustnessTests.finishes(within: .seconds(10), on: executor) {
+            try await queue.run {
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask { for _ in 0..<300 { queue.sync { exclusive() } } }
+                    group.addTask { for _ in 0..<300 { elsewhere { queue.sync { exclusive() } } } }
+                }
+            }
+        }
+        guard case .success? = outcome else {
+            Issue.record("run's work did not return: \(String(describing: outcome))")
+            return
+        }
+        #expect(ran.value == 600)
+        #expect(overlaps.value == 0)
+    }
 }
 
 /// Scenarios that stopped the process before their fix, checked in a child process.
@@ -172,6 +217,29 @@ struct ThrottledQueueHoldExitTests {
                 }
             }
             guard done.wait(timeout: .seconds(10)) else { exit(3) }
+        }
+    }
+
+    @Test("Inside run's work, a sync nested in the queue that reaches it again through a dedicated thread nests in that sync, instead of a false deadlock")
+    func nestedSyncReachedAgainThroughAThreadNestsInIt() async {
+        await #expect(processExitsWith: .success) {
+            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
+            let api = ThrottledQueue(label: "api", interval: .zero)
+            let db = DedicatedThread(name: "db")
+            let runner = ThreadPool(name: "runner", size: 2)
+            let order = Recorder<String>()
+            let done = Latch()
+            Task(executorPreference: runner) {
+                try await api.run {
+                    api.sync {
+                        order.append("nested")
+                        db.sync { api.sync { order.append("nested again, on db") } }
+                    }
+                }
+                done.countDown()
+            }
+            guard done.wait(timeout: .seconds(10)) else { exit(3) }
+            precondition(order.values == ["nested", "nested again, on db"], "ran \(order.values)")
         }
     }
 }

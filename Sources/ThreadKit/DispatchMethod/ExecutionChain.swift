@@ -20,8 +20,8 @@ import Darwin
 ///     .then(.async(on: .main)) { id in show(id) }
 /// ```
 public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendable {
-    // Sendable: `state`, `step`, `previous` and `stepBegan` are guarded by `group.mutex`, which every
-    // link of a chain shares; `cancellerKey` is written in `init`, before the link is shared.
+    // Sendable: `state`, `step`, `previous`, `stepBegan` and `cancellerKey` are guarded by
+    // `group.mutex`, which every link of a chain shares.
 
     // The stored properties and the finished link's init are usable from inlinable code, so that
     // `DispatchMethod.execute` makes a finished link with its `Value` known: no type metadata is
@@ -57,7 +57,15 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
         state = .pending(followers: [])
         stepBegan = false
         cancellerKey = 0
-        cancellerKey = group.add { [weak self] in self?.complete(.failure(CancellationError())) }
+        // The key is stored under the lock it is registered under: a `cancel()` from another
+        // thread may call the canceller, which reads it, before this initializer returns.
+        let canceller: @Sendable () -> Void = { [weak self] in self?.complete(.failure(CancellationError())) }
+        let isRegistered = group.mutex.withLock { () -> Bool in
+            guard let key = group.addLocked(canceller) else { return false }
+            cancellerKey = key
+            return true
+        }
+        if !isRegistered { canceller() }
     }
 
     /// A first link whose step has run already (`.inline` and `.sync`): nothing is shared or
@@ -103,8 +111,12 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     /// Re-entry aware: if a step this link waits for is queued on a serial context that the
     /// calling thread holds (it runs that context's work, or work that the context's holder is
     /// blocked waiting for), or that the calling Swift task holds (it runs a
-    /// ``ThrottledQueue/run(_:)``'s work), the step can only run here, so it runs inline (a delayed
-    /// step once its time has come). A wait that would close a cycle of blocked threads stops the
+    /// ``ThrottledQueue/run(_:)``'s work), the step cannot wait for its context's queue: it runs
+    /// without waiting (a delayed step once its time has come), where any re-entered work runs. On
+    /// the calling thread, except for a thread-affine context (a ``DedicatedThread``, a serial
+    /// queue, the main queue) whose work another thread runs: that thread is blocked in a wait
+    /// that led here (A → B → a wait for a step on A), serves the step there, and this call waits
+    /// for it. A wait that would close a cycle of blocked threads stops the
     /// process with a message naming it; so does a wait from inside a step of this chain that the
     /// waited-for step comes after (or is), which could never end.
     ///
@@ -127,7 +139,7 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
             claimed = claimStepToRunInline()
             if claimed != nil {
                 group.mutex.unlock()
-                Self.runInline(claimed.take()!)
+                Self.runHeld(claimed.take()!)
                 group.mutex.lock()
                 continue
             }
@@ -139,13 +151,20 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
         }
     }
 
-    /// Runs a claimed step on the calling thread, which holds the step's context: a throttled
-    /// queue's step as a nested `sync`, which waits out the queue's gap and counts as a start.
-    private static func runInline(_ claimed: (step: PendingStep, work: @Sendable () -> Void)) {
+    /// Runs a claimed step for a waiter that holds the step's context, by rule 1 of re-entry (see
+    /// ``ExecutionContexts/reenter(_:_:)``): a throttled queue's step as a nested `sync`, which
+    /// waits out the queue's gap and counts as a start; a thread-affine context's step on the
+    /// thread that runs that context's work, which serves it in its wait, when the waiter holds
+    /// the context through other contexts (A → B → a wait for a step on A); else on the calling
+    /// thread.
+    private static func runHeld(_ claimed: (step: PendingStep, work: @Sendable () -> Void)) {
         claimed.step.sleepUntilDue()
-        if case .throttled(let queue)? = claimed.step.context?.kind {
+        guard let context = claimed.step.context else { return claimed.work() }
+        if case .throttled(let queue) = context.kind {
             queue.sync(claimed.work)
-        } else {
+        } else if !ExecutionContexts.reenter(context, claimed.work) {
+            // Held by the task only, never by the thread: not reached for a context that is not a
+            // throttled queue, but the step is claimed and must run.
             claimed.work()
         }
     }
@@ -191,7 +210,7 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
                 return (nil, step.claim().map { (step, $0) })
             }
             if let claimed {
-                Self.runInline(claimed)
+                Self.runHeld(claimed)
             } else if let due {
                 try await Task.sleep(for: MonotonicInstant.now().duration(to: due))
             } else {
@@ -382,17 +401,13 @@ final class ChainGroup: @unchecked Sendable {
     /// How many unfinished links the chain would fail if cancelled now.
     var cancellerCount: Int { mutex.withLock { cancellers.count } }
 
-    /// Registers an unfinished link's canceller and returns its key; if the chain is cancelled
-    /// already, calls it at once instead and returns 0.
-    func add(_ canceller: @escaping @Sendable () -> Void) -> Int {
-        let key = mutex.withLock { () -> Int in
-            guard !isCancelledFlag else { return 0 }
-            defer { nextKey += 1 }
-            cancellers[nextKey] = canceller
-            return nextKey
-        }
-        if key == 0 { canceller() }
-        return key
+    /// Registers an unfinished link's canceller and returns its key (never 0); `nil` if the chain
+    /// is cancelled already: the caller calls it then, once `mutex` is let go. `mutex` held.
+    func addLocked(_ canceller: @escaping @Sendable () -> Void) -> Int? {
+        guard !isCancelledFlag else { return nil }
+        defer { nextKey += 1 }
+        cancellers[nextKey] = canceller
+        return nextKey
     }
 
     /// Removes a finished link's canceller and hands it back, to be released after the lock is let

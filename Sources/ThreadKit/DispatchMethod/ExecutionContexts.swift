@@ -18,19 +18,29 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
         /// which the thread must not keep alive.
         case thread(DedicatedThreadCore)
         case throttled(ThrottledQueue)
+        /// The turn of the tasks nested in one running task of a throttled queue (its `sync` and
+        /// `run` calls on the same queue): the concurrent child tasks of `run`'s work take it one
+        /// at a time. Held by the thread or task that runs such a nested task.
+        case nestedTurn(ThrottledQueue.Hold)
         case pool(ThreadPool)
     }
 
     let kind: Kind
     fileprivate let id: ObjectIdentifier
+    /// For a throttled queue held by running one of its tasks: that task's hold, so that a thread
+    /// the context is handed on to nests its own calls on the queue in that task, as the holder
+    /// would. Not part of the identity.
+    let throttleHold: ThrottledQueue.Hold?
 
-    init(_ kind: Kind) {
+    init(_ kind: Kind, hold: ThrottledQueue.Hold? = nil) {
         self.kind = kind
+        throttleHold = hold
         switch kind {
         case .main: id = MainQueue.identity
         case .queue(let queue): id = ObjectIdentifier(queue)
         case .thread(let thread): id = ObjectIdentifier(thread)
         case .throttled(let queue): id = ObjectIdentifier(queue)
+        case .nestedTurn(let holder): id = ObjectIdentifier(holder)
         case .pool(let pool): id = ObjectIdentifier(pool)
         }
     }
@@ -44,7 +54,7 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
     var isThreadAffine: Bool {
         switch kind {
         case .main, .queue, .thread: true
-        case .throttled, .pool: false
+        case .throttled, .nestedTurn, .pool: false
         }
     }
 
@@ -56,6 +66,8 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
         case .queue(let queue): "DispatchQueue \"\(queue.label)\""
         case .thread(let thread): "DedicatedThread \"\(thread.name)\""
         case .throttled(let queue): "ThrottledQueue \"\(queue.label)\""
+        // Named as its queue: waiting for the nested turn is waiting for the queue, to its user.
+        case .nestedTurn(let holder): "ThrottledQueue \"\(holder.queue.label)\""
         case .pool(let pool): "ThreadPool \"\(pool.name)\""
         }
     }
@@ -67,6 +79,7 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
         case .queue(let queue): "\"\(queue.label)\""
         case .thread(let thread): "\"\(thread.name)\""
         case .throttled(let queue): "\"\(queue.label)\""
+        case .nestedTurn(let holder): "\"\(holder.queue.label)\""
         case .pool(let pool): "\"\(pool.name)\""
         }
     }
@@ -192,10 +205,12 @@ enum ExecutionContexts {
     }
 
     /// Runs `body`, a piece of `context`'s work, with the calling thread holding `context`.
-    static func withHeld<T>(_ context: SerialContext, _ body: () throws -> T) rethrows -> T {
+    /// With `also`, it holds that context too (inside `context`).
+    static func withHeld<T>(_ context: SerialContext, also inner: SerialContext? = nil, _ body: () throws -> T) rethrows -> T {
         let record = Record.currentOrNew()
         let depth = record.held.count
         record.push(context)
+        if let inner { record.push(inner) }
         defer { record.pop(to: depth) }
         return try body()
     }
@@ -226,7 +241,10 @@ enum ExecutionContexts {
     ///   not count as its holder.
     static func includingTaskHolds<T>(except waitedFor: SerialContext? = nil, _ body: () throws -> T) rethrows -> T {
         guard let holds = ThrottledQueue.Hold.ofTask, Record.current?.holdsTaskHolds != true else { return try body() }
-        let contexts = holds.heldContexts().filter { $0 != waitedFor }
+        // A context the thread holds already it holds through a task nested in the task's: that
+        // entry, the innermost, stays the one a thread it hands on to sees.
+        let threadHeld = Record.current?.held
+        let contexts = holds.heldContexts().filter { $0 != waitedFor && threadHeld?.contains($0) != true }
         guard !contexts.isEmpty else { return try body() }
         let record = Record.currentOrNew()
         let depth = record.held.count
@@ -271,6 +289,12 @@ enum ExecutionContexts {
             defer { record.pop(to: depth) }
             return try body()
         }
+    }
+
+    /// The hold of the innermost running task of `queue` that the calling thread holds, its own or
+    /// handed on to it by a blocked caller; `nil` if it holds none.
+    static func heldHold(of queue: ThrottledQueue) -> ThrottledQueue.Hold? {
+        Record.current?.held.last(holding: SerialContext(.throttled(queue)))?.context.throttleHold
     }
 
     /// Makes the calling thread hold `context` for the rest of its life: a dedicated thread or the

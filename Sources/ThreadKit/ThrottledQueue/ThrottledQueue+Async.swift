@@ -30,7 +30,7 @@ extension ThrottledQueue {
         } onCancel: {
             leave(ticket)?.resume(throwing: CancellationError())
         }
-        let hold = Hold(queue: self, pool: nil, outer: outer)
+        let hold = Hold(queue: self, pool: nil, outer: outer, nestedIn: outer?.innermost(of: self))
         defer { endTask(startedAt: hold.startedAt, ticket: ticket) }
         return try await Hold.withTaskHold(hold) { try await work() }
     }

@@ -36,16 +36,27 @@ extension ThrottledQueue {
         private var binding: UnsafeMutableRawPointer?
         /// The hold this one is nested in.
         let outer: Hold?
+        /// The hold of the running task of the same queue whose nested turn this task takes (a
+        /// `sync` or `run` on the queue from inside that task), if it is nested.
+        let nestedIn: Hold?
         /// Whether a task nested in this one runs now (a `sync` or `run` on the same queue from
         /// inside it, or from a child task of `run`'s work). Guarded by the queue's mutex: nested
         /// tasks of one holder run one at a time, so concurrent child tasks keep the exclusion.
         var hasNestedTaskRunning = false
 
-        init(queue: ThrottledQueue, pool: ThreadPool?, outer: Hold?, startedAt: MonotonicInstant = .now()) {
+        init(queue: ThrottledQueue, pool: ThreadPool?, outer: Hold?, nestedIn: Hold? = nil, startedAt: MonotonicInstant = .now()) {
             self.queue = queue
             self.startedAt = startedAt
             self.pool = pool
             self.outer = outer
+            self.nestedIn = nestedIn
+        }
+
+        /// The serial contexts that running this hold's task holds: its queue, and the nested
+        /// turn it takes, if it is nested.
+        func contexts(into contexts: inout [SerialContext]) {
+            contexts.append(SerialContext(.throttled(queue), hold: self))
+            if let nestedIn { contexts.append(SerialContext(.nestedTurn(nestedIn))) }
         }
 
         /// The innermost hold of `queue`'s running task in this chain.
@@ -58,14 +69,15 @@ extension ThrottledQueue {
             return nil
         }
 
-        /// The queues whose running tasks this chain holds, as serial contexts.
+        /// The queues whose running tasks this chain holds, and the nested turns they take, as
+        /// serial contexts.
         ///
         /// Takes no lock: a blocking wait calls it with its own lock held.
         func heldContexts() -> [SerialContext] {
             var contexts: [SerialContext] = []
             var hold: Hold? = self
             while let current = hold {
-                contexts.append(SerialContext(.throttled(current.queue)))
+                current.contexts(into: &contexts)
                 hold = current.outer
             }
             return contexts
@@ -134,9 +146,11 @@ extension ThrottledQueue {
             // `outer` before that.
             pthread_setspecific(threadKey, Unmanaged.passUnretained(hold).toOpaque())
             defer { pthread_setspecific(threadKey, outer) }
-            // The thread also holds the queue as a serial context, so that work it waits for on
-            // other threads (a `DispatchMethod.sync`, a dedicated thread's `sync`) holds it too.
-            return try ExecutionContexts.withHeld(SerialContext(.throttled(hold.queue))) {
+            // The thread also holds the queue (and the nested turn it takes) as serial contexts,
+            // so that work it waits for on other threads (a `DispatchMethod.sync`, a dedicated
+            // thread's `sync`) holds them too, and nests its calls on the queue in this task.
+            let turn = hold.nestedIn.map { SerialContext(.nestedTurn($0)) }
+            return try ExecutionContexts.withHeld(SerialContext(.throttled(hold.queue), hold: hold), also: turn) {
                 try withExtendedLifetime(hold) {
                     hold.startedAt = MonotonicInstant.now()
                     return try body()

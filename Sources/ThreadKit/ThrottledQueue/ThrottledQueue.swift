@@ -521,15 +521,18 @@ public final class ThrottledQueue: @unchecked Sendable {
         let threadHold = Hold.ofThread, taskHold = Hold.ofTask
         mutex.lock()
         let context = SerialContext(.throttled(self))
-        let holder = held(thread: threadHold, task: taskHold)
+        // Nested in this queue's running task, which waits for it: run by this thread or task, or
+        // by a thread blocked waiting for this one (through a dedicated thread, a
+        // DispatchMethod.sync, …), which handed its hold on.
+        let holder = held(thread: threadHold, task: taskHold) ?? ExecutionContexts.heldHold(of: self)
         if let holder {
-            // Nested in this queue's running task, which waits for it: it starts ahead of the queue,
-            // its gap counted from the running task's own code.
+            // It starts ahead of the queue, its gap counted from the running task's own code, in
+            // the holder's nested turn: the child tasks of `run`'s work, and the threads they wait
+            // for, take it one at a time.
             schedule.began(at: holder.startedAt)
             _blockingWaitForNestedStart(in: holder, gap: gap)
         } else if ExecutionContexts.holds(context) {
-            // Run for a thread that holds this queue and is blocked waiting for this one (through a
-            // dedicated thread, a DispatchMethod.sync, …): nested too.
+            // Held without a known task (not reached: every hold of a queue carries its task).
             _blockingWaitForNestedStart(in: nil, gap: gap)
         } else {
             if let message = starvedPoolMessage(for: "sync", threadHold: threadHold) {
@@ -541,7 +544,7 @@ public final class ThrottledQueue: @unchecked Sendable {
             ExecutionContexts.blocking(for: context) { _blockingWaitForTurn(turn) }
         }
         mutex.unlock()
-        let hold = Hold(queue: self, pool: nil, outer: threadHold)
+        let hold = Hold(queue: self, pool: nil, outer: threadHold, nestedIn: holder)
         defer { endTask(startedAt: hold.startedAt, ticket: nil, nestedIn: holder) }
         return try Hold.withThreadHold(hold) { try work() }
     }
@@ -567,10 +570,12 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// the queue to themselves, one after another). Mutex held.
     private func _blockingWaitForNestedStart(in holder: Hold?, gap: Duration?) {
         while true {
-            if holder?.hasNestedTaskRunning == true {
-                // A sibling's nested task runs: a wait for this queue, which may close a cycle
-                // through what that sibling waits for.
-                ExecutionContexts.blocking(for: SerialContext(.throttled(self))) { progress.wait(mutex) }
+            if let holder, holder.hasNestedTaskRunning {
+                // A sibling's nested task runs: a wait for the holder's nested turn, which that
+                // sibling's thread (or task) holds, and which may close a cycle through what that
+                // sibling waits for. Not for the queue: the holder's family holds that, the callers
+                // blocked waiting for this thread included.
+                ExecutionContexts.blocking(for: SerialContext(.nestedTurn(holder))) { progress.wait(mutex) }
                 continue
             }
             if let now = _blockingApproach(toStartAt: schedule.nestedStart(), on: progress), holder?.hasNestedTaskRunning != true {
