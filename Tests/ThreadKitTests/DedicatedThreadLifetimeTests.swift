@@ -56,13 +56,17 @@ struct DedicatedThreadLifetimeTests {
         let name = KernelThreads.uniqueName("DTgoneS")
         let seen = LockedValue<Bool?>(nil)
         let gate = Latch()
+        let started = Latch()
         do {
             let thread = DedicatedThread(name: name)
-            try thread.execute { gate.wait(timeout: .seconds(10)) }
+            try thread.execute {
+                started.countDown()
+                gate.wait(timeout: .seconds(10))
+            }
             try thread.execute { seen.value = thread.isCurrent }
         }
         // The second closure holds the thread: it must not end before that closure has run.
-        try await Task.sleep(for: .milliseconds(100))
+        #expect(started.wait(timeout: .seconds(10)))
         #expect(Self.alive([name]) == [name])
         gate.countDown()
         #expect(await eventually(timeout: .seconds(10)) { Self.alive([name]).isEmpty }, "the thread \(name) is still alive")
