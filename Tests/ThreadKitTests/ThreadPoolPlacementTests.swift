@@ -14,6 +14,20 @@ struct ThreadPoolPlacementTests {
         try pool.submit(.task(task), waiting: .suspend)
     }
 
+    @Test("the idle word keeps sleepers and spinners apart")
+    func idleWordParts() {
+        typealias Word = ThreadPool.IdleWord
+        #expect(Word(rawValue: 0).sleepers == 0)
+        #expect(Word(rawValue: 0).spinners == 0)
+        let word = Word(rawValue: 3 * Word.oneSleeper + 2 * Word.oneSpinner)
+        #expect(word.sleepers == 3)
+        #expect(word.spinners == 2)
+        let many = Word(rawValue: 10_000 * Word.oneSleeper + 1)
+        #expect(many.sleepers == 10_000)
+        #expect(many.spinners == 1)
+        #expect(Word.oneSleeper > 65_535)
+    }
+
     @Test("a run() call waiting for room runs when a cancelled task frees it, as the pool's thread goes idle")
     func runCallWaitingForRoomRunsWhenCancellationFreesIt() async {
         let outcome = await onNewThread { () -> String? in
