@@ -943,8 +943,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 
     /// The first queued work that was not cancelled, claimed; without the mutex.
     private func takeQueuedWork() -> Work? {
-        guard let work = popQueuedWork() else { return nil }
-        if queueLimit != nil { help(mutex.withLock { queueGainedRoom() }) }
+        let (work, skipped) = popQueuedWork()
+        if work != nil || skipped, queueLimit != nil { help(mutex.withLock { queueGainedRoom() }) }
         return work
     }
 
@@ -952,21 +952,30 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// start for ``run(_:)`` calls let into the queue are added to `helpers`, for the caller to
     /// carry out once it has let go of the mutex.
     private func takeQueuedWorkLocked(helpers: inout [Helper]) -> Work? {
-        guard let work = popQueuedWork() else { return nil }
-        helpers += queueGainedRoom()
+        let (work, skipped) = popQueuedWork()
+        if work != nil || skipped { helpers += queueGainedRoom() }
         return work
     }
 
     /// Pops queued work until one is not cancelled, and claims it.
-    private func popQueuedWork() -> Work? {
+    ///
+    /// - Returns: The work, and whether entries of cancelled tasks were skipped on the way. After
+    ///   either, the caller looks for room in the queue (``queueGainedRoom``) under the mutex. For
+    ///   a skipped entry that matters too: the canceller's own look reads the queue's length and
+    ///   its dead entries one after the other, and this pop may fall between the two reads (it saw
+    ///   the entry still there, then no longer dead), so the canceller can find the queue full that
+    ///   this pop has just emptied. The look after the pop, under the mutex, sees both changes.
+    private func popQueuedWork() -> (work: Work?, skipped: Bool) {
+        var skipped = false
         while let work = intake.pop() {
             if case .task(let task) = work, !task.claim() {
                 deadEntries.wrappingSubtract(1, ordering: .relaxed)  // cancelled or run while queued
+                skipped = true
                 continue
             }
-            return work
+            return (work, skipped)
         }
-        return nil
+        return (nil, skipped)
     }
 
     /// Watches the intake, without the mutex, for a few microseconds.
@@ -1036,8 +1045,8 @@ extension ThreadPool {
     /// sleeping workers (on the idle list, woken only by a signal) in the upper half, the spinning
     /// ones (watching the intake for a moment, one at a time) in the lower half.
     ///
-    /// Half a word holds more workers than a pool can have threads: 65,535 on a 32-bit platform.
-    struct IdleWord: Equatable {
+    /// Each half counts up to 2³² − 1 workers (65,535 on a 32-bit platform).
+    struct IdleWord {
         /// The word as stored.
         let rawValue: Int
 
