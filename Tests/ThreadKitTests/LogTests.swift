@@ -154,14 +154,21 @@ final class LogRecordingDelegate: LogDelegate {
         if record.source == source {
             received.append(record)
             onRecord?(record)
-            // Stay a moment, so that a second caller would overlap.
-            for _ in 0..<50 { sched_yield() }
+            // Stay a moment, so that a second caller would overlap: a few microseconds on this
+            // core, measured by the clock. Not `sched_yield()`: on a busy machine each yield hands
+            // the core to another runnable thread for a whole time slice (about 4 ms here), and
+            // 50 of them per record made 16,000 records take minutes to deliver.
+            let until = MonotonicInstant.now().advanced(by: Self.stay)
+            while MonotonicInstant.now() < until {}
         }
         inside.subtract(1, ordering: .sequentiallyConsistent)
     }
 
     var records: [Log.Record] { received.values }
     var overlaps: Int { overlapCount.load(ordering: .relaxed) }
+
+    /// How long each call for the delegate's own source lasts.
+    private static let stay = Duration.microseconds(5)
 }
 
 /// The delegate is process-wide: these tests run one at a time and put it back to `nil`. Each counts
@@ -285,6 +292,57 @@ final class LogRecordingDelegate: LogDelegate {
             #expect(outOfOrder == 0)
             #expect(wrongThreadName == 0)
             #expect(next == [Int](repeating: perThread, count: threads))
+        }
+    }
+
+    @Test("records queued behind a delivery in progress all reach the delegate, though nobody logs again")
+    func queuedRecordsAreDeliveredWithoutFurtherLogging() async throws {
+        let release = Latch()
+        try await Self.withRecordingDelegate("noStall", onRecord: { record in
+            // The first record holds up delivery until every other record is queued.
+            if record.message == "first" { release.wait(timeout: .seconds(30)) }
+        }) { source, delegate in
+            let threads = 4
+            let perThread = 500
+            let returned = Counter()
+            startThread(named: "LogNoStallFirst") {
+                Log.log(source, "first")  // delivers it, and waits in the delegate
+                returned.increment()
+            }
+            #expect(await eventually(timeout: .seconds(10)) { delegate.records.count == 1 })
+            for thread in 0..<threads {
+                startThread(named: "LogNoStall\(thread)") {
+                    // Someone is delivering: each call only queues its record and returns.
+                    for index in 0..<perThread { Log.log(source, "\(thread) \(index)") }
+                    returned.increment()
+                }
+            }
+            #expect(await eventually(timeout: .seconds(30)) { returned.value == threads }, "a log call waited for delivery")
+            // Every record is queued and no thread will log again; the first caller delivers its
+            // share, hands the rest on, and the delivery thread delivers it all.
+            #expect(delegate.records.count == 1)
+            release.countDown()
+            let delivered = await eventually(timeout: .seconds(10)) { delegate.records.count == 1 + threads * perThread }
+            #expect(delivered, "records were left queued: \(delegate.records.count) of \(1 + threads * perThread) delivered")
+            // Logging again restarts a stalled delivery: enough of it lets putting the delegate back
+            // (which waits for every record queued for it) end, so the test fails instead of hanging.
+            var nudges = 0
+            while !delivered, nudges < threads * perThread, delegate.records.count < 1 + threads * perThread + nudges {
+                Log.log(source, "nudge")
+                nudges += 1
+            }
+            #expect(await eventually(timeout: .seconds(10)) { returned.value == threads + 1 })
+            let records = delegate.records
+            guard delivered else { return }
+            var next = [Int](repeating: 0, count: threads)
+            for record in records.dropFirst() {
+                let parts = record.message.split(separator: " ").compactMap { Int($0) }
+                try #require(parts.count == 2)
+                #expect(parts[1] == next[parts[0]])
+                next[parts[0]] = parts[1] + 1
+            }
+            #expect(next == [Int](repeating: perThread, count: threads))
+            #expect(delegate.overlaps == 0)
         }
     }
 

@@ -11,7 +11,8 @@ extension ThreadPool {
         public var queuedTasks: Int
         /// Tasks that have run to their end since the pool was made.
         public var completedTasks: Int
-        /// The most threads that were ever alive at once.
+        /// The most threads that were ever alive at once; a thread that the system refused to
+        /// start never counts.
         public var peakThreads: Int
 
         public var description: String {

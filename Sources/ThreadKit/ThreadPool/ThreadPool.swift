@@ -64,9 +64,10 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// Entries of `intake` whose task was cancelled or run by a waiter: the pop that meets one
     /// skips it. Counted apart so that submitting and taking share no counter.
     private let deadEntries = Atomic<Int>(0)
-    /// The idle workers: sleeping ones in units of ``oneSleeper``, spinning ones in units of 1.
-    /// Changed with sequentially consistent operations, for the wake protocol (see ``submit``).
-    private let idleWorkerCount = Atomic<Int>(0)
+    /// The idle workers, sleeping and spinning, packed as an ``IdleWord``: a submitter reads both
+    /// in one load. Changed with sequentially consistent operations, for the wake protocol (see
+    /// ``push(_:mutexHeld:mayStartThread:)``).
+    private let idleWord = Atomic<Int>(0)
     /// Threads alive (started and not exited): changed only under the mutex (``changeThreadCount``),
     /// read without it by submitters.
     private let threadCount = Atomic<Int>(0)
@@ -161,13 +162,19 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// full queue get ``ThreadPoolError/disposed(pool:)``, and so do ``run(_:)`` callers still
     /// waiting for room in it. Calling it again does nothing.
     public func dispose() {
-        let shutdown: Shutdown? = mutex.withLock {
+        let shutdown: (Shutdown, Helper)? = mutex.withLock {
             guard case .running = state.lifecycle else { return nil }
             state.lifecycle = .draining
-            return beginShutdown()
+            let shutdown = beginShutdown()
+            // Queued work with no thread left to run it (the last start failed, and its retry has
+            // not come yet): a thread starts for it now, so that the pool can end.
+            let helper: Helper = threads == 0 && queuedCount > 0
+                ? .start(number: countNewThread(), carriesWork: false) : .none
+            return (shutdown, helper)
         }
-        guard let shutdown else { return }
+        guard let (shutdown, helper) = shutdown else { return }
         shutdown.carryOut()
+        try? help(helper)  // the thread carries no work: nothing to refuse
         Log.log(.threadPool, "\(name): disposed; running the \(statistics.queuedTasks) queued tasks first")
     }
 
@@ -252,8 +259,8 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// moment apart from the thread counts.
     public var statistics: Statistics {
         mutex.withLock {
-            let idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
-            let idleThreads = min(threads, idle / Self.oneSleeper + idle % Self.oneSleeper)
+            let idle = loadIdleWord()
+            let idleThreads = min(threads, idle.sleepers + idle.spinners)
             return Statistics(
                 threads: threads, idleThreads: idleThreads,
                 busyThreads: threads - idleThreads, queuedTasks: queuedCount,
@@ -308,24 +315,32 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         /// blocking their thread, and enter the queue as room appears. Not counted in `queuedCount`.
         var waitingForRoom = RingBuffer<ScheduledTask>()
         /// Sleeping workers: the most recently idle is reused first, so the others age and retire.
-        /// Counted in `idleWorkerCount` too: add and remove through the pool's helpers.
+        /// Counted in the idle word too: add and remove through the pool's helpers.
         var idleWorkers = IdleWorkers()
-        /// Every live worker, by thread number, for their completed counts.
+        /// Every worker that has started and not decided to exit, by thread number, for their
+        /// completed counts.
         var liveWorkers: [Int: Worker] = [:]
         /// How long the next worker to run out of work spins, learned from the last sleeps.
         var spinBudget = SpinBudget(ceiling: ThreadPool.spinBeforeSleeping)
+        /// The most threads at once, as ``Statistics/peakThreads`` shows it: counted when a thread
+        /// is about to start, and taken back to ``peakStarted`` if its start fails.
         var peakThreads = 0
+        /// The most threads that had really started, at once (`liveWorkers` at its largest).
+        var peakStarted = 0
+        /// Threads that have decided to exit and are logging it: no longer counted in `threads`
+        /// (they take no more work), but the pool has not terminated until they are done.
+        var exitingThreads = 0
         var threadsStarted = 0
         var blockedSubmitters = 0
         /// How long the next retry waits, after a thread start failed with work left unserved.
         var startRetryDelay = Duration.milliseconds(10)
     }
 
-    /// Disposed, with no thread left and nothing queued (work left by a failed thread start still
-    /// waits for the retry that serves it). Mutex held.
+    /// Disposed, with no thread left (none exiting either) and nothing queued (work left by a
+    /// failed thread start still waits for the thread that serves it). Mutex held.
     private var isTerminated: Bool {
         if case .running = state.lifecycle { return false }
-        return threads == 0 && queuedCount == 0
+        return threads == 0 && state.exitingThreads == 0 && queuedCount == 0
     }
 
     /// Accepted tasks waiting for a thread: the intake's entries less the dead ones. While
@@ -376,35 +391,12 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     ///     must be a `.task` whose work resumes its caller.
     ///
     /// When every thread exists and the queue has no limit to check, the work is pushed onto the
-    /// lock-free intake without the mutex, and the mutex is taken only if a worker sleeps and must
-    /// be woken. That wake cannot be lost: a worker announces its sleep (`idleWorkerCount`) before
-    /// it looks in the intake one last time, and a submitter pushes before it reads the count, both
-    /// with sequentially consistent operations. Of two such threads at least one sees the other:
-    /// the worker finds the work, or the submitter finds the sleeper.
+    /// lock-free intake without the mutex (see ``push(_:mutexHeld:mayStartThread:)``). Otherwise
+    /// the mutex decides: a free thread gets it, or the queue, or the policy for a full queue.
     func submit(_ work: consuming Work, ignoringLimit: Bool = false, waiting: Waiting = .blockThread) throws(ThreadPoolError) {
         if queueLimit == nil || ignoringLimit, threadCount.load(ordering: .relaxed) == size {
-            if let refused = intake.push(work) {
-                // Closed: the pool was disposed. The work is dropped here, with no lock held.
-                _ = consume refused
-                throw .disposed(pool: name)
-            }
-            // A sleeper is woken unless spinning workers will take all that waits. With sleepers,
-            // the queue's length is read before the idle word is read again: a spinner still
-            // counted there has not popped yet, so the length holds everything it will take.
-            var idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
-            var sleeperNeeded = false
-            if idle >= Self.oneSleeper {
-                let waiting = intake.count
-                idle = idleWorkerCount.load(ordering: .sequentiallyConsistent)
-                sleeperNeeded = idle >= Self.oneSleeper && waiting > idle % Self.oneSleeper
-            }
-            // A thread may have retired (or failed to start) since `threadCount` was read before
-            // the push: it uncounts itself before its last look, so either that look found this
-            // work or this second read sees the lower count.
-            if sleeperNeeded || threadCount.load(ordering: .sequentiallyConsistent) < size {
-                let helper = mutex.withLock { helperForQueuedWork() }
-                try? help(helper)  // a thread it starts carries no work: nothing to refuse
-            }
+            let helper = try push(work, mutexHeld: false)
+            try? help(helper)  // a thread it starts carries no work: nothing to refuse
             return
         }
         let placement = try mutex.withLock { () throws(ThreadPoolError) -> Placement in
@@ -420,6 +412,81 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
     }
 
+    /// Pushes `work` onto the intake and finds the thread that will take it. Every push into the
+    /// intake goes through here; the caller carries out the returned helper (``help(_:carrying:)``)
+    /// once it holds no lock.
+    ///
+    /// **Finding the thread.** With the mutex held, whether the spinning workers will take the work
+    /// is decided before the push: once it is pushed, a spinner may take it and leave the count, and
+    /// a look after the push would wake a sleeper for nothing. If they will not,
+    /// ``helperForQueuedWork(mayStartThread:)`` wakes a sleeper or starts a thread. Without the mutex
+    /// (`mutexHeld` false, only for ``submit``'s fast path, which runs once all `size` threads
+    /// exist), the work is pushed first, then the idle word and the thread count are read, and the
+    /// mutex is taken only when a sleeper must be woken or a thread has left meanwhile.
+    ///
+    /// **Why no task is left without a thread.** A thread that is counted in `threadCount` and is not
+    /// asleep on the idle list looks in the intake again before it can sleep or exit: a busy thread
+    /// when its task ends, a new or woken thread when it runs, a spinner before it sleeps, and a
+    /// thread about to sleep or exit has its last look after it announced itself as a sleeper or
+    /// uncounted itself (see ``takeNextWork(for:)``). So a pushed task needs a thread found for it
+    /// only when a worker sleeps or fewer than `size` threads exist, and that is what the helper is:
+    /// - With the mutex held, nothing of that changes meanwhile: a sleeper is woken, or a thread is
+    ///   started while fewer than `size` exist; `.none` only when every thread is counted and awake
+    ///   (so each looks again), or when the spinners counted before the push outnumber the tasks
+    ///   already waiting (each looks again before it sleeps, under this mutex).
+    /// - Without the mutex, the push and the loads of the idle word and the thread count after it
+    ///   are sequentially consistent, as are a worker's announcement as a sleeper (or its uncounting
+    ///   as it exits) and its last look after that. Of the two threads, whichever comes second sees
+    ///   the other's first step: the worker's look finds the task, or this load finds the sleeper
+    ///   (woken unless the spinners will take every waiting task) or the lower thread count (a
+    ///   thread is started).
+    ///
+    /// **Who calls it**, and why each caller's helper is enough:
+    /// - ``submit``'s fast path: without the mutex, as above.
+    /// - ``place``, when the queue has room and no thread is free: every thread is counted, awake
+    ///   and busy (or a spinner has work for it already), so `.none`, and one of them takes it.
+    /// - ``handOver``, when a thread is free but older work waits or a spinner watches: the spinner
+    ///   takes it, or a sleeper is woken, or a thread started.
+    /// - ``queueGainedRoom``, which lets in ``run(_:)`` calls that waited for room: called by a worker
+    ///   that took a task, a canceller, or a waiter that ran a task inline. Each helper goes back to
+    ///   that caller, which carries it out after unlocking: a call let in while the pool's only
+    ///   thread is going to sleep (or has exited) gets it woken (or a new thread).
+    /// - ``placeAfterFailedStart``, with `mayStartThread` false (a start just failed, another would
+    ///   too): only while other threads exist. A sleeper is woken, or a counted, awake thread takes
+    ///   it; with no thread left, the work is not pushed but goes back to its submitter.
+    ///
+    /// - Throws: ``ThreadPoolError/disposed(pool:)`` when the intake is closed, which can only be
+    ///   seen without the mutex: it closes under it, with the lifecycle, and the callers holding it
+    ///   checked the lifecycle first. The refused work is dropped with no lock held.
+    @inline(__always)
+    private func push(_ work: consuming Work, mutexHeld: Bool, mayStartThread: Bool = true) throws(ThreadPoolError) -> Helper {
+        if mutexHeld {
+            let spinnersWillTakeIt = intake.count < loadIdleWord().spinners
+            let refused = intake.push(work)
+            precondition(refused == nil, "the intake closes only under the mutex, with the lifecycle")
+            return spinnersWillTakeIt ? .none : helperForQueuedWork(mayStartThread: mayStartThread)
+        }
+        if let refused = intake.push(work) {
+            _ = consume refused
+            throw .disposed(pool: name)
+        }
+        // A sleeper is woken unless spinning workers will take all that waits. With sleepers, the
+        // queue's length is read before the idle word is read again: a spinner still counted there
+        // has not popped yet, so the length holds everything it will take.
+        var idle = loadIdleWord()
+        var sleeperNeeded = false
+        if idle.sleepers > 0 {
+            let waiting = intake.count
+            idle = loadIdleWord()
+            sleeperNeeded = idle.sleepers > 0 && waiting > idle.spinners
+        }
+        // A thread may have exited (or failed to start) since `threadCount` was read before the
+        // push: it uncounts itself before its last look, so either that look found this work or
+        // this second read sees the lower count.
+        guard sleeperNeeded || threadCount.load(ordering: .sequentiallyConsistent) < size else { return .none }
+        return mutex.withLock { helperForQueuedWork(mayStartThread: mayStartThread) }
+    }
+
     /// Wakes the worker, or starts the thread, that `helper` names: after the mutex is let go.
     private func help(_ helper: Helper, carrying work: Work? = nil) throws(ThreadPoolError) {
         switch helper {
@@ -432,18 +499,23 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
     }
 
+    /// Carries out helpers found for work that a worker or a canceller moved into the queue (see
+    /// ``queueGainedRoom``): after the mutex is let go.
+    private func help(_ helpers: [Helper]) {
+        for helper in helpers { try? help(helper) }  // the threads carry no work: nothing to refuse
+    }
+
     /// Decides where `work` goes. Mutex held; it may wait on `queueHasRoom`, releasing the mutex.
     private func place(_ work: Work, ignoringLimit: Bool, waiting: Waiting) throws(ThreadPoolError) -> Placement {
         while true {
             guard case .running = state.lifecycle else { throw .disposed(pool: name) }
-            let spinners = idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper
+            let spinners = loadIdleWord().spinners
             if intake.count < spinners || threads < size || !state.idleWorkers.isEmpty {
                 // A thread is free: no limit applies, as the work waits for nothing.
-                return .helped(handOver(work))
+                return .helped(try handOver(work))
             }
             guard !ignoringLimit, isQueueFull, let limit = queueLimit else {
-                enqueue(work)
-                return .helped(.none)
+                return .helped(try push(work, mutexHeld: true))
             }
             switch (overflowPolicy, waiting) {
             case (.reject, _):
@@ -472,17 +544,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     }
 
     /// Hands `work` to a sleeping worker or a new thread while nothing older waits and no worker
-    /// spins, or else queues it; and finds the thread that will take it. Mutex held.
-    private func handOver(_ work: Work) -> Helper {
-        let waiting = intake.count
-        if waiting < idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper {
-            // Decided before the push: once pushed, the spinner may already have seen the work and
-            // left the count, and a look after it would wake or start a thread for nothing. It
-            // cannot go to sleep without this mutex, and looks again before it does.
-            enqueue(work)
-            return .none
-        }
-        if waiting == 0 {
+    /// spins, or else queues it; and finds the thread that will take it. Mutex held, lifecycle running.
+    private func handOver(_ work: Work) throws(ThreadPoolError) -> Helper {
+        if intake.count == 0, loadIdleWord().spinners == 0 {
             if let worker = popSleeper() {
                 worker.assignment = claimed(work)
                 return .wake(worker)
@@ -491,19 +555,18 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 return .start(number: countNewThread(), carriesWork: true)
             }
         }
-        enqueue(work)
-        return helperForQueuedWork()
+        return try push(work, mutexHeld: true)
     }
 
     /// The thread that will take the work just queued: a spinning worker (no wakeup to pay for) if
     /// one watches for each queued task; else a sleeping worker, woken; else a new thread, while
-    /// the pool has fewer than `size`. `.none` when every thread is busy: one will take it when it
-    /// finishes. Mutex held.
-    private func helperForQueuedWork() -> Helper {
-        let waiting = intake.count  // before the spinners, as in ``submit``
-        if waiting <= idleWorkerCount.load(ordering: .sequentiallyConsistent) % Self.oneSleeper { return .none }
+    /// the pool has fewer than `size` and `mayStartThread`. `.none` when every thread is busy: one
+    /// will take it when it finishes. Mutex held.
+    private func helperForQueuedWork(mayStartThread: Bool = true) -> Helper {
+        let waiting = intake.count  // before the spinners, as in ``push(_:mutexHeld:mayStartThread:)``
+        if waiting <= loadIdleWord().spinners { return .none }
         if let worker = popSleeper() { return .wake(worker) }
-        guard threads < size else { return .none }
+        guard mayStartThread, threads < size else { return .none }
         switch state.lifecycle {
         case .running:
             return .start(number: countNewThread(), carriesWork: false)
@@ -525,6 +588,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     }
 
     /// Counts a thread about to start, and returns its number. Mutex held.
+    ///
+    /// The peak counts it at once, so that the statistics never show more threads than their peak;
+    /// if the start fails, ``placeAfterFailedStart`` takes the peak back.
     private func countNewThread() -> Int {
         changeThreadCount(by: 1)
         state.threadsStarted += 1
@@ -532,32 +598,47 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         return state.threadsStarted
     }
 
-    /// Appends `work` to the queue. Mutex held, pool not yet closed.
-    private func enqueue(_ work: Work) {
-        let refused = intake.push(work)
-        precondition(refused == nil, "the intake closes only under the mutex, with the lifecycle")
+    /// Records a thread that has started, before it logs or runs anything: it counts in the
+    /// statistics' completed tasks, and in the peak of threads that really started. Mutex held.
+    private func register(_ worker: Worker) {
+        state.liveWorkers[worker.number] = worker
+        state.peakStarted = max(state.peakStarted, state.liveWorkers.count)
+        state.peakThreads = max(state.peakThreads, state.peakStarted)
     }
 
-    /// Units of `idleWorkerCount` for one sleeping worker; spinning ones count 1 each.
-    private static var oneSleeper: Int { 1 << (Int.bitWidth / 2) }
+    /// The idle workers as they are now, sleeping and spinning (sequentially consistent).
+    @inline(__always)
+    private func loadIdleWord() -> IdleWord {
+        IdleWord(rawValue: idleWord.load(ordering: .sequentiallyConsistent))
+    }
 
-    /// Puts `worker` on the idle list and announces it in `idleWorkerCount`. Mutex held.
+    /// Counts the calling worker as spinning. Called with the mutex held.
+    private func addSpinner() {
+        idleWord.wrappingAdd(IdleWord.oneSpinner, ordering: .sequentiallyConsistent)
+    }
+
+    /// Stops counting the calling worker as spinning.
+    private func removeSpinner() {
+        idleWord.wrappingSubtract(IdleWord.oneSpinner, ordering: .sequentiallyConsistent)
+    }
+
+    /// Puts `worker` on the idle list and announces it as a sleeper in the idle word. Mutex held.
     private func addSleeper(_ worker: Worker) {
         state.idleWorkers.add(worker)
-        idleWorkerCount.wrappingAdd(Self.oneSleeper, ordering: .sequentiallyConsistent)
+        idleWord.wrappingAdd(IdleWord.oneSleeper, ordering: .sequentiallyConsistent)
     }
 
     /// Takes `worker` off the idle list, if it is on it. Mutex held.
     private func removeSleeper(_ worker: Worker) {
         guard worker.isIdle else { return }
         state.idleWorkers.remove(worker)
-        idleWorkerCount.wrappingSubtract(Self.oneSleeper, ordering: .sequentiallyConsistent)
+        idleWord.wrappingSubtract(IdleWord.oneSleeper, ordering: .sequentiallyConsistent)
     }
 
     /// Takes the most recently idle worker off the idle list. Mutex held.
     private func popSleeper() -> Worker? {
         guard let worker = state.idleWorkers.popMostRecent() else { return nil }
-        idleWorkerCount.wrappingSubtract(Self.oneSleeper, ordering: .sequentiallyConsistent)
+        idleWord.wrappingSubtract(IdleWord.oneSleeper, ordering: .sequentiallyConsistent)
         return worker
     }
 
@@ -576,25 +657,39 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 
     /// Called by a pending task's ``ScheduledTask/cancel()``: it no longer waits for a thread.
     func queuedTaskWasCancelled(_ task: ScheduledTask) {
-        mutex.withLock {
+        let helpers = mutex.withLock { () -> [Helper] in
             if !state.waitingForRoom.isEmpty, !state.waitingForRoom.removeAll(where: { $0 === task }).isEmpty {
-                return  // a run(_:) call that was waiting for room, never counted in the queue
+                return []  // a run(_:) call that was waiting for room, never counted in the queue
             }
             deadEntries.wrappingAdd(1, ordering: .relaxed)
-            queueGainedRoom()
+            let helpers = queueGainedRoom()
             // A worker that skipped this entry before it was counted dead saw one task too many.
             if isTerminated { threadsGone.broadcast() }
+            return helpers
         }
+        help(helpers)
     }
 
-    /// After a task left the queue: lets in a suspended ``run(_:)`` call, or wakes a blocked
-    /// submitter. Mutex held.
-    private func queueGainedRoom() {
+    /// After a task left the queue: lets in suspended ``run(_:)`` calls while there is room, and
+    /// wakes a blocked submitter. Mutex held.
+    ///
+    /// - Returns: The threads to wake or start for the calls let in (see
+    ///   ``push(_:mutexHeld:mayStartThread:)``), for the caller to carry out once it has let go
+    ///   of the mutex. Empty, without allocating, when no call waited.
+    private func queueGainedRoom() -> [Helper] {
+        var helpers: [Helper] = []
         // Once shut down, the tasks left waiting are their cancellers' to take out: the intake is closed.
         while case .running = state.lifecycle, !isQueueFull, let task = state.waitingForRoom.popFirst() {
-            enqueue(.task(task))
+            do {
+                let helper = try push(.task(task), mutexHeld: true)
+                if case .none = helper { continue }
+                helpers.append(helper)
+            } catch {
+                preconditionFailure("the intake closes only under the mutex, with the lifecycle: \(error)")
+            }
         }
         if state.blockedSubmitters > 0, !isQueueFull { queueHasRoom.signal() }
+        return helpers
     }
 
     /// Runs a queued `task` on the calling thread, if no thread has taken it: for a waiter that
@@ -603,12 +698,14 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// - Returns: `false` if the task was taken or cancelled already.
     func runInline(_ task: ScheduledTask) -> Bool {
         guard task.claim() else { return false }
-        mutex.withLock {
+        let helpers = mutex.withLock { () -> [Helper] in
             // Its queue entry stays, to be skipped; it no longer counts as queued.
             deadEntries.wrappingAdd(1, ordering: .relaxed)
-            queueGainedRoom()
+            let helpers = queueGainedRoom()
             if isTerminated { threadsGone.broadcast() }
+            return helpers
         }
+        help(helpers)
         task.runClaimed(countingInto: completedCount)
         return true
     }
@@ -637,10 +734,12 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             ) { [self] in
                 Self.memberOf.current = Unmanaged.passUnretained(self).toOpaque()
                 if size == 1 { ExecutionContexts.holdForever(SerialContext(.pool(self))) }
+                let worker = Worker(number: number)
+                mutex.withLock { register(worker) }
                 // Logged by the new thread: a submission never calls out to a log delegate, so callers
                 // (a ThrottledQueue among them) may submit while holding a lock of their own.
                 Log.log(.threadPool, "\(name): Thread\(number) started")
-                runWorker(Worker(number: number), firstWork: handoff)
+                runWorker(worker, firstWork: handoff)
             }
         } catch {
             _ = handoff.take()
@@ -658,23 +757,23 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// The failure is logged from the timer thread, never from the submitter, which may hold a
     /// lock of its own (a ``ThrottledQueue`` submits under its mutex).
     private func placeAfterFailedStart(of number: Int, _ work: Work?, errno: Int32) throws(ThreadPoolError) {
-        let (idle, retryAfter, refused) = mutex.withLock { () -> (Worker?, Duration?, Bool) in
+        let (helper, retryAfter, refused) = try mutex.withLock { () throws(ThreadPoolError) -> (Helper, Duration?, Bool) in
             changeThreadCount(by: -1)
+            // The thread never existed: the peak goes back to what really started, and the
+            // threads still starting.
+            state.peakThreads = max(state.peakStarted, threads)
             // A pool disposed meanwhile takes no more work: the submitter hears of the failure.
             let canQueue = work == nil || !intake.isClosed
-            if canQueue, let worker = popSleeper() {
-                if let work { enqueue(work) }  // the worker takes it from the queue
-                return (worker, nil, false)
-            }
             if canQueue, threads > 0 {
-                if let work { enqueue(work) }  // a running thread takes it
-                return (nil, nil, false)
+                // Another start would fail too: a sleeper is woken, or a running thread takes it.
+                guard let work else { return (helperForQueuedWork(mayStartThread: false), nil, false) }
+                return (try push(work, mutexHeld: true, mayStartThread: false), nil, false)
             }
             let retryAfter = queuedCount > 0 ? nextStartRetry() : nil
             if isTerminated { threadsGone.broadcast() }
-            return (nil, retryAfter, work != nil)
+            return (.none, retryAfter, work != nil)
         }
-        idle?.wakeUp.signal()
+        try? help(helper)  // it starts no thread
         if Log.isEnabled(.threadPool) {
             let message = "\(name): Thread\(number) could not start (errno \(errno))"
             _ = try? TimerThread.shared.schedule(after: .zero) { Log.log(.threadPool, message) }
@@ -724,7 +823,6 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// an idle thread keeps nothing alive (a `while let work` binding would live on, in debug
     /// builds, through the wait for the next task).
     private func runWorker(_ worker: Worker, firstWork: FirstWork) {
-        mutex.withLock { state.liveWorkers[worker.number] = worker }
         var next = firstWork.take() ?? takeNextWork(for: worker)
         while next != nil {
             perform(next.take()!, countingInto: worker.completed)
@@ -765,32 +863,35 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     ///
     /// Work is popped from the intake without the mutex. Only a worker that found the intake
     /// empty takes the mutex: to spin (one worker at a time), then to sleep. Before it sleeps it
-    /// announces itself in `idleWorkerCount` and looks in the intake once more (see ``submit``).
+    /// announces itself in the idle word and looks in the intake once more; before it exits it
+    /// uncounts itself and looks once more (see ``push(_:mutexHeld:mayStartThread:)``). It logs
+    /// its exit only once that last look has found nothing: a thread that logged "collected" never
+    /// runs another task.
     private func takeNextWork(for worker: Worker) -> Work? {
         while true {
             if let work = takeQueuedWork() { return work }
             mutex.lock()
-            if case .running = state.lifecycle, state.spinBudget.current > .zero,
-                idleWorkerCount.load(ordering: .relaxed) % Self.oneSleeper == 0
-            {
+            if case .running = state.lifecycle, state.spinBudget.current > .zero, loadIdleWord().spinners == 0 {
                 let budget = state.spinBudget.current
-                idleWorkerCount.wrappingAdd(1, ordering: .sequentiallyConsistent)
+                addSpinner()
                 mutex.unlock()
                 if _spinBrieflyForWork(for: budget) {
                     // No longer idle before it looks: a submitter that still counts it leaves its
                     // work to it, and it looks after this, so it finds that work or a sleeper is woken.
-                    idleWorkerCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+                    removeSpinner()
                     continue
                 }
                 // From spinning to sleeping under the mutex, so that a submitter holding it never
                 // sees this thread as neither idle nor busy (and starts another thread instead).
                 mutex.lock()
-                idleWorkerCount.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+                removeSpinner()
             }
             addSleeper(worker)
-            if let work = takeQueuedWorkLocked() {
+            var helpers: [Helper] = []
+            if let work = takeQueuedWorkLocked(helpers: &helpers) {
                 removeSleeper(worker)
                 mutex.unlock()
+                help(helpers)
                 return work
             }
             var exit = Exit.shutDown
@@ -811,8 +912,20 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 if case .running = state.lifecycle { exit = .collected(idle: idleSince.duration(to: .now())) }
             }
             removeSleeper(worker)
-            // The thread still counts while it logs its exit, so awaitTermination cannot return before.
-            // Meanwhile it is neither idle nor spinning: work that arrives finds it in the queue.
+            // Uncounted before it looks once more, as a sleeper announces itself: a submitter that
+            // still counted this thread (and so started none) queued work that this look finds.
+            changeThreadCount(by: -1)
+            if let work = takeQueuedWorkLocked(helpers: &helpers) {
+                changeThreadCount(by: 1)
+                mutex.unlock()
+                help(helpers)
+                return work
+            }
+            // It exits. It takes no more work, but the pool has not terminated until it has logged
+            // its exit, so that awaitTermination cannot return before.
+            state.liveWorkers[worker.number] = nil
+            completedCount.wrappingAdd(worker.completed.load(ordering: .relaxed), ordering: .relaxed)
+            state.exitingThreads += 1
             mutex.unlock()
             switch exit {
             case .collected(let idle):
@@ -820,47 +933,49 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             case .shutDown:
                 Log.log(.threadPool, "\(name): Thread\(worker.number) exits, the pool is disposed")
             }
-            mutex.lock()
-            // Uncounted before it looks once more, as a sleeper announces itself: a submitter that
-            // still counted this thread (and so started none) queued work that this look finds.
-            changeThreadCount(by: -1)
-            if let work = takeQueuedWorkLocked() {
-                changeThreadCount(by: 1)
-                mutex.unlock()
-                return work
+            mutex.withLock {
+                state.exitingThreads -= 1
+                if isTerminated { threadsGone.broadcast() }
             }
-            state.liveWorkers[worker.number] = nil
-            completedCount.wrappingAdd(worker.completed.load(ordering: .relaxed), ordering: .relaxed)
-            if isTerminated { threadsGone.broadcast() }
-            mutex.unlock()
             return nil
         }
     }
 
     /// The first queued work that was not cancelled, claimed; without the mutex.
     private func takeQueuedWork() -> Work? {
-        guard let work = popQueuedWork() else { return nil }
-        if queueLimit != nil { mutex.withLock { queueGainedRoom() } }
+        let (work, skipped) = popQueuedWork()
+        if work != nil || skipped, queueLimit != nil { help(mutex.withLock { queueGainedRoom() }) }
         return work
     }
 
-    /// The first queued work that was not cancelled, claimed. Mutex held.
-    private func takeQueuedWorkLocked() -> Work? {
-        guard let work = popQueuedWork() else { return nil }
-        queueGainedRoom()
+    /// The first queued work that was not cancelled, claimed. Mutex held; the threads to wake or
+    /// start for ``run(_:)`` calls let into the queue are added to `helpers`, for the caller to
+    /// carry out once it has let go of the mutex.
+    private func takeQueuedWorkLocked(helpers: inout [Helper]) -> Work? {
+        let (work, skipped) = popQueuedWork()
+        if work != nil || skipped { helpers += queueGainedRoom() }
         return work
     }
 
     /// Pops queued work until one is not cancelled, and claims it.
-    private func popQueuedWork() -> Work? {
+    ///
+    /// - Returns: The work, and whether entries of cancelled tasks were skipped on the way. After
+    ///   either, the caller looks for room in the queue (``queueGainedRoom``) under the mutex. For
+    ///   a skipped entry that matters too: the canceller's own look reads the queue's length and
+    ///   its dead entries one after the other, and this pop may fall between the two reads (it saw
+    ///   the entry still there, then no longer dead), so the canceller can find the queue full that
+    ///   this pop has just emptied. The look after the pop, under the mutex, sees both changes.
+    private func popQueuedWork() -> (work: Work?, skipped: Bool) {
+        var skipped = false
         while let work = intake.pop() {
             if case .task(let task) = work, !task.claim() {
                 deadEntries.wrappingSubtract(1, ordering: .relaxed)  // cancelled or run while queued
+                skipped = true
                 continue
             }
-            return work
+            return (work, skipped)
         }
-        return nil
+        return (nil, skipped)
     }
 
     /// Watches the intake, without the mutex, for a few microseconds.
@@ -922,6 +1037,28 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             if let handler = task.takeAbandonHandler() { shutdown.abandoned.append((task, handler)) }
         }
         return shutdown
+    }
+}
+
+extension ThreadPool {
+    /// The pool's idle workers in one word, so that a submitter reads them with one load: the
+    /// sleeping workers (on the idle list, woken only by a signal) in the upper half, the spinning
+    /// ones (watching the intake for a moment, one at a time) in the lower half.
+    ///
+    /// Each half counts up to 2³² − 1 workers (65,535 on a 32-bit platform).
+    struct IdleWord {
+        /// The word as stored.
+        let rawValue: Int
+
+        /// What one sleeping worker adds to the word.
+        static let oneSleeper = 1 << (Int.bitWidth / 2)
+        /// What one spinning worker adds to the word.
+        static let oneSpinner = 1
+
+        /// The workers asleep on the idle list.
+        var sleepers: Int { rawValue / Self.oneSleeper }
+        /// The workers spinning before they sleep.
+        var spinners: Int { rawValue % Self.oneSleeper }
     }
 }
 
