@@ -608,7 +608,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 
     /// The idle workers as they are now, sleeping and spinning (sequentially consistent).
     @inline(__always)
-    private func loadIdleWord() -> IdleWord {
+    func loadIdleWord() -> IdleWord {
         IdleWord(rawValue: idleWord.load(ordering: .sequentiallyConsistent))
     }
 
