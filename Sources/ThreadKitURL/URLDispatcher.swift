@@ -129,24 +129,19 @@ public final class URLDispatcher: Sendable {
     ///   - idleTimeout: The longest silence between chunks of a long request. Default: `timeout`.
     public func stream(for request: URLRequest, kind: Kind = .long(), timeout: Duration? = nil,
                        idleTimeout: Duration? = nil) -> URLResponseStream {
-        let (stream, continuation) = AsyncThrowingStream<URLResponseStream.Element, any Error>.makeStream()
-        let ending = StreamEnding()
         let record: RequestRecord
         do {
             record = try makeRecord(request, kind: kind, timeout: timeout, idleTimeout: idleTimeout, queueTimeout: nil)
         } catch {
-            continuation.finish(throwing: error)
-            return URLResponseStream(base: stream, ending: ending, cancelRequest: {})
+            return .failed(error)
         }
-        record.attach(StreamSink(continuation: continuation, ending: ending))
         let core = core
-        let cancelRequest: @Sendable () -> Void = { core.cancel(record) }
-        // The stream dropped unread, or the task waiting in it cancelled.
-        continuation.onTermination = { _ in cancelRequest() }
+        let (stream, sink) = URLResponseStream.make { core.cancel(record) }
+        record.attach(sink)
         // Asked for by a cancelled task: refused when submitted, with CancellationError.
-        if Task.isCancelled { cancelRequest() }
+        if Task.isCancelled { core.cancel(record) }
         if let error = core.submit(record) { record.post(.completion(error)) }
-        return URLResponseStream(base: stream, ending: ending, cancelRequest: cancelRequest)
+        return stream
     }
 
     /// Sends `request` and blocks the calling thread until its whole response is in.
