@@ -170,10 +170,11 @@ public final class URLDispatcher: Sendable {
     /// completion, in order, one at a time, and nothing after it.
     ///
     /// Delegate methods run on the session's delegate queue (one serial queue per dispatcher), the
-    /// completions of timeouts included: never on ``TimerThread/shared``. An ending decided by a
-    /// call of yours (``URLDispatchOperation/cancel()``, ``dispose()``) is delivered on your thread
-    /// before that call returns. Keep them short, as with `URLSession` delegates: a slow one holds
-    /// up the other operations' events.
+    /// completions of timeouts included: never on ``TimerThread/shared``. A request still waiting
+    /// for its slot that a call of yours ends (``URLDispatchOperation/cancel()``, ``dispose()``) gets
+    /// its completion on your thread before that call returns; a running one once the session has
+    /// carried out the cancel of its transfer (25 ms at most), on the delegate queue. Keep them
+    /// short, as with `URLSession` delegates: a slow one holds up the other operations' events.
     ///
     /// - Parameters:
     ///   - request: An http or https request; its `timeoutInterval` is the timeout (a total deadline for
