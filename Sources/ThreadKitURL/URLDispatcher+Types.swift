@@ -38,14 +38,21 @@ extension URLDispatcher {
         ///   - maxRetryAfter: At least zero: the longest such pause.
         public init(maxRequests: Int = 6, maxLongRequests: Int? = nil, rate: RateLimit? = nil,
                     honorRetryAfter: Bool = true, maxRetryAfter: Duration = .seconds(120)) {
-            let maxLongRequests = maxLongRequests ?? Self.defaultMaxLongRequests(forMaxRequests: maxRequests)
-            EndpointSlots<Int>.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
-            precondition(maxRetryAfter >= .zero, "URLDispatcher.EndpointLimits: maxRetryAfter must not be negative, got \(maxRetryAfter)")
             self.maxRequests = maxRequests
-            self.maxLongRequests = maxLongRequests
+            self.maxLongRequests = maxLongRequests ?? Self.defaultMaxLongRequests(forMaxRequests: maxRequests)
             self.rate = rate
             self.honorRetryAfter = honorRetryAfter
             self.maxRetryAfter = maxRetryAfter
+            check()
+        }
+
+        /// Stops, naming the argument and its value, if these limits cannot work. The initializer
+        /// checks them, and so do ``URLDispatcher/init(limits:configuration:)`` and
+        /// ``URLDispatcher/setLimits(_:for:)``: limits changed through the properties are refused
+        /// where they are handed over, not at some later request.
+        func check() {
+            EndpointSlots<Int>.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
+            precondition(maxRetryAfter >= .zero, "URLDispatcher.EndpointLimits: maxRetryAfter must not be negative, got \(maxRetryAfter)")
         }
     }
 

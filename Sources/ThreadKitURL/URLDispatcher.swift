@@ -39,12 +39,14 @@ public final class URLDispatcher: Sendable {
     ///     FoundationNetworking's cache lookup races with a cancel and takes the process down
     ///     (swift-corelibs-foundation issue 3296).
     public init(limits: EndpointLimits = .init(), configuration: URLSessionConfiguration = .ephemeral) {
+        limits.check()
         core = URLDispatcherCore(limits: limits, configuration: configuration)
     }
 
     /// Gives `endpoint` its own limits, from now on: waiting requests start at once if they now fit;
     /// running ones over lowered limits finish, and no new one starts until the counts are below them.
     public func setLimits(_ limits: EndpointLimits, for endpoint: Endpoint) {
+        limits.check()
         core.setLimits(limits, for: endpoint)
     }
 
@@ -129,24 +131,19 @@ public final class URLDispatcher: Sendable {
     ///   - idleTimeout: The longest silence between chunks of a long request. Default: `timeout`.
     public func stream(for request: URLRequest, kind: Kind = .long(), timeout: Duration? = nil,
                        idleTimeout: Duration? = nil) -> URLResponseStream {
-        let (stream, continuation) = AsyncThrowingStream<URLResponseStream.Element, any Error>.makeStream()
-        let ending = StreamEnding()
         let record: RequestRecord
         do {
             record = try makeRecord(request, kind: kind, timeout: timeout, idleTimeout: idleTimeout, queueTimeout: nil)
         } catch {
-            continuation.finish(throwing: error)
-            return URLResponseStream(base: stream, ending: ending, cancelRequest: {})
+            return .failed(error)
         }
-        record.attach(StreamSink(continuation: continuation, ending: ending))
         let core = core
-        let cancelRequest: @Sendable () -> Void = { core.cancel(record) }
-        // The stream dropped unread, or the task waiting in it cancelled.
-        continuation.onTermination = { _ in cancelRequest() }
+        let (stream, sink) = URLResponseStream.make { core.cancel(record) }
+        record.attach(sink)
         // Asked for by a cancelled task: refused when submitted, with CancellationError.
-        if Task.isCancelled { cancelRequest() }
+        if Task.isCancelled { core.cancel(record) }
         if let error = core.submit(record) { record.post(.completion(error)) }
-        return URLResponseStream(base: stream, ending: ending, cancelRequest: cancelRequest)
+        return stream
     }
 
     /// Sends `request` and blocks the calling thread until its whole response is in.
@@ -175,10 +172,11 @@ public final class URLDispatcher: Sendable {
     /// completion, in order, one at a time, and nothing after it.
     ///
     /// Delegate methods run on the session's delegate queue (one serial queue per dispatcher), the
-    /// completions of timeouts included: never on ``TimerThread/shared``. An ending decided by a
-    /// call of yours (``URLDispatchOperation/cancel()``, ``dispose()``) is delivered on your thread
-    /// before that call returns. Keep them short, as with `URLSession` delegates: a slow one holds
-    /// up the other operations' events.
+    /// completions of timeouts included: never on ``TimerThread/shared``. A request still waiting
+    /// for its slot that a call of yours ends (``URLDispatchOperation/cancel()``, ``dispose()``) gets
+    /// its completion on your thread before that call returns; a running one once the session has
+    /// carried out the cancel of its transfer (25 ms at most), on the delegate queue. Keep them
+    /// short, as with `URLSession` delegates: a slow one holds up the other operations' events.
     ///
     /// - Parameters:
     ///   - request: An http or https request; its `timeoutInterval` is the timeout (a total deadline for

@@ -65,16 +65,51 @@ public struct URLResponseStream: AsyncSequence, Sendable {
     public func makeAsyncIterator() -> AsyncIterator {
         AsyncIterator(base: base.makeAsyncIterator(), ending: ending, lifetime: IterationLifetime(cancelRequest))
     }
+
+    /// A stream and the sink that feeds it. `cancelRequest` is called when the iteration ends
+    /// early, when the task waiting in it is cancelled, or when the stream is dropped unread (and,
+    /// harmlessly, after the request has ended).
+    static func make(cancelRequest: @escaping @Sendable () -> Void) -> (stream: URLResponseStream, sink: StreamSink) {
+        let (base, continuation) = AsyncThrowingStream<Element, any Error>.makeStream()
+        let ending = StreamEnding()
+        continuation.onTermination = { termination in
+            // Cancelled first: a chunk or completion posted after this is dropped by the base stream.
+            if case .cancelled = termination { ending.markCancelled() }
+            cancelRequest()
+        }
+        return (URLResponseStream(base: base, ending: ending, cancelRequest: cancelRequest),
+                StreamSink(continuation: continuation, ending: ending))
+    }
+
+    /// A stream whose iteration throws `error` before any element.
+    static func failed(_ error: any Error) -> URLResponseStream {
+        let (base, continuation) = AsyncThrowingStream<Element, any Error>.makeStream()
+        continuation.finish(throwing: error)
+        return URLResponseStream(base: base, ending: StreamEnding(), cancelRequest: {})
+    }
 }
 
-/// Whether a stream's request ended with its whole body: shared by its sink and its iterators.
+/// How a stream's base ended, whichever came first: the whole body, or a cancel (of the task
+/// waiting in it, or of the stream dropped). Shared by its sink, its termination handler and its
+/// iterators.
+///
+/// The base stream ends without an error both after the whole body and when the task waiting in
+/// it is cancelled, and after a cancel it drops whatever is yielded: a body completed after the
+/// cancel has lost chunks on the way, so only a completion that came first makes a normal end.
 final class StreamEnding: Sendable {
-    private let complete = Locked(false)
+    private enum State { case open, complete, cancelled }
+    private let state = Locked(State.open)
 
-    /// Set before the base stream finishes, so an iterator that sees the end knows how it came.
-    func markComplete() { complete.withLock { $0 = true } }
+    /// The whole body is in: set before the base stream finishes, so an iterator that sees the
+    /// end knows how it came. Nothing if the base was cancelled first.
+    func markComplete() { state.withLock { if $0 == .open { $0 = .complete } } }
 
-    var isComplete: Bool { complete.withLock { $0 } }
+    /// The base was cancelled: nothing yielded from now on reaches an iterator. Nothing if the
+    /// whole body was in first (it was all yielded before).
+    func markCancelled() { state.withLock { if $0 == .open { $0 = .cancelled } } }
+
+    /// Whether the whole body came in before any cancel.
+    var isComplete: Bool { state.withLock { $0 == .complete } }
 }
 
 /// Held by an iterator and its copies only: the last one to go cancels the request.

@@ -35,6 +35,21 @@ struct URLDispatcherExitTests {
         #expect(Self.stopped(result, saying: "maxLongRequests (2) must be less than maxRequests (1)"))
     }
 
+    @Test func limitsMadeInvalidThroughTheirPropertiesStopWhereTheyAreHandedOver() async {
+        let atInit = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            var limits = URLDispatcher.EndpointLimits()
+            limits.maxRequests = 3   // the long limit stays 3
+            _ = URLDispatcher(limits: limits)
+        }
+        #expect(Self.stopped(atInit, saying: "maxLongRequests (3) must be less than maxRequests (3)"))
+        let atSetLimits = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            var limits = URLDispatcher.EndpointLimits()
+            limits.maxRetryAfter = .seconds(-1)
+            URLDispatcher().setLimits(limits, for: try! URLDispatcher.Endpoint(url: URL(string: "http://127.0.0.1:9/")!))
+        }
+        #expect(Self.stopped(atSetLimits, saying: "maxRetryAfter must not be negative"))
+    }
+
     @Test func aNegativeLongLimitStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = URLDispatcher.EndpointLimits(maxRequests: 4, maxLongRequests: -1)

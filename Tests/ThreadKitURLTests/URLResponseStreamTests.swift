@@ -57,39 +57,31 @@ extension URLIntegrationTests {
     }
 
     @Test func aStreamAskedForByACancelledTaskNeverStartsAndThrowsCancellationError() async throws {
-        try await withServer { server in
-            try await withDispatcher { dispatcher in
-                try await bounded {
-                    let outcome = await Task {
-                        withUnsafeCurrentTask { $0?.cancel() }
-                        var iterator = dispatcher.stream(for: server.request("/?n=cancelled"), kind: .short).makeAsyncIterator()
-                        do {
-                            return try await iterator.next() == nil ? "ended" : "an element"
-                        } catch is CancellationError {
-                            return "cancelled"
-                        } catch {
-                            return "\(error)"
-                        }
-                    }.value
-                    #expect(outcome == "cancelled")
-                    _ = try await dispatcher.data(for: server.request("/?n=after"))
-                }
-                #expect(server.arrivals.map(\.target) == ["/?n=after"])
-                let failed = dispatcher.statistics(for: server.endpoint).failed
-                #expect(failed == 1)
-            }
+        try await Self.expectNeverSentFromACancelledTask { dispatcher, request in
+            var iterator = dispatcher.stream(for: request, kind: .short).makeAsyncIterator()
+            return try await iterator.next() == nil ? "ended" : "an element"
         }
     }
 
     @Test func dataForACancelledTaskNeverStartsAndThrowsCancellationError() async throws {
+        try await Self.expectNeverSentFromACancelledTask { dispatcher, request in
+            _ = try await dispatcher.data(for: request)
+            return "a response"
+        }
+    }
+
+    /// Runs `send` in a task cancelled before it starts: it must throw `CancellationError`, its
+    /// request must never reach the server, and it counts as one failure.
+    static func expectNeverSentFromACancelledTask(
+        _ send: @escaping @Sendable (URLDispatcher, URLRequest) async throws -> String
+    ) async throws {
         try await withServer { server in
             try await withDispatcher { dispatcher in
                 try await bounded {
                     let outcome = await Task {
                         withUnsafeCurrentTask { $0?.cancel() }
                         do {
-                            _ = try await dispatcher.data(for: server.request("/?n=cancelled"))
-                            return "a response"
+                            return try await send(dispatcher, server.request("/?n=cancelled"))
                         } catch is CancellationError {
                             return "cancelled"
                         } catch {
