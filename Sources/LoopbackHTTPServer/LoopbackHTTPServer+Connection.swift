@@ -42,13 +42,22 @@ extension LoopbackHTTPServer {
             }
             // Between requests the accept thread may close the connection to make room for another.
             let idle = parser.isBetweenRequests
-            if idle { withState { _ = $0.idle.insert(connection) } }
+            if idle { markIdle(connection) }
             let count = recv(connection, &chunk, chunk.count, 0)
             if idle { withState { _ = $0.idle.remove(connection) } }
             if count < 0, errno == EINTR { continue }
             guard count > 0 else { return }   // closed, inside a request or not: nobody to answer
             parser.append(chunk[..<count])
         }
+    }
+
+    /// Offers `connection`, which waits for a request the client has not begun, to the accept
+    /// thread, and wakes that thread: it may already wait for room for another connection.
+    private func markIdle(_ connection: Int32) {
+        condition.lock()
+        state.idle.insert(connection)
+        condition.broadcast()
+        condition.unlock()
     }
 
     /// Counts and answers one framed request; returns whether the connection stays open.

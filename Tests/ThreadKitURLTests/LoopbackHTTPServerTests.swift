@@ -191,6 +191,26 @@ import LoopbackHTTPServer
         #expect(server.connectionCount == 2 && server.total == 3)
     }
 
+    @Test func aConnectionThatGoesIdleWhileAnotherWaitsMakesRoomForIt() throws {
+        // The waiting connection arrives while the one served is still answering: the accept
+        // thread waits for room before the answered connection goes idle, and must be woken then.
+        let server = try LoopbackHTTPServer(maxConnections: 1)
+        defer { server.shutdown() }
+        var clients: [RawHTTPClient] = []
+        for round in 0..<300 {
+            let first = try #require(RawHTTPClient(port: server.port))
+            first.send("GET /?bytes=1 HTTP/1.1\n\n")
+            #expect(first.readResponse()?.text == "x")
+            let next = try #require(RawHTTPClient(port: server.port))
+            next.send("GET /?bytes=2 HTTP/1.1\n\n")
+            let answer = next.readResponse(timeout: .seconds(5))?.text
+            #expect(answer == "xx", "round \(round): the waiting connection was never served")
+            clients = [first, next]   // keeps both open until the next round's are made
+            guard answer == "xx" else { break }
+        }
+        _ = clients
+    }
+
     @Test func connectionsBeyondTheBoundWaitToBeAcceptedUntilOneCloses() async throws {
         let server = try LoopbackHTTPServer(maxConnections: 2)
         defer { server.shutdown() }
