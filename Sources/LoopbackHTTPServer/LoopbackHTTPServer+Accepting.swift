@@ -115,9 +115,14 @@ extension LoopbackHTTPServer {
         condition.lock()
         defer { condition.unlock() }
         while !state.stopping, state.connections.count >= maxConnections {
-            // Its thread, in recv, sees the end and leaves; it closes the descriptor only after
-            // taking it out of `idle` under this lock, so the descriptor is still its own here.
-            if let idle = state.idle.popFirst() { _ = Glibc.shutdown(idle, Int32(SHUT_RDWR)) }
+            // One at a time: the room one closed connection makes is enough for the connection
+            // that waits. Its thread, in recv, sees the end and leaves; it closes the descriptor
+            // only after taking it out of `idle` under this lock, so the descriptor is still its
+            // own here.
+            if state.closingForRoom.isEmpty, let idle = state.idle.popFirst() {
+                _ = Glibc.shutdown(idle, Int32(SHUT_RDWR))
+                state.closingForRoom.insert(idle)
+            }
             condition.wait()
         }
         return !state.stopping

@@ -14,6 +14,7 @@ extension LoopbackHTTPServer {
             withState {
                 _ = $0.connections.remove(connection)
                 _ = $0.idle.remove(connection)
+                _ = $0.closingForRoom.remove(connection)
                 if $0.counted.remove(connection) != nil { $0.current -= 1 }
             }
             close(connection)

@@ -113,6 +113,8 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
         var connections: Set<Int32> = []
         /// The connections whose thread waits for a next request that the client has not begun.
         var idle: Set<Int32> = []
+        /// The idle connections closed to make room, whose thread has not yet left.
+        var closingForRoom: Set<Int32> = []
         var current = 0
         /// The connections whose request is counted in `current`.
         var counted: Set<Int32> = []
