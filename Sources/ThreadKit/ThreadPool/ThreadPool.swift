@@ -182,7 +182,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     ///
     /// Tasks already running finish; then the threads exit. The returned tasks are cancelled
     /// (``ScheduledTask/isCancelled`` is `true`, waiters wake), in the order they were accepted;
-    /// tasks submitted with ``execute(_:)`` come back as new handles. Queued Swift task jobs (the
+    /// tasks submitted with ``execute(_:)`` come back as new handles, and a
+    /// ``DispatchMethod/after(_:on:)`` step that waited for room in a full queue comes back after
+    /// them (its chain fails with `CancellationError`). Queued Swift task jobs (the
     /// pool as a `TaskExecutor`) are not handed back but moved to the global concurrent executor,
     /// and ``run(_:)`` calls whose work had not started throw ``ThreadPoolError/disposed(pool:)``,
     /// so no Swift task is left suspended forever. Every closure handed back is released after the
@@ -220,6 +222,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                     }
                 }
             }
+            // Tasks that waited for room were accepted after every queued one.
+            handedBack += shutdown.handedBack
+            shutdown.handedBack = []
             // With no thread left (a start that failed), draining the intake may end the pool.
             if isTerminated { threadsGone.broadcast() }
             return (shutdown, handedBack)
@@ -1010,11 +1015,17 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// What a shutdown must do once the mutex is released: wake the idle threads, and fail the
-    /// ``run(_:)`` calls still waiting for room in the queue.
+    /// What a shutdown must do once the mutex is released: wake the idle threads, fail the
+    /// ``run(_:)`` calls still waiting for room in the queue, and release the other tasks that
+    /// waited for room.
     private struct Shutdown {
         var idle: [Worker]
         var abandoned: [(task: ScheduledTask, handler: @Sendable () -> Void)] = []
+        /// Tasks that waited for room with no abandon handler (a ``DispatchMethod/after(_:on:)``
+        /// step, see ``DispatchTarget/submitWithoutWaiting(_:)``), handed back: `disposeNow()`
+        /// returns them with the queued tasks; either way their work is released here, after
+        /// unlocking, since releasing it may fail a chain and so call its followers.
+        var handedBack: [ScheduledTask] = []
 
         func carryOut() {
             for worker in idle { worker.wakeUp.signal() }
@@ -1022,6 +1033,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 handler()
                 task.releaseHandedBack()
             }
+            for task in handedBack { task.releaseHandedBack() }
         }
     }
 
@@ -1034,7 +1046,11 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         var shutdown = Shutdown(idle: state.idleWorkers.all)
         // A task whose caller cancelled it a moment ago stays: its canceller takes it out.
         for task in state.waitingForRoom.removeAll(where: { $0.handBack() }) {
-            if let handler = task.takeAbandonHandler() { shutdown.abandoned.append((task, handler)) }
+            if let handler = task.takeAbandonHandler() {
+                shutdown.abandoned.append((task, handler))
+            } else {
+                shutdown.handedBack.append(task)
+            }
         }
         return shutdown
     }
