@@ -453,9 +453,13 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// - ``handOver``, when a thread is free but older work waits or a spinner watches: the spinner
     ///   takes it, or a sleeper is woken, or a thread started.
     /// - ``queueGainedRoom``, which lets in ``run(_:)`` calls that waited for room: called by a worker
-    ///   that took a task, a canceller, or a waiter that ran a task inline. Each helper goes back to
-    ///   that caller, which carries it out after unlocking: a call let in while the pool's only
-    ///   thread is going to sleep (or has exited) gets it woken (or a new thread).
+    ///   that took a task or skipped a cancelled one, a canceller, or a waiter that ran a task
+    ///   inline. Each helper goes back to that caller, which carries it out after unlocking: a call
+    ///   let in while the pool's only thread is going to sleep (or has exited) gets it woken (or a
+    ///   new thread). A worker whose last look before it sleeps lets calls in does not sleep but
+    ///   carries out their helpers and looks again; one whose last look before it exits does so
+    ///   counted again if it found work (so the helpers never start a thread past `size`), or else
+    ///   carries them out as it leaves.
     /// - ``placeAfterFailedStart``, with `mayStartThread` false (a start just failed, another would
     ///   too): only while other threads exist. A sleeper is woken, or a counted, awake thread takes
     ///   it; with no thread left, the work is not pushed but goes back to its submitter.
@@ -893,11 +897,15 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             }
             addSleeper(worker)
             var helpers: [Helper] = []
-            if let work = takeQueuedWorkLocked(helpers: &helpers) {
+            let found = takeQueuedWorkLocked(helpers: &helpers)
+            if found != nil || !helpers.isEmpty {
+                // Work, or run() calls let in whose threads must be woken or started: not while
+                // holding the mutex, so this thread does not sleep on it but looks again after.
                 removeSleeper(worker)
                 mutex.unlock()
                 help(helpers)
-                return work
+                if let found { return found }
+                continue
             }
             var exit = Exit.shutDown
             if case .running = state.lifecycle {
@@ -920,18 +928,24 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             // Uncounted before it looks once more, as a sleeper announces itself: a submitter that
             // still counted this thread (and so started none) queued work that this look finds.
             changeThreadCount(by: -1)
-            if let work = takeQueuedWorkLocked(helpers: &helpers) {
-                changeThreadCount(by: 1)
+            let (work, skipped) = popQueuedWork()
+            // A thread that stays counts again before run() calls are let in, so that the threads
+            // found for them never make more than `size`.
+            if work != nil { changeThreadCount(by: 1) }
+            if work != nil || skipped { helpers += queueGainedRoom() }
+            if let work {
                 mutex.unlock()
                 help(helpers)
                 return work
             }
             // It exits. It takes no more work, but the pool has not terminated until it has logged
-            // its exit, so that awaitTermination cannot return before.
+            // its exit, so that awaitTermination cannot return before. The calls its look let in
+            // get their threads (a new one, in its place, if it was the last).
             state.liveWorkers[worker.number] = nil
             completedCount.wrappingAdd(worker.completed.load(ordering: .relaxed), ordering: .relaxed)
             state.exitingThreads += 1
             mutex.unlock()
+            help(helpers)
             switch exit {
             case .collected(let idle):
                 Log.log(.threadPool, "\(name): collected \(name) Thread\(worker.number), idle for \(idle)")
