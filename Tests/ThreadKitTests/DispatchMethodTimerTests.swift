@@ -51,4 +51,50 @@ import Testing
         let chain = DispatchMethod.after(.milliseconds(1), on: .pool(pool)).execute { 1 }
         await #expect(throws: ThreadPoolError.self) { try await chain.value }
     }
+    @Test(".after step still waiting for room when the pool is disposed fails its chain, its work released after the pool's lock",
+          arguments: [false, true])
+    func afterStepWaitingForRoomEndsWithTheDisposal(now: Bool) async throws {
+        let pool = ThreadPool(name: now ? "AfterDispNow" : "AfterDispose", size: 1, queueLimit: 1)
+        let release = Latch()
+        let started = Latch()
+        try pool.execute {
+            started.countDown()
+            release.wait(timeout: .seconds(30))
+        }
+        defer { release.countDown() }
+        #expect(started.wait(timeout: .seconds(10)))
+        try pool.execute {}  // the queue is full now
+        let reads = Counter()
+        let chain: ExecutionChain<Int>
+        do {
+            // Read the pool's statistics when released: under the pool's lock, that never returns.
+            let reader = ThreadPoolHardeningTests.StatisticsReaderOnDeinit(pool: pool, reads: reads)
+            chain = DispatchMethod.after(.zero, on: .pool(pool)).execute { withExtendedLifetime(reader) { 1 } }
+        }
+        // The shared timer runs its calls one at a time, in deadline order: once this later one has
+        // run, the step has been handed to the pool, where it waits for room.
+        let handedOver = Latch()
+        try TimerThread.shared.schedule(after: .zero) { handedOver.countDown() }
+        #expect(handedOver.wait(timeout: .seconds(10)))
+        let handedBack = await onNewThread { () -> Int? in
+            let done = Latch()
+            let count = Counter()
+            Thread {
+                if now {
+                    count.increment(by: pool.disposeNow().count)
+                } else {
+                    pool.dispose()
+                }
+                done.countDown()
+            }.start()
+            return done.wait(timeout: .seconds(10)) ? count.value : nil
+        }
+        // disposeNow() hands back the queued task and the step, which had not started either.
+        #expect(handedBack == (now ? 2 : 0), "the disposal hung, or left out the waiting step")
+        #expect(reads.value == 1, "the step's work was not released")
+        guard handedBack != nil else { return }  // the disposing thread is stuck: so is the chain
+        await #expect(throws: CancellationError.self) { try await chain.value }
+        release.countDown()
+        #expect(pool.awaitTermination(timeout: .seconds(10)))
+    }
 }

@@ -22,7 +22,8 @@ import Darwin
 /// returns; the delivery thread delivers until the queue is empty, then waits for the next hand-off
 /// and exits after ``Limits/workerKeepAlive`` without one. A thread the package shares (a timer
 /// thread) never takes the role: it hands it to the delivery thread at once, so a delegate never
-/// runs there. Whenever records wait, someone holds the
+/// runs there (unless the system refuses to start the delivery thread: then it delivers itself,
+/// late beats lost). Whenever records wait, someone holds the
 /// role, so no record is left behind when logging goes quiet. A target that logs from inside its
 /// call only queues the record: the deliverer delivers it after the call returns.
 ///

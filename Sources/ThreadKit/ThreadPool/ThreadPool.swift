@@ -182,7 +182,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     ///
     /// Tasks already running finish; then the threads exit. The returned tasks are cancelled
     /// (``ScheduledTask/isCancelled`` is `true`, waiters wake), in the order they were accepted;
-    /// tasks submitted with ``execute(_:)`` come back as new handles. Queued Swift task jobs (the
+    /// tasks submitted with ``execute(_:)`` come back as new handles, and a
+    /// ``DispatchMethod/after(_:on:)`` step that waited for room in a full queue comes back after
+    /// them (its chain fails with `CancellationError`). Queued Swift task jobs (the
     /// pool as a `TaskExecutor`) are not handed back but moved to the global concurrent executor,
     /// and ``run(_:)`` calls whose work had not started throw ``ThreadPoolError/disposed(pool:)``,
     /// so no Swift task is left suspended forever. Every closure handed back is released after the
@@ -220,6 +222,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                     }
                 }
             }
+            // Tasks that waited for room were accepted after every queued one.
+            handedBack += shutdown.handedBack
+            shutdown.handedBack = []
             // With no thread left (a start that failed), draining the intake may end the pool.
             if isTerminated { threadsGone.broadcast() }
             return (shutdown, handedBack)
@@ -448,9 +453,13 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// - ``handOver``, when a thread is free but older work waits or a spinner watches: the spinner
     ///   takes it, or a sleeper is woken, or a thread started.
     /// - ``queueGainedRoom``, which lets in ``run(_:)`` calls that waited for room: called by a worker
-    ///   that took a task, a canceller, or a waiter that ran a task inline. Each helper goes back to
-    ///   that caller, which carries it out after unlocking: a call let in while the pool's only
-    ///   thread is going to sleep (or has exited) gets it woken (or a new thread).
+    ///   that took a task or skipped a cancelled one, a canceller, or a waiter that ran a task
+    ///   inline. Each helper goes back to that caller, which carries it out after unlocking: a call
+    ///   let in while the pool's only thread is going to sleep (or has exited) gets it woken (or a
+    ///   new thread). A worker whose last look before it sleeps lets calls in does not sleep but
+    ///   carries out their helpers and looks again; one whose last look before it exits does so
+    ///   counted again if it found work (so the helpers never start a thread past `size`), or else
+    ///   carries them out as it leaves.
     /// - ``placeAfterFailedStart``, with `mayStartThread` false (a start just failed, another would
     ///   too): only while other threads exist. A sleeper is woken, or a counted, awake thread takes
     ///   it; with no thread left, the work is not pushed but goes back to its submitter.
@@ -888,11 +897,15 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             }
             addSleeper(worker)
             var helpers: [Helper] = []
-            if let work = takeQueuedWorkLocked(helpers: &helpers) {
+            let found = takeQueuedWorkLocked(helpers: &helpers)
+            if found != nil || !helpers.isEmpty {
+                // Work, or run() calls let in whose threads must be woken or started: not while
+                // holding the mutex, so this thread does not sleep on it but looks again after.
                 removeSleeper(worker)
                 mutex.unlock()
                 help(helpers)
-                return work
+                if let found { return found }
+                continue
             }
             var exit = Exit.shutDown
             if case .running = state.lifecycle {
@@ -915,18 +928,24 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             // Uncounted before it looks once more, as a sleeper announces itself: a submitter that
             // still counted this thread (and so started none) queued work that this look finds.
             changeThreadCount(by: -1)
-            if let work = takeQueuedWorkLocked(helpers: &helpers) {
-                changeThreadCount(by: 1)
+            let (work, skipped) = popQueuedWork()
+            // A thread that stays counts again before run() calls are let in, so that the threads
+            // found for them never make more than `size`.
+            if work != nil { changeThreadCount(by: 1) }
+            if work != nil || skipped { helpers += queueGainedRoom() }
+            if let work {
                 mutex.unlock()
                 help(helpers)
                 return work
             }
             // It exits. It takes no more work, but the pool has not terminated until it has logged
-            // its exit, so that awaitTermination cannot return before.
+            // its exit, so that awaitTermination cannot return before. The calls its look let in
+            // get their threads (a new one, in its place, if it was the last).
             state.liveWorkers[worker.number] = nil
             completedCount.wrappingAdd(worker.completed.load(ordering: .relaxed), ordering: .relaxed)
             state.exitingThreads += 1
             mutex.unlock()
+            help(helpers)
             switch exit {
             case .collected(let idle):
                 Log.log(.threadPool, "\(name): collected \(name) Thread\(worker.number), idle for \(idle)")
@@ -1010,11 +1029,17 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// What a shutdown must do once the mutex is released: wake the idle threads, and fail the
-    /// ``run(_:)`` calls still waiting for room in the queue.
+    /// What a shutdown must do once the mutex is released: wake the idle threads, fail the
+    /// ``run(_:)`` calls still waiting for room in the queue, and release the other tasks that
+    /// waited for room.
     private struct Shutdown {
         var idle: [Worker]
         var abandoned: [(task: ScheduledTask, handler: @Sendable () -> Void)] = []
+        /// Tasks that waited for room with no abandon handler (a ``DispatchMethod/after(_:on:)``
+        /// step, see ``DispatchTarget/submitWithoutWaiting(_:)``), handed back: `disposeNow()`
+        /// returns them with the queued tasks; either way their work is released here, after
+        /// unlocking, since releasing it may fail a chain and so call its followers.
+        var handedBack: [ScheduledTask] = []
 
         func carryOut() {
             for worker in idle { worker.wakeUp.signal() }
@@ -1022,6 +1047,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
                 handler()
                 task.releaseHandedBack()
             }
+            for task in handedBack { task.releaseHandedBack() }
         }
     }
 
@@ -1034,7 +1060,11 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         var shutdown = Shutdown(idle: state.idleWorkers.all)
         // A task whose caller cancelled it a moment ago stays: its canceller takes it out.
         for task in state.waitingForRoom.removeAll(where: { $0.handBack() }) {
-            if let handler = task.takeAbandonHandler() { shutdown.abandoned.append((task, handler)) }
+            if let handler = task.takeAbandonHandler() {
+                shutdown.abandoned.append((task, handler))
+            } else {
+                shutdown.handedBack.append(task)
+            }
         }
         return shutdown
     }
