@@ -147,22 +147,23 @@ private struct ThreadUnderTest: CustomStringConvertible {
 
     /// A chain of three steps over the thread, the shared pool and `queue`, passing a value along,
     /// each step counted; or, sometimes, one cancelled once its first step has started, whose steps
-    /// are not counted but must not start after `cancel()` returned. Waits for the chain's end.
+    /// are not counted but must not begin after `cancel()` returned. Waits for the chain's end.
+    ///
+    /// A step begins when the chain lets it (under its lock) and its code runs a moment later, so a
+    /// thread preempted in between enters the step's code after `cancel()` returned although the
+    /// step began before. Steps run one after another, so at most one step can be in that moment:
+    /// a chain that lets a step begin after `cancel()` returned shows as two steps entered since.
     func chain(queue: DispatchQueue, _ random: inout SplitMix64) {
         let willCancel = random.chance(0.3)
         let steps = willCancel ? nil : (Unit(ledger), Unit(ledger), Unit(ledger))
-        let cancelled = Atomic<Bool>(false)
-        let firstStarted = Atomic<Bool>(false)
+        let entered = Atomic<Int>(0)
         let description = description
         @Sendable func starting(_ unit: Unit?) {
-            if cancelled.load(ordering: .acquiring) {
-                violations.report("\(description): a chain step started after cancel() returned")
-            }
+            entered.add(1, ordering: .sequentiallyConsistent)
             unit?.end(.ran)
         }
         let last = DispatchMethod.async(on: .thread(thread)).execute { () -> Int in
             starting(steps?.0)
-            firstStarted.store(true, ordering: .releasing)
             return 1
         }
         .then(.async(on: .pool(soak.sharedPool))) { value -> Int in
@@ -173,16 +174,25 @@ private struct ThreadUnderTest: CustomStringConvertible {
             starting(steps?.2)
             return value * 10
         }
+        var enteredBeforeCancel: Int?
         if willCancel {
-            _ = poll(timeout: .seconds(20)) { firstStarted.load(ordering: .acquiring) }
+            _ = poll(timeout: .seconds(20)) { entered.load(ordering: .sequentiallyConsistent) > 0 }
             last.cancel()
-            cancelled.store(true, ordering: .releasing)
+            enteredBeforeCancel = entered.load(ordering: .sequentiallyConsistent)
         }
         do {
             let value = try last.wait()
             if value != 20 { violations.report("\(description): a chain ended with \(value), not 20") }
         } catch is CancellationError where willCancel {
             tally.add("chains cancelled midway")
+            // The chain has failed; a step still running ends soon, and none may begin.
+            if let before = enteredBeforeCancel {
+                _ = poll(timeout: .milliseconds(10)) { entered.load(ordering: .sequentiallyConsistent) > before + 1 }
+                let after = entered.load(ordering: .sequentiallyConsistent)
+                if after > before + 1 {
+                    violations.report("\(description): a chain step began after cancel() returned (\(before) steps entered before, \(after) after)")
+                }
+            }
         } catch {
             violations.report("\(description): a chain failed with \(error)")
         }
