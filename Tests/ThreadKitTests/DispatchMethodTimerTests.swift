@@ -6,19 +6,26 @@ import Testing
 /// delayed call in the process shares: the hand-over never blocks that thread, and never runs the
 /// step there.
 @Suite struct DispatchMethodTimerTests {
-    @Test(".after onto a full pool waits for room without holding up the shared timer, then runs on a pool thread",
-          arguments: [ThreadPool.OverflowPolicy.block, .runOnCaller])
-    func afterOntoAFullPoolNeverHoldsUpTheSharedTimer(policy: ThreadPool.OverflowPolicy) async throws {
-        let pool = ThreadPool(name: "AfterFull", size: 1, queueLimit: 1, whenFull: policy)
-        defer { pool.dispose() }
+    /// Fills `pool`, of one thread and a queue limit of one: its thread runs a task that waits for
+    /// the returned latch, and one task waits in its queue.
+    static func fill(_ pool: ThreadPool, sourceLocation: SourceLocation = #_sourceLocation) throws -> Latch {
         let release = Latch()
         let started = Latch()
         try pool.execute {
             started.countDown()
             release.wait(timeout: .seconds(30))
         }
-        #expect(started.wait(timeout: .seconds(10)))
+        #expect(started.wait(timeout: .seconds(10)), sourceLocation: sourceLocation)
         try pool.execute {}  // the queue is full now
+        return release
+    }
+
+    @Test(".after onto a full pool waits for room without holding up the shared timer, then runs on a pool thread",
+          arguments: [ThreadPool.OverflowPolicy.block, .runOnCaller])
+    func afterOntoAFullPoolNeverHoldsUpTheSharedTimer(policy: ThreadPool.OverflowPolicy) async throws {
+        let pool = ThreadPool(name: "AfterFull", size: 1, queueLimit: 1, whenFull: policy)
+        defer { pool.dispose() }
+        let release = try Self.fill(pool)
         let stepThreads = Recorder<Bool>()
         let chain = DispatchMethod.after(.milliseconds(1), on: .pool(pool)).execute {
             stepThreads.append(pool.isCurrentThreadMember)
@@ -39,31 +46,18 @@ import Testing
     func afterOntoAFullRejectingPoolFailsTheChain() async throws {
         let pool = ThreadPool(name: "AfterReject", size: 1, queueLimit: 1, whenFull: .reject)
         defer { pool.dispose() }
-        let release = Latch()
-        let started = Latch()
-        try pool.execute {
-            started.countDown()
-            release.wait(timeout: .seconds(30))
-        }
+        let release = try Self.fill(pool)
         defer { release.countDown() }
-        #expect(started.wait(timeout: .seconds(10)))
-        try pool.execute {}
         let chain = DispatchMethod.after(.milliseconds(1), on: .pool(pool)).execute { 1 }
         await #expect(throws: ThreadPoolError.self) { try await chain.value }
     }
+
     @Test(".after step still waiting for room when the pool is disposed fails its chain, its work released after the pool's lock",
           arguments: [false, true])
     func afterStepWaitingForRoomEndsWithTheDisposal(now: Bool) async throws {
         let pool = ThreadPool(name: now ? "AfterDispNow" : "AfterDispose", size: 1, queueLimit: 1)
-        let release = Latch()
-        let started = Latch()
-        try pool.execute {
-            started.countDown()
-            release.wait(timeout: .seconds(30))
-        }
+        let release = try Self.fill(pool)
         defer { release.countDown() }
-        #expect(started.wait(timeout: .seconds(10)))
-        try pool.execute {}  // the queue is full now
         let reads = Counter()
         let chain: ExecutionChain<Int>
         do {
