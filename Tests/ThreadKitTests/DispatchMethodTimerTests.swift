@@ -70,18 +70,12 @@ import Testing
         let handedOver = Latch()
         try TimerThread.shared.schedule(after: .zero) { handedOver.countDown() }
         #expect(handedOver.wait(timeout: .seconds(10)))
-        let handedBack = await onNewThread { () -> Int? in
-            let done = Latch()
-            let count = Counter()
-            Thread {
-                if now {
-                    count.increment(by: pool.disposeNow().count)
-                } else {
-                    pool.dispose()
-                }
-                done.countDown()
-            }.start()
-            return done.wait(timeout: .seconds(10)) ? count.value : nil
+        let handedBack = await guarded { () -> Int in
+            guard now else {
+                pool.dispose()
+                return 0
+            }
+            return pool.disposeNow().count
         }
         // disposeNow() hands back the queued task and the step, which had not started either.
         #expect(handedBack == (now ? 2 : 0), "the disposal hung, or left out the waiting step")

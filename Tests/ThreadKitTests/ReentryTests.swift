@@ -6,19 +6,6 @@ import Testing
 /// the work inline instead of waiting for itself.
 @Suite("Re-entry in ThreadKit's waits", .timeLimit(.minutes(1)))
 struct ReentryTests {
-    /// Runs `body` on a new thread and gives up after 10 s, so that a hang fails the test.
-    private func guarded<Result: Sendable>(_ body: @escaping @Sendable () -> Result) async -> Result? {
-        await onNewThread { () -> Result? in
-            let done = Latch()
-            let value = LockedValue<Result?>(nil)
-            Thread {
-                value.value = body()
-                done.countDown()
-            }.start()
-            return done.wait(timeout: .seconds(10)) ? value.value : nil
-        }
-    }
-
     @Test("ScheduledTask.wait on a one-thread pool's own thread runs the queued task inline, counted once")
     func waitOnOwnOneThreadPool() async throws {
         let pool = ThreadPool(name: KernelThreads.uniqueName("RTw"), size: 1)

@@ -58,18 +58,6 @@ struct ThreadAffineReentryTests {
         return level.enter { [level.isCurrent] + nest(levels.dropFirst()) }
     }
 
-    /// Runs `body` on a new thread and gives up after 10 s, so that a hang fails the test.
-    static func guarded<Result: Sendable>(_ body: @escaping @Sendable () -> Result) async -> Result? {
-        await onNewThread { () -> Result? in
-            let done = Latch()
-            let value = LockedValue<Result?>(nil)
-            Thread {
-                value.value = body()
-                done.countDown()
-            }.start()
-            return done.wait(timeout: .seconds(10)) ? value.value : nil
-        }
-    }
 
     /// The levels a pattern names: `A`, `B`, `C` dedicated threads, `Q`, `R` serial queues, `P` a
     /// pool of two threads; and what disposes the threads and the pool.
@@ -104,7 +92,7 @@ struct ThreadAffineReentryTests {
     func nestedLevelsRunOnTheirOwnContext(pattern: String) async throws {
         let (levels, dispose) = Self.levels(pattern, prefix: "RAn")
         defer { dispose() }
-        let seen = await Self.guarded { Self.nest(levels[...]) }
+        let seen = await guarded { Self.nest(levels[...]) }
         #expect(seen == [Bool](repeating: true, count: pattern.count), "nil: the nesting hung")
     }
 
@@ -133,7 +121,7 @@ struct ThreadAffineReentryTests {
             a.dispose()
             b.dispose()
         }
-        let seen = await Self.guarded { () -> (String, String, Bool)? in
+        let seen = await guarded { () -> (String, String, Bool)? in
             let outer = a.sync { KernelThreads.currentName() }
             let inner = a.sync {
                 b.sync {
@@ -159,7 +147,7 @@ struct ThreadAffineReentryTests {
             b.dispose()
         }
         let queue = MarkedQueue("RAh.Q")
-        let seen = await Self.guarded {
+        let seen = await guarded {
             a.sync {
                 b.sync {
                     a.sync {
@@ -197,7 +185,7 @@ struct ThreadAffineReentryTests {
             }
             producerDone.countDown()
         }.start()
-        let rounds = await Self.guarded { () -> Int in
+        let rounds = await guarded { () -> Int in
             var rounds = 0
             for _ in 0..<100 {
                 // The outer level's work steps out of `inside` while it waits for the inner levels, and
@@ -218,7 +206,7 @@ struct ThreadAffineReentryTests {
         #expect(rounds == 100, "nil: the nesting hung")
         #expect(producerDone.wait(timeout: .seconds(10)))
         // Everything the producer queued has run once the outer context runs a last item.
-        _ = await Self.guarded { outer.enter { true } }
+        _ = await guarded { outer.enter { true } }
         #expect(inside.value == 0)
         #expect(overlaps.value == 0)
     }
@@ -237,7 +225,7 @@ struct ThreadAffineReentryTests {
             case .pool: preconditionFailure("a pool of two is not thread-affine")
             }
         let method: DispatchMethod = delayed ? .after(.milliseconds(20), on: target) : .async(on: target)
-        let seen = await Self.guarded { () -> [Bool] in
+        let seen = await guarded { () -> [Bool] in
             outer.enter {
                 // Queued behind the work running now: only the outer context's own thread, blocked
                 // below in its wait for the middle level, can run it before that work ends.
@@ -257,7 +245,7 @@ struct ThreadAffineReentryTests {
             a.dispose()
         }
         let method = DispatchMethod.sync(on: .pool(pool))
-        let seen = await Self.guarded { () -> [Bool]? in
+        let seen = await guarded { () -> [Bool]? in
             try? method.execute {
                 a.sync {
                     try! method.execute { [pool.isCurrentThreadMember, a.isCurrent] }.wait()
@@ -272,7 +260,7 @@ struct ThreadAffineReentryTests {
         let queue = ThrottledQueue(label: "RAt", interval: .zero)
         let a = DedicatedThread(name: KernelThreads.uniqueName("RAt"))
         defer { a.dispose() }
-        let seen = await Self.guarded {
+        let seen = await guarded {
             queue.sync { a.sync { queue.sync { a.isCurrent } } }
         }
         #expect(seen == true, "nil: the nesting hung")

@@ -450,3 +450,17 @@ enum ThreadStarts {
         return body()
     }
 }
+
+/// Runs `body` on a thread of its own and gives up after `timeout`, so that a hang (a deadlock, a
+/// lost wakeup) fails the test instead of hanging the suite; `nil` when it gave up.
+func guarded<Result: Sendable>(timeout: Duration = .seconds(10), _ body: @escaping @Sendable () -> Result) async -> Result? {
+    await onNewThread { () -> Result? in
+        let done = Latch()
+        let value = LockedValue<Result?>(nil)
+        Thread {
+            value.value = body()
+            done.countDown()
+        }.start()
+        return done.wait(timeout: timeout) ? value.value : nil
+    }
+}
