@@ -177,25 +177,35 @@ struct AsyncCancellationTests {
     @Test("DispatchMethod.run cancelled before its work starts: the work never runs, the await throws CancellationError",
           arguments: Kind.allCases, Way.allCases)
     func dispatchRunCancelledBeforeStart(kind: Kind, way: Way) async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("ACx"), size: 2)
-        defer { executor.dispose() }
         let held = TestTarget(kind)
         try await held.hold()
-        let ran = Counter()
         let method = way.method(on: held.target)
+        await Self.expectCancelledWhileQueued(on: held) { work in try await method.run(work) }
+    }
+
+    /// Calls `call` with a work from a task while `held` keeps its target busy, cancels the task
+    /// once the work is queued, and expects the await to throw `CancellationError` and the work
+    /// never to run.
+    static func expectCancelledWhileQueued(
+        on held: TestTarget, sourceLocation: SourceLocation = #_sourceLocation,
+        _ call: @escaping @Sendable (_ work: @escaping @Sendable () -> Int) async throws -> Int
+    ) async {
+        let executor = ThreadPool(name: KernelThreads.uniqueName("ACx"), size: 2)
+        defer { executor.dispose() }
+        let ran = Counter()
         let task = Task(executorPreference: executor) {
-            try await method.run { () -> Int in
+            try await call { () -> Int in
                 ran.increment()
                 return 1
             }
         }
         await held.waitUntilWorkIsQueued()
         task.cancel()
-        let result = await Self.outcome(of: task)
+        let result = await outcome(of: task)
         await held.releaseAndDrain()
-        #expect(result != nil, "the await did not end when its task was cancelled")
-        #expect(Self.isCancellation(result), "the await ended with \(String(describing: result))")
-        #expect(ran.value == 0, "the removed work ran")
+        #expect(result != nil, "the await did not end when its task was cancelled", sourceLocation: sourceLocation)
+        #expect(isCancellation(result), "the await ended with \(String(describing: result))", sourceLocation: sourceLocation)
+        #expect(ran.value == 0, "the removed work ran", sourceLocation: sourceLocation)
     }
 
     @Test("DispatchMethod.run cancelled once its work has started: the work runs to its end, the await returns its result",
@@ -349,24 +359,13 @@ struct AsyncCancellationTests {
 
     @Test("ThreadPool.run cancelled before a thread takes its work: the work never runs, the await throws CancellationError")
     func poolRunCancelledBeforeStart() async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("ACx"), size: 2)
-        defer { executor.dispose() }
         let held = TestTarget(.pool)
         try await held.hold()
-        guard case .pool(let pool) = held.target else { return }
-        let ran = Counter()
-        let task = Task(executorPreference: executor) {
-            try await pool.run { () -> Int in
-                ran.increment()
-                return 1
-            }
+        guard case .pool(let pool) = held.target else {
+            Issue.record("a pool target holds no pool")
+            return
         }
-        await held.waitUntilWorkIsQueued()
-        task.cancel()
-        let result = await Self.outcome(of: task)
-        await held.releaseAndDrain()
-        #expect(Self.isCancellation(result), "the await ended with \(String(describing: result))")
-        #expect(ran.value == 0)
+        await Self.expectCancelledWhileQueued(on: held) { work in try await pool.run(work) }
     }
 
     @Test("ThreadPool.run cancelled once its work has started: the work runs to its end, the await returns its result")
