@@ -110,6 +110,9 @@ import LoopbackHTTPServer
             let used = Self.cpuTime(cpuTimeFile) - before
             let accepted = server.connectionCount
             for filler in fillers { close(filler) }   // before any expectation: recording one may need a descriptor
+            // For the parent to show if this child fails.
+            let note = Array("test: the accept thread used \(used) of CPU; \(accepted) connections accepted\n".utf8)
+            _ = note.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
             // A spinning accept thread burns all the CPU it gets (about 300 ms of the second on a
             // loaded machine, the whole second on an idle one); backing off costs well under 1 ms.
             #expect(used < .milliseconds(100), "the accept thread used \(used) of CPU in 1 s while accept failed")
@@ -124,6 +127,7 @@ import LoopbackHTTPServer
             close(cpuTimeFile)
         }
         let log = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        if result?.exitStatus != .exitCode(EXIT_SUCCESS) { Issue.record("the child's standard error:\n\(log)") }
         #expect(log.components(separatedBy: "LoopbackHTTPServer: accept failed (Too many open files)").count == 2, "\(log)")
         #expect(log.contains("LoopbackHTTPServer: accepting again"), "\(log)")
     }
