@@ -17,11 +17,13 @@ let package = Package(
         .target(name: "ThreadKitURL", dependencies: ["ThreadKit"]),
         // The loopback HTTP/1.1 server that the tests, the demo and the benchmark share.
         .target(name: "LoopbackHTTPServer"),
+        // The seeded random source shared by the tests, the benchmark and the soak (not a product).
+        .target(name: "SeededRandom"),
         .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
-        .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
-        .executableTarget(name: "threadkit-soak", dependencies: ["ThreadKit"]),
-        .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit"]),
-        .testTarget(name: "ThreadKitURLTests", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
+        .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom"]),
+        .executableTarget(name: "threadkit-soak", dependencies: ["ThreadKit", "SeededRandom"]),
+        .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "SeededRandom"]),
+        .testTarget(name: "ThreadKitURLTests", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -5,6 +5,7 @@ import Foundation
 import Glibc
 import Synchronization
 import ThreadKit
+import SeededRandom
 
 /// Open-loop latency, memory, blocking tasks, fairness, an idle pool and Swift tasks.
 enum PoolChoiceWorkloads {
@@ -47,7 +48,7 @@ enum PoolChoiceWorkloads {
         let task = Duration.microseconds(taskMicroseconds)
         // Arrivals per ns: utilisation × threads / task length.
         let meanGap = task.nanoseconds / (Double(utilisation) / 100 * Double(poolSize))
-        var generator = SeededGenerator(seed: UInt64(utilisation * 1_000 + taskMicroseconds))
+        var generator = SplitMix64(seed: UInt64(utilisation * 1_000 + taskMicroseconds))
         var offset = 0.0
         let arrivals = (0..<tasks).map { _ in
             offset += -log(Double.random(in: Double.ulpOfOne..<1, using: &generator)) * meanGap

@@ -2,6 +2,8 @@
 // bootstrap interval of a median of paired ratios, and the verdict against a goal. Pure functions
 // of their inputs (the bootstrap draws from a seeded generator), checked by `--self-test`.
 
+import SeededRandom
+
 /// A sorted sample, for percentiles.
 struct Distribution {
     /// The values, ascending.
@@ -75,7 +77,7 @@ enum Stats {
     /// same size drawn with replacement, the median of each, and the central `confidence` of those.
     static func medianInterval(_ values: [Double], seed: UInt64 = 0x5EED) -> Interval {
         precondition(!values.isEmpty, "an interval of no values")
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         var medians = [Double](repeating: 0, count: resamples)
         var resample = [Double](repeating: 0, count: values.count)
         for index in 0..<resamples {
@@ -118,7 +120,7 @@ enum Stats {
         let rounds = numerator.rounds
         let all = [Int](repeating: 1, count: rounds)
         let estimate = numerator.percentile(percent, multiplicity: all) / denominator.percentile(percent, multiplicity: all)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         var ratios: [Double] = []
         ratios.reserveCapacity(resamples / 2)
         var multiplicity = [Int](repeating: 0, count: rounds)
@@ -191,20 +193,3 @@ struct PooledSamples {
     }
 }
 
-/// SplitMix64: a small seeded generator, so every implementation gets exactly the same inputs and
-/// every bootstrap the same draws.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

@@ -2,6 +2,8 @@
 // bootstrap intervals, verdicts) against hand-worked values and brute force. CI runs it with the
 // quick benchmark; the benchmark is an executable, so this is its unit test.
 
+import SeededRandom
+
 /// The checks behind `--self-test`.
 enum StatsSelfTest {
     /// Runs every check; returns the failures (empty when all hold).
@@ -27,7 +29,7 @@ enum StatsSelfTest {
         // The bootstrap interval of a constant is that constant; it holds the median; it is seeded.
         let constant = Stats.medianInterval([3, 3, 3, 3, 3])
         check(constant == Interval(low: 3, high: 3), "interval of a constant, got \(constant)")
-        var generator = SeededGenerator(seed: 42)
+        var generator = SplitMix64(seed: 42)
         let noisy = (0..<15).map { _ in Double.random(in: 0.5...1.5, using: &generator) }
         let interval = Stats.medianInterval(noisy)
         check(interval.contains(Stats.median(noisy)), "the interval holds the median")
@@ -39,7 +41,7 @@ enum StatsSelfTest {
         // conservative or liberal; 85 % is a loose lower bound that a broken interval fails).
         var covered = 0
         for trial in 0..<200 {
-            var draws = SeededGenerator(seed: UInt64(trial) + 1_000)
+            var draws = SplitMix64(seed: UInt64(trial) + 1_000)
             let sample = (0..<15).map { _ in Double.random(in: 0...2, using: &draws) }
             if Stats.medianInterval(sample, seed: UInt64(trial)).contains(1.0) { covered += 1 }
         }
@@ -52,7 +54,7 @@ enum StatsSelfTest {
         check(Stats.judge(Interval(low: 0.5, high: 0.5), atMost: 0.5) == .met, "on the goal is met")
 
         // Pooled percentiles of any multiset of rounds equal brute force over the concatenation.
-        var draws = SeededGenerator(seed: 7)
+        var draws = SplitMix64(seed: 7)
         let rounds = (0..<5).map { round in
             (0..<(20 + round * 7)).map { _ in Double(Int.random(in: 0...40, using: &draws)) }
         }

@@ -3,6 +3,7 @@
 import Dispatch
 import Foundation
 import ThreadKit
+import SeededRandom
 
 /// A way to run a closure once, after a delay counted from the call.
 protocol OneShotScheduler: Sendable {
@@ -108,7 +109,7 @@ enum TimerWorkloads {
 
     /// `calls` delays drawn uniformly from [0, `longest`], the same for every implementation.
     static func uniformDelays(calls: Int, over longest: Duration, seed: UInt64) -> [Duration] {
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         return (0..<calls).map { _ in
             Duration.nanoseconds(Int64.random(in: 0...Int64(longest.nanoseconds), using: &generator))
         }
@@ -189,7 +190,7 @@ enum TimerWorkloads {
     /// inserts beside another round's dead timers.
     static func pending(scale: Scale, calls fullCalls: Int) -> Workload {
         let calls = scale.size(fullCalls)
-        var generator = SeededGenerator(seed: 0x5045_4E44_494E_47)
+        var generator = SplitMix64(seed: 0x5045_4E44_494E_47)
         // An hour, plus up to a minute so that deadlines are not in insertion order.
         let delays = (0..<calls).map { _ in
             Duration.seconds(3_600) + .nanoseconds(Int64.random(in: 0...60_000_000_000, using: &generator))

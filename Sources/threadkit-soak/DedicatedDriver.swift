@@ -6,6 +6,7 @@
 import Dispatch
 import Synchronization
 import ThreadKit
+import SeededRandom
 
 /// Drives one dedicated thread at a time, replacing it when its time is up, and chains over it.
 struct DedicatedDriver: Driver {

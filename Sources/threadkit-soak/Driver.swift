@@ -1,5 +1,6 @@
 // What every driver is, and what the tasks they submit do when they run.
 import ThreadKit
+import SeededRandom
 
 /// Drives one part of ThreadKit from its own thread until the soak stops, then quiesces and checks
 /// everything it made.

@@ -6,6 +6,7 @@
 // exactly once and in order. Tasks share logger 0, whose records are counted but not ordered.
 import Synchronization
 import ThreadKit
+import SeededRandom
 
 extension Log.Source {
     /// The soak's own source.

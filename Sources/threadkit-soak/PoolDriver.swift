@@ -2,6 +2,7 @@
 // and `cancel()`, and with `run` from Swift tasks (some cancelled); then disposed gracefully or at
 // once, checked, dropped, and replaced by a new pool.
 import ThreadKit
+import SeededRandom
 
 /// Churns pools, one at a time, for a fraction of a second each.
 struct PoolDriver: Driver {

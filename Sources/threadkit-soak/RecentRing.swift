@@ -1,6 +1,8 @@
 // A bounded memory of recent handles, so drivers can cancel at random without keeping every
 // handle they ever made.
 
+import SeededRandom
+
 /// The last `capacity` elements appended, oldest first; appending to a full ring evicts the oldest.
 ///
 /// Owned by one driver thread. Rings are small (tens of elements), so a plain array is enough.

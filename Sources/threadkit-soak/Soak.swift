@@ -3,6 +3,7 @@
 import Foundation
 import Synchronization
 import ThreadKit
+import SeededRandom
 
 /// What every driver shares: the parts' ledgers, the stop signal, the log book, and the one pool
 /// that several throttled queues and the timers' hand-offs use.

@@ -3,6 +3,7 @@
 // too), `run` from Swift tasks, `cancelAll()`, `pause(for:)`/`resume()`, interval changes and
 // `waitUntilIdle()`, and replaced every second or so.
 import ThreadKit
+import SeededRandom
 
 /// Drives three queues at a time, replacing each when its time is up.
 struct ThrottleDriver: Driver {

@@ -2,6 +2,7 @@
 // every second or so; one-shot calls (after a delay, at an instant, far in the future) and
 // repeating ones, cancelled one by one, by tag with `cancelAll(tag:)`, and by `dispose()`.
 import ThreadKit
+import SeededRandom
 
 /// Drives the shared timer and a succession of private ones.
 struct TimerDriver: Driver {

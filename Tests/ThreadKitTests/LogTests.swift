@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import ThreadKit
+import SeededRandom
 
 /// A source name no other test uses, so parallel tests never see each other's switches or records.
 private func uniqueSource(_ label: String) -> Log.Source {

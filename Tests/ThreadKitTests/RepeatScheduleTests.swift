@@ -1,5 +1,6 @@
 import Testing
 @testable import ThreadKit
+import SeededRandom
 
 /// When a repeating call runs next, for both spacings, with made-up instants: no threads, no clock.
 @Suite struct RepeatScheduleTests {

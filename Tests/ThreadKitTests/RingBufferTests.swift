@@ -1,5 +1,6 @@
 import Testing
 @testable import ThreadKit
+import SeededRandom
 
 @Suite("RingBuffer")
 struct RingBufferTests {

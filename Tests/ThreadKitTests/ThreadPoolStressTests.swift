@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ThreadKit
+import SeededRandom
 
 /// Races, counted exactly. Each body runs with 1, 2, 4 and 8 threads on the other side.
 @Suite("ThreadPool stress", .timeLimit(.minutes(1)))

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ThreadKit
+import SeededRandom
 
 // Every pool in these tests has a short name of its own (at most 6 bytes), so that its threads
 // can be counted by their kernel name while other suites run in parallel.

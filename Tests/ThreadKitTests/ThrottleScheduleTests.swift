@@ -1,5 +1,6 @@
 import Testing
 @testable import ThreadKit
+import SeededRandom
 
 /// The throttle's decisions, driven with made-up instants: no threads, no clock, no sleeps.
 ///

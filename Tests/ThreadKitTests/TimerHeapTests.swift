@@ -1,5 +1,6 @@
 import Testing
 @testable import ThreadKit
+import SeededRandom
 
 private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(nanoseconds: nanoseconds) }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ThreadKit
+import SeededRandom
 
 /// Races between firing and cancelling, and heaps far larger than any test needs. One test at a
 /// time: each keeps both cores busy.

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import ThreadKit
+import SeededRandom
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

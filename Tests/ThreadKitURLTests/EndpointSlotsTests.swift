@@ -1,6 +1,7 @@
 import Testing
 @_spi(ThreadKitURL) import ThreadKit
 @testable import ThreadKitURL
+import SeededRandom
 
 /// The per-endpoint slot state machine, driven with made-up times: no threads, sockets or clocks.
 @Suite struct EndpointSlotsTests {
@@ -264,7 +265,7 @@ import Testing
     /// Random events against a trivially correct model: a list of waiters scanned from the front.
     @Test(arguments: [1, 2, 3, 4, 5, 6, 7, 8])
     func randomEventsAgreeWithAModel(seed: UInt64) {
-        var random = SplitMix(seed: seed)
+        var random = SplitMix64(seed: seed)
         let maxRequests = Int(random.next() % 4) + 1
         let maxLong = Int(random.next() % UInt64(maxRequests))
         var slots = Slots(maxRequests: maxRequests, maxLongRequests: maxLong, rate: nil)
@@ -326,15 +327,3 @@ import Testing
     }
 }
 
-/// A small seeded generator, so random tests repeat exactly.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1330_11EB
-        return z ^ (z >> 31)
-    }
-}

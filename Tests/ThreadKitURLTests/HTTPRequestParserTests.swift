@@ -1,5 +1,6 @@
 import Testing
 import LoopbackHTTPServer
+import SeededRandom
 
 /// The test server's request parser, target splitter and default routes, as pure values: every
 /// request fed at every split point, a seeded fuzz loop, and the parser's work on slow clients.
@@ -199,7 +200,7 @@ import LoopbackHTTPServer
     /// Bytes that matter to the parser, drawn more often than the rest.
     static let interesting = Array("\r\n:; -+0123456789abcdefABCDEF%?=&/GETPOSTHTTP/1.1chunkedContent-LengthTransfer-Encoding\t\u{0}\u{7F}".utf8) + [0xFF, 0xC3]
 
-    static func mutate(_ input: [UInt8], using random: inout SplitMix) -> [UInt8] {
+    static func mutate(_ input: [UInt8], using random: inout SplitMix64) -> [UInt8] {
         var bytes = input
         for _ in 0..<Int.random(in: 1...4, using: &random) {
             let at = Int.random(in: 0...bytes.count, using: &random)
@@ -220,7 +221,7 @@ import LoopbackHTTPServer
     }
 
     @Test func fuzzedInputAlwaysYieldsRequestsOrAnErrorTheSameWayWhateverTheSplit() {
-        var random = SplitMix(seed: 0x5EED_0019)
+        var random = SplitMix64(seed: 0x5EED_0019)
         let seeds = (Self.valid + Self.invalid).map(\.bytes) + [
             Self.crlf("GET /?a=1&b=%41&c HTTP/1.1\nHost: x\n\n"), Self.crlf("GET /?= HTTP/1.1\n\n"),
         ]

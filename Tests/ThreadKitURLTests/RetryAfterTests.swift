@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ThreadKitURL
+import SeededRandom
 
 /// The Retry-After parser, with made-up times: RFC 9110's forms, erring on the side of waiting.
 @Suite struct RetryAfterTests {
@@ -131,7 +132,7 @@ import Testing
     @Test func dayCountsAgreeWithFoundationsGregorianCalendar() throws {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = try #require(TimeZone(identifier: "GMT"))
-        var random = SplitMix(seed: 19)
+        var random = SplitMix64(seed: 19)
         for _ in 0..<2_000 {
             let year = 1_600 + Int(random.next() % 8_400)   // Foundation's calendar is Julian before 1582
             let month = 1 + Int(random.next() % 12)
@@ -148,7 +149,7 @@ import Testing
     /// a pause within the limit or invalid.
     @Test(arguments: [1, 2, 3, 4] as [UInt64])
     func fuzzedValuesNeverTrapAndStayWithinTheLimit(seed: UInt64) {
-        var random = SplitMix(seed: seed)
+        var random = SplitMix64(seed: seed)
         let alphabet = Array("0123456789 .,:-+\tGMTUCgmtucJanFebNovSunTue\u{00A0}é9".utf8) + [0, 0x80, 0xFF]
         let seeds = ["Tue, 14 Nov 2023 22:13:30 GMT", "Tuesday, 14-Nov-23 22:13:30 GMT", "Tue Nov 14 22:13:30 2023",
                      "120", "1.5", "99999999999999999999"].map { Array($0.utf8) }

@@ -6,6 +6,7 @@ import Testing
 @_spi(ThreadKitURL) import ThreadKit
 import ThreadKitURL
 import LoopbackHTTPServer
+import SeededRandom
 
 /// Records a delegate's events, checking their order as they come.
 final class RecordingDelegate: URLDispatchDelegate, @unchecked Sendable {
@@ -153,7 +154,7 @@ extension URLIntegrationTests {
             let outcomes = try await bounded(.seconds(240)) {
                 try await withThrowingTaskGroup(of: (Int, String).self) { group in
                     var results: [String: Int] = [:]
-                    var random = SplitMix(seed: 42)
+                    var random = SplitMix64(seed: 42)
                     var inFlight = 0
                     for index in 0..<total {
                         let server = servers[index % servers.count]

@@ -1,15 +1,19 @@
-// Seeded randomness for the drivers: each driver has its own generator, so a run's seed says
-// how every driver chose (though thread timing still makes each run its own).
+// The one seeded random source of the tests, the benchmark and the soak, so that a randomized
+// run can be replayed from its seed and every program draws the same sequence from the same seed.
 
-/// SplitMix64: fast, small state, good enough to pick operations.
-struct SplitMix64: RandomNumberGenerator {
+/// SplitMix64 (Steele, Lea and Flood, 2014): a 64-bit state advanced by a fixed odd constant and
+/// mixed by two multiply-xorshift rounds. Small, fast, and good enough to pick operations, times
+/// and inputs; not for cryptography.
+public struct SplitMix64: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
-    init(seed: UInt64) {
+    /// A generator whose sequence is fixed by `seed`.
+    public init(seed: UInt64) {
         state = seed
     }
 
-    mutating func next() -> UInt64 {
+    /// The next 64 random bits.
+    public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
@@ -18,22 +22,22 @@ struct SplitMix64: RandomNumberGenerator {
     }
 
     /// `true` with probability `probability`.
-    mutating func chance(_ probability: Double) -> Bool {
+    public mutating func chance(_ probability: Double) -> Bool {
         Double.random(in: 0..<1, using: &self) < probability
     }
 
     /// A whole number of microseconds in `range`.
-    mutating func microseconds(_ range: ClosedRange<Int>) -> Duration {
+    public mutating func microseconds(_ range: ClosedRange<Int>) -> Duration {
         .microseconds(Int.random(in: range, using: &self))
     }
 
     /// A whole number of milliseconds in `range`.
-    mutating func milliseconds(_ range: ClosedRange<Int>) -> Duration {
+    public mutating func milliseconds(_ range: ClosedRange<Int>) -> Duration {
         .milliseconds(Int.random(in: range, using: &self))
     }
 
     /// One of `choices`, each as likely as the weight beside it.
-    mutating func weighted<Choice>(_ choices: KeyValuePairs<Choice, Int>) -> Choice {
+    public mutating func weighted<Choice>(_ choices: KeyValuePairs<Choice, Int>) -> Choice {
         let total = choices.reduce(0) { $0 + $1.value }
         var roll = Int.random(in: 0..<total, using: &self)
         for (choice, weight) in choices {
