@@ -1,6 +1,7 @@
 // The results as rows, and the three ways they leave the program: a table on standard output,
 // JSON, and the generated section of Docs/benchmarks.md.
 import Foundation
+import ToolHarness
 
 /// One line of the results: a metric of one implementation in one workload, over the rounds.
 struct Row {
