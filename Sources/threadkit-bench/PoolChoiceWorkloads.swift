@@ -63,14 +63,11 @@ enum PoolChoiceWorkloads {
             offset += -log(Double.random(in: Double.ulpOfOne..<1, using: &generator)) * meanGap
             return Int(offset)
         }
-        let pool = ThreadPool(name: "bench.latency", size: poolSize)
-        return Workload(
-            id: "pool.latency.u\(utilisation).t\(taskMicroseconds)",
-            metrics: Metric.percentiles("start latency"),
-            contenders: threePools(pool) { submitter, share in
+        return PoolWorkloads.onPool("pool.latency.u\(utilisation).t\(taskMicroseconds)", metrics: Metric.percentiles("start latency")) { pool in
+            threePools(pool) { submitter, share in
                 try measureOpenLoop(submitter, arrivals: Array(arrivals.prefix(share.of(tasks))), task: task)
-            },
-            finish: pool.shutDown)
+            }
+        }
     }
 
     /// Submits a task at each arrival (ns after the start). The producer sleeps until the next
@@ -117,13 +114,11 @@ enum PoolChoiceWorkloads {
     /// run and 200 ms have passed.
     static func memory(scale: Scale) -> Workload {
         let tasks = scale.size(1_000_000)
-        let pool = ThreadPool(name: "bench.memory", size: poolSize)
-        return Workload(
-            id: "pool.memory",
-            metrics: Metric.named([
-                "heap per queued task": "bytes", "resident per queued task": "bytes", "heap after drain": "MB", "resident after drain": "MB",
-            ]),
-            contenders: [
+        let metrics = Metric.named([
+            "heap per queued task": "bytes", "resident per queued task": "bytes", "heap after drain": "MB", "resident after drain": "MB",
+        ])
+        return PoolWorkloads.onPool("pool.memory", metrics: metrics) { pool in
+            [
                 Contender(name: "ThreadKit") {
                     let gate = DispatchSemaphore(value: 0)
                     let holding = Countdown(poolSize)
@@ -143,8 +138,8 @@ enum PoolChoiceWorkloads {
                     queue.suspend()
                     return measureBurst(tasks: tasks, submit: { queue.async(execute: $0) }, release: { queue.resume() })
                 },
-            ],
-            finish: pool.shutDown)
+            ]
+        }
     }
 
     static func measureBurst(
@@ -175,11 +170,8 @@ enum PoolChoiceWorkloads {
     /// tasks; GCD adds threads while its workers block. No goal: these are different promises.
     static func blocking(scale: Scale) -> Workload {
         let tasks = scale.size(1_000)
-        let pool = ThreadPool(name: "bench.blocking", size: poolSize)
-        return Workload(
-            id: "pool.blocking",
-            metrics: Metric.named(["wall per task": "µs", "threads used": "count"]),
-            contenders: threePools(pool).map { name, submitter in
+        return PoolWorkloads.onPool("pool.blocking", metrics: Metric.named(["wall per task": "µs", "threads used": "count"])) { pool in
+            threePools(pool).map { name, submitter in
                 Contender(name: name) {
                     let threadsBefore = ProcessReadings.threadCount()
                     let countdown = Countdown(tasks)
@@ -197,8 +189,8 @@ enum PoolChoiceWorkloads {
                     measurement["threads used"] = Double(ProcessReadings.threadCount() - threadsBefore)
                     return measurement
                 }
-            },
-            finish: pool.shutDown)
+            }
+        }
     }
 
     // MARK: - Fairness
@@ -210,14 +202,9 @@ enum PoolChoiceWorkloads {
     static func fairness(scale: Scale) -> Workload {
         let producers = 4
         let window = scale.duration(.milliseconds(500))
-        let pool = ThreadPool(name: "bench.fairness", size: poolSize)
-        return Workload(
-            id: "pool.fairness",
-            metrics: Metric.named(["share spread": "points", "lowest share": "%"]),
-            contenders: threePools(pool) { submitter, share in
-                measureFairness(submitter, producers: producers, window: share.of(window))
-            },
-            finish: pool.shutDown)
+        return PoolWorkloads.onPool("pool.fairness", metrics: Metric.named(["share spread": "points", "lowest share": "%"])) { pool in
+            threePools(pool) { submitter, share in measureFairness(submitter, producers: producers, window: share.of(window)) }
+        }
     }
 
     /// What one producer of `pool.fairness` has in flight and has had started.
@@ -274,7 +261,6 @@ enum PoolChoiceWorkloads {
     /// `pool.cold`: a cold pool in a fresh process: how long its first task takes to start, from
     /// the submit call (the pool starts its first thread).
     static func cold(scale: Scale) -> Workload {
-        let pool = ThreadPool(name: "bench.cold", size: poolSize)
         func measure(_ submitter: any PoolSubmitter) throws -> Measurement {
             let started = InstantBuffer(count: 1)
             let countdown = Countdown(1)
@@ -286,11 +272,9 @@ enum PoolChoiceWorkloads {
             countdown.waitForAll()
             return Measurement(values: ["first task latency": (started[0] - submitted).microseconds])
         }
-        return Workload(
-            id: "pool.cold",
-            metrics: [Metric(name: "first task latency", unit: "µs")],
-            contenders: threadKitAndGCD(pool, measure),
-            finish: pool.shutDown)
+        return PoolWorkloads.onPool("pool.cold", metrics: [Metric(name: "first task latency", unit: "µs")]) { pool in
+            threadKitAndGCD(pool, measure)
+        }
     }
 
     /// `pool.idle`: the CPU time of every thread but the measuring one over 10 s with the pool idle,
@@ -298,7 +282,6 @@ enum PoolChoiceWorkloads {
     /// side by side, each in its own process, after 300 ms for both to finish starting: idle
     /// processes do not disturb each other.
     static func idle(scale: Scale) -> Workload {
-        let pool = ThreadPool(name: "bench.idle", size: poolSize)
         let quiet = scale.duration(.seconds(10))
         func measure(_ submitter: any PoolSubmitter) throws -> Measurement {
             Thread.sleep(forTimeInterval: 0.3)
@@ -312,12 +295,9 @@ enum PoolChoiceWorkloads {
             let used = after.reduce(0.0) { sum, entry in sum + entry.value - (before[entry.key] ?? 0) }
             return Measurement(values: ["idle CPU": used / 1e6])
         }
-        return Workload(
-            id: "pool.idle",
-            metrics: [Metric(name: "idle CPU", unit: "ms")],
-            contenders: threadKitAndGCD(pool, measure),
-            contendersRunTogether: true,
-            finish: pool.shutDown)
+        return PoolWorkloads.onPool("pool.idle", metrics: [Metric(name: "idle CPU", unit: "ms")], contendersRunTogether: true) { pool in
+            threadKitAndGCD(pool, measure)
+        }
     }
 
     // MARK: - Swift tasks
@@ -326,15 +306,12 @@ enum PoolChoiceWorkloads {
     /// `withTaskExecutorPreference(pool)` against the same group on the default executor.
     static func executor(scale: Scale) -> Workload {
         let tasks = scale.size(100_000)
-        let pool = ThreadPool(name: "bench.executor", size: poolSize)
-        return Workload(
-            id: "pool.executor",
-            metrics: Metric.named(["wall per task": "ns", "CPU per task": "ns"]),
-            contenders: [
+        return PoolWorkloads.onPool("pool.executor", metrics: Metric.named(["wall per task": "ns", "CPU per task": "ns"])) { pool in
+            [
                 Contender(name: "ThreadKit", warmingUpOnATenth: { share in measureGroup(tasks: share.of(tasks), preferring: pool) }),
                 Contender(name: "default executor", warmingUpOnATenth: { share in measureGroup(tasks: share.of(tasks), preferring: nil) }),
-            ],
-            finish: pool.shutDown)
+            ]
+        }
     }
 
     static func measureGroup(tasks: Int, preferring pool: ThreadPool?) -> Measurement {

@@ -14,51 +14,58 @@ enum PoolWorkloads {
     /// Pool threads of the `pool.threads.tN` items.
     static let threadCounts = [1, 2, 4, 8, 16]
 
+    /// The workload `id`, whose contenders use a ThreadKit pool of `size` threads made for it and
+    /// shut down after the round.
+    static func onPool(
+        _ id: String, size: Int = poolSize, metrics: [Metric], contendersRunTogether: Bool = false,
+        _ contenders: (ThreadPool) -> [Contender]
+    ) -> Workload {
+        let pool = ThreadPool(name: "bench.\(id)", size: size)
+        return Workload(
+            id: id, metrics: metrics, contenders: contenders(pool), contendersRunTogether: contendersRunTogether,
+            finish: pool.shutDown)
+    }
+
     /// `pool.throughput.pN` (shared capture) and `pool.throughput.free.pN` (capture-free): a
-    /// million empty closures from `producers` threads to a pool of 2 threads.
+    /// million empty closures from `producers` threads to a pool of 2 threads, against GCD (and,
+    /// for `pool.throughput.p1`, `OperationQueue`).
     static func throughput(scale: Scale, producers: Int, capture: Throughput.Capture) -> Workload {
         let run = Throughput(items: scale.size(1_000_000), producers: producers, capture: capture)
-        let pool = ThreadPool(name: "bench.throughput", size: poolSize)
-        var contenders = [run.contender("ThreadKit", ThreadKitExecute(pool: pool)), run.contender("GCD", GCDAsync())]
-        if producers == 1 && capture == .shared {
-            contenders.append(run.contender("OperationQueue", OperationQueueAdd(width: poolSize)))
-        }
         let id = capture == .shared ? "pool.throughput.p\(producers)" : "pool.throughput.free.p\(producers)"
-        return run.workload(id, contenders, finish: pool.shutDown)
+        let withOperationQueue = producers == 1 && capture == .shared
+        return onPool(id, metrics: Throughput.metrics) { pool in
+            [run.contender("ThreadKit", ThreadKitExecute(pool: pool)), run.contender("GCD", GCDAsync())]
+                + (withOperationQueue ? [run.contender("OperationQueue", OperationQueueAdd(width: poolSize))] : [])
+        }
     }
 
     /// `pool.threads.tN`: half a million empty closures from one producer to a pool of `threads`
     /// threads (GCD's global queue, whose width the program does not choose, beside it).
     static func threads(scale: Scale, threads: Int) -> Workload {
         let run = Throughput(items: scale.size(500_000))
-        let pool = ThreadPool(name: "bench.threads", size: threads)
-        return run.workload(
-            "pool.threads.t\(threads)", [run.contender("ThreadKit", ThreadKitExecute(pool: pool)), run.contender("GCD", GCDAsync())],
-            finish: pool.shutDown)
+        return onPool("pool.threads.t\(threads)", size: threads, metrics: Throughput.metrics) { pool in
+            [run.contender("ThreadKit", ThreadKitExecute(pool: pool)), run.contender("GCD", GCDAsync())]
+        }
     }
 
     /// `pool.schedule.p1`: as `pool.throughput.p1`, through the APIs that return a handle.
     static func schedule(scale: Scale) -> Workload {
         let run = Throughput(items: scale.size(1_000_000))
-        let pool = ThreadPool(name: "bench.schedule", size: poolSize)
-        return run.workload(
-            "pool.schedule.p1", [run.contender("ThreadKit", ThreadKitSchedule(pool: pool)), run.contender("GCD", GCDWorkItem())],
-            finish: pool.shutDown)
+        return onPool("pool.schedule.p1", metrics: Throughput.metrics) { pool in
+            [run.contender("ThreadKit", ThreadKitSchedule(pool: pool)), run.contender("GCD", GCDWorkItem())]
+        }
     }
 
     /// `pool.wake`: one submission per millisecond to an idle pool; the time until each closure
     /// starts, and the process's CPU time per wake (a worker that spins before it sleeps shows here).
     static func wake(scale: Scale) -> Workload {
         let submissions = scale.size(1_000)
-        let pool = ThreadPool(name: "bench.wake", size: poolSize)
         func contender(_ name: String, _ submitter: some PoolSubmitter) -> Contender {
             Contender(name: name, warmingUpOnATenth: { share in try measureWake(submitter, submissions: share.of(submissions)) })
         }
-        return Workload(
-            id: "pool.wake",
-            metrics: Metric.percentiles("start latency") + [Metric(name: "CPU per wake", unit: "µs")],
-            contenders: [contender("ThreadKit", ThreadKitExecute(pool: pool)), contender("GCD", GCDAsync())],
-            finish: pool.shutDown)
+        return onPool("pool.wake", metrics: Metric.percentiles("start latency") + [Metric(name: "CPU per wake", unit: "µs")]) { pool in
+            [contender("ThreadKit", ThreadKitExecute(pool: pool)), contender("GCD", GCDAsync())]
+        }
     }
 
     /// Submits one closure per millisecond (absolute ticks on `CLOCK_MONOTONIC`); each records when

@@ -87,9 +87,7 @@ struct PoolUnderTest: Subject {
 
     /// `run` from a Swift task; a thrown `disposed` means the pool gave the work back unrun.
     private mutating func run(_ chore: Chore, cancelAtOnce: Bool) {
-        guard inFlight.count < 32 else { return }
-        let unit = Unit(ledger)
-        let task = inFlight.launch { [pool, soak, description] in
+        let launched = inFlight.launch(limit: 32, unitIn: ledger) { [pool, soak, description] unit in
             do {
                 try await pool.run {
                     unit.end(.ran)
@@ -104,6 +102,7 @@ struct PoolUnderTest: Subject {
                 Self.classifyRefusal(error, by: pool, description: description, disposed: nil)
             }
         }
+        guard let task = launched else { return }
         if cancelAtOnce {
             task.cancel()
         } else {

@@ -151,9 +151,7 @@ struct QueueUnderTest: Subject {
     }
 
     private mutating func run(cancelAtOnce: Bool) {
-        guard inFlight.count < 16 else { return }
-        let unit = Unit(ledger)
-        let task = inFlight.launch { [queue, usesCancelAll, description] in
+        let launched = inFlight.launch(limit: 16, unitIn: ledger) { [queue, usesCancelAll, description] unit in
             do {
                 try await queue.run {
                     unit.end(.ran)
@@ -167,6 +165,7 @@ struct QueueUnderTest: Subject {
                 Self.refused(error, by: description)
             }
         }
+        guard let task = launched else { return }
         if cancelAtOnce {
             task.cancel()
         } else if !usesCancelAll {

@@ -104,9 +104,7 @@ struct ThreadUnderTest: Subject {
     }
 
     private func run() {
-        guard inFlight.count < 16 else { return }
-        let unit = Unit(ledger)
-        inFlight.launch { [thread, description] in
+        inFlight.launch(limit: 16, unitIn: ledger) { [thread, description] unit in
             do {
                 try await thread.run {
                     if !thread.isCurrent { violations.report("\(description): run's work ran off the thread") }

@@ -18,13 +18,18 @@ final class InFlight: Sendable {
         running.wrappingSubtract(1, ordering: .releasing)
     }
 
-    /// Runs `body` in a detached Swift task, counted here until it returns.
+    /// Unless `limit` tasks are in flight, offers a unit in `ledger` and runs `body` with it in a
+    /// detached Swift task, counted here until it returns.
+    ///
+    /// - Returns: The task; `nil`, with no unit offered, when `limit` are in flight.
     @discardableResult
-    func launch(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+    func launch(limit: Int, unitIn ledger: Ledger, _ body: @escaping @Sendable (Unit) async -> Void) -> Task<Void, Never>? {
+        guard count < limit else { return nil }
+        let unit = Unit(ledger)
         enter()
         return Task.detached { [self] in
             defer { leave() }
-            await body()
+            await body(unit)
         }
     }
 
