@@ -106,6 +106,16 @@ struct Throughput {
         case shared
         /// The closures capture nothing (no context to allocate or retain); they tick a global counter.
         case free
+
+        /// The countdown of `items` items: a new one they share, or the global one, armed.
+        func countdown(_ items: Int) -> Countdown {
+            switch self {
+            case .shared: return Countdown(items)
+            case .free:
+                GlobalCountdown.shared.arm(items)
+                return GlobalCountdown.shared
+            }
+        }
     }
 
     static let metrics = Metric.named(["wall per item": "ns", "CPU per item": "ns"])
@@ -128,13 +138,7 @@ struct Throughput {
     /// Submits `items` closures from `producers` threads (the calling thread when 1) and waits
     /// until the last one has run. Wall and CPU time run from the first submission to that moment.
     func measure<Submitter: PoolSubmitter>(_ submitter: Submitter, items: Int) throws -> Measurement {
-        let countdown: Countdown
-        switch capture {
-        case .shared: countdown = Countdown(items)
-        case .free:
-            countdown = GlobalCountdown.shared
-            countdown.arm(items)
-        }
+        let countdown = capture.countdown(items)
         /// Submits `count` items: each a new closure, as a program makes one per task.
         @Sendable func submit(_ count: Int) throws {
             switch capture {
