@@ -19,9 +19,11 @@ let package = Package(
         .target(name: "LoopbackHTTPServer"),
         // The seeded random source shared by the tests, the benchmark and the soak (not a product).
         .target(name: "SeededRandom"),
+        // What the benchmark and the soak share: the command line, /proc readings, waiting (not a product).
+        .target(name: "ToolHarness"),
         .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
-        .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom"]),
-        .executableTarget(name: "threadkit-soak", dependencies: ["ThreadKit", "SeededRandom"]),
+        .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom", "ToolHarness"]),
+        .executableTarget(name: "threadkit-soak", dependencies: ["ThreadKit", "SeededRandom", "ToolHarness"]),
         .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "SeededRandom"]),
         .testTarget(name: "ThreadKitURLTests", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom"]),
     ],

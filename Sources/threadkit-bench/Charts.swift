@@ -78,9 +78,9 @@ enum Charts {
         for result in results {
             for name in metrics {
                 guard let metric = result.metrics.first(where: { $0.name == name }) else { continue }
-                let bars = result.contenders.compactMap { contender -> BarGroup.Bar? in
+                let bars = result.contenders.compactMap { contender -> (name: String, summary: Summary)? in
                     let values = contender.values(name)
-                    return values.isEmpty ? nil : BarGroup.Bar(name: contender.name, summary: Summary(values))
+                    return values.isEmpty ? nil : (contender.name, Summary(values))
                 }
                 if !bars.isEmpty { groups.append(BarGroup(title: "\(result.id) — \(name)", unit: metric.unit, bars: bars)) }
             }
@@ -115,16 +115,11 @@ enum Charts {
         return svg.document
     }
 
-    /// One metric of one workload: a bar per implementation.
+    /// One metric of one workload: a bar per implementation, its median with its rounds' range.
     private struct BarGroup {
-        /// One implementation's median, with its rounds' range.
-        struct Bar {
-            let name: String
-            let summary: Summary
-        }
         let title: String
         let unit: String
-        let bars: [Bar]
+        let bars: [(name: String, summary: Summary)]
     }
 
     // MARK: - Percentile curves
@@ -137,65 +132,91 @@ enum Charts {
             (name: contender.name, curve: PooledSamples(contender.samples(samples)).pooled)
         }
         guard !series.isEmpty else { return nil }
-        let width = 820.0, height = 460.0
-        let left = 78.0, right = 24.0, top = 64.0
-        let legendHeight = Double(series.count) * 18 + 12
-        let bottom = 46.0 + legendHeight
-        let plotWidth = width - left - right, plotHeight = height - top - bottom
-
         let fewest = series.map(\.curve.count).min()!
         let xMax = min(5, max(2, floor(log10(Double(fewest)))))
-        let lowest = series.map { $0.curve.quantile(0.01) }.min()!
-        let highest = series.map { $0.curve.quantile(1) }.max()!
-        let yMin = pow(10, floor(log10(max(lowest, 0.01))))
-        let yMax = pow(10, ceil(log10(max(highest, yMin * 10))))
-        func px(_ x: Double) -> Double { left + plotWidth * x / xMax }
-        func py(_ value: Double) -> Double {
-            let clamped = min(max(value, yMin), yMax)
-            return top + plotHeight * (1 - (log10(clamped) - log10(yMin)) / (log10(yMax) - log10(yMin)))
-        }
-
-        var svg = SVG(width: width, height: height)
-        svg.text(title, x: 16, y: 26, size: 16, weight: "bold")
-        svg.text(subtitle, x: 16, y: 46, size: 12, fill: "#57606a")
-        // Grid: decades on y; p0, p50, p90, p99 … on x.
-        var decade = yMin
-        while decade <= yMax * 1.0001 {
-            svg.line(left, py(decade), left + plotWidth, py(decade), stroke: "#d0d7de", dashed: decade != yMin)
-            svg.text("\(Format.plain(decade))", x: left - 6, y: py(decade) + 4, size: 11, anchor: .end, fill: "#57606a")
-            decade *= 10
-        }
+        var plot = LogPlot(
+            height: 460, legendLines: series.count, title: title, subtitle: subtitle,
+            lowest: max(series.map { $0.curve.quantile(0.01) }.min()!, 0.01), highest: series.map { $0.curve.quantile(1) }.max()!)
+        func px(_ x: Double) -> Double { plot.left + plot.plotWidth * x / xMax }
+        // p0, p50, p90, p99 … on x.
         var ticks: [(Double, String)] = [(0, "p0"), (log10(2), "p50"), (1, "p90")]
         var nines = "99"
         for x in stride(from: 2.0, through: xMax, by: 1) {
             ticks.append((x, "p" + nines))
             nines = nines == "99" ? "99.9" : nines + "9"
         }
-        for (x, label) in ticks {
-            svg.line(px(x), top, px(x), top + plotHeight, stroke: "#d0d7de", dashed: x != 0)
-            svg.text(label, x: px(x), y: top + plotHeight + 16, size: 11, anchor: .middle, fill: "#57606a")
-        }
-        svg.text("percentile", x: left + plotWidth / 2, y: top + plotHeight + 34, size: 12, anchor: .middle, fill: "#57606a")
-        svg.text(unit + " (log scale)", x: 18, y: top + plotHeight / 2, size: 12, anchor: .middle, fill: "#57606a", rotate: true)
-
+        for (x, label) in ticks { plot.xTick(at: px(x), label, solid: x == 0) }
+        plot.axisLabels(x: "percentile", y: unit + " (log scale)")
         for (name, curve) in series {
             let steps = 400
             let points = (0...steps).map { step -> (Double, Double) in
                 let x = xMax * Double(step) / Double(steps)
                 let q = 1 - pow(10, -x)
-                return (px(x), py(curve.quantile(q)))
+                return (px(x), plot.py(curve.quantile(q)))
             }
-            svg.polyline(points, stroke: colour(name))
+            plot.svg.polyline(points, stroke: colour(name))
         }
-        var legendY = top + plotHeight + 58
-        for (name, curve) in series {
-            svg.line(left, legendY - 4, left + 24, legendY - 4, stroke: colour(name), width: 3)
-            let figures = "p50 \(Format.plain(curve.quantile(0.5))), p99 \(Format.plain(curve.quantile(0.99))), "
-                + "max \(Format.plain(curve.quantile(1))) \(unit) (\(curve.count) samples)"
-            svg.text("\(name): \(figures)", x: left + 32, y: legendY, size: 12)
-            legendY += 18
+        plot.legend(series.map { name, curve in
+            (name, "\(name): p50 \(Format.plain(curve.quantile(0.5))), p99 \(Format.plain(curve.quantile(0.99))), "
+                + "max \(Format.plain(curve.quantile(1))) \(unit) (\(curve.count) samples)")
+        })
+        return plot.svg.document
+    }
+}
+
+/// A chart with a logarithmic y axis: its title and subtitle, the decades as grid lines with their
+/// labels, the x ticks and axis labels, and a legend of one line per implementation below.
+struct LogPlot {
+    static let width = 820.0
+    let left = 78.0, top = 64.0
+    let plotWidth: Double, plotHeight: Double
+    /// The decades the y axis spans.
+    let yMin: Double, yMax: Double
+    var svg: SVG
+
+    /// A chart of `height` whose y axis spans the decades around `lowest`…`highest` (both positive).
+    init(height: Double, legendLines: Int, title: String, subtitle: String, lowest: Double, highest: Double) {
+        let right = 24.0, bottom = 58.0 + Double(legendLines) * 18
+        plotWidth = Self.width - left - right
+        plotHeight = height - top - bottom
+        yMin = pow(10, floor(log10(lowest)))
+        yMax = pow(10, ceil(log10(max(highest, yMin * 10))))
+        svg = SVG(width: Self.width, height: height)
+        svg.text(title, x: 16, y: 26, size: 16, weight: "bold")
+        svg.text(subtitle, x: 16, y: 46, size: 12, fill: "#57606a")
+        var decade = yMin
+        while decade <= yMax * 1.0001 {
+            svg.line(left, py(decade), left + plotWidth, py(decade), stroke: "#d0d7de", dashed: decade != yMin)
+            svg.text(Format.plain(decade), x: left - 6, y: py(decade) + 4, size: 11, anchor: .end, fill: "#57606a")
+            decade *= 10
         }
-        return svg.document
+    }
+
+    /// The y of `value`, clamped to the axis.
+    func py(_ value: Double) -> Double {
+        let clamped = min(max(value, yMin), yMax)
+        return top + plotHeight * (1 - (log10(clamped) - log10(yMin)) / (log10(yMax) - log10(yMin)))
+    }
+
+    /// A vertical grid line at `x` (dashed unless `solid`) with its label under the axis.
+    mutating func xTick(at x: Double, _ label: String, solid: Bool) {
+        svg.line(x, top, x, top + plotHeight, stroke: "#d0d7de", dashed: !solid)
+        svg.text(label, x: x, y: top + plotHeight + 16, size: 11, anchor: .middle, fill: "#57606a")
+    }
+
+    mutating func axisLabels(x: String, y: String) {
+        svg.text(x, x: left + plotWidth / 2, y: top + plotHeight + 34, size: 12, anchor: .middle, fill: "#57606a")
+        svg.text(y, x: 18, y: top + plotHeight / 2, size: 12, anchor: .middle, fill: "#57606a", rotate: true)
+    }
+
+    /// One line per entry: the implementation's colour, then `text`.
+    mutating func legend(_ entries: [(implementation: String, text: String)]) {
+        var y = top + plotHeight + 58
+        for (implementation, text) in entries {
+            svg.line(left, y - 4, left + 24, y - 4, stroke: Charts.colour(implementation), width: 3)
+            svg.text(text, x: left + 32, y: y, size: 12)
+            y += 18
+        }
     }
 }
 
@@ -227,23 +248,22 @@ enum ChartFiles {
             results: pools, metrics: ["wall per item", "CPU per item"]) {
             files.append(("benchmark-pool-throughput.svg", "Pool throughput: ns per item", svg))
         }
-        let curves: [(id: String, samples: String, file: String, caption: String, title: String, subtitle: String)] = [
+        // Each chart's workload, sample set, file, caption, title, and what its samples are.
+        let curves: [(id: String, samples: String, file: String, caption: String, title: String, what: String)] = [
             ("timer.fire", "lateness", "benchmark-timer-lateness.svg", "Timer lateness distribution",
-             "timer.fire: how late one-shot calls run",
-             "Lateness = run time − deadline, samples of \(rounds) rounds pooled. Lower is better."),
+             "timer.fire: how late one-shot calls run", "Lateness = run time − deadline"),
             ("timer.fire.work", "lateness", "benchmark-timer-lateness-work.svg", "Timer lateness with 15 µs of work per call",
-             "timer.fire.work: how late one-shot calls run when each works 15 µs",
-             "Lateness = run time − deadline, samples of \(rounds) rounds pooled. Lower is better."),
+             "timer.fire.work: how late one-shot calls run when each works 15 µs", "Lateness = run time − deadline"),
             ("pool.wake", "start latency", "benchmark-pool-wake.svg", "Pool wake-up latency distribution",
-             "pool.wake: submit to start on an idle pool",
-             "One submission per millisecond, samples of \(rounds) rounds pooled. Lower is better."),
+             "pool.wake: submit to start on an idle pool", "One submission per millisecond"),
             ("throttle.precision", "error", "benchmark-throttle-error.svg", "Throttle start-to-start error distribution",
-             "throttle.precision: |start-to-start gap − 10 ms|",
-             "1 ms tasks at a 10 ms interval, samples of \(rounds) rounds pooled. Lower is better."),
+             "throttle.precision: |start-to-start gap − 10 ms|", "1 ms tasks at a 10 ms interval"),
         ]
         for curve in curves {
             guard let result = results.first(where: { $0.id == curve.id }),
-                  let svg = Charts.percentiles(title: curve.title, subtitle: curve.subtitle, unit: "µs", samples: curve.samples, result: result)
+                  let svg = Charts.percentiles(
+                    title: curve.title, subtitle: "\(curve.what), samples of \(rounds) rounds pooled. Lower is better.",
+                    unit: "µs", samples: curve.samples, result: result)
             else { continue }
             files.append((curve.file, curve.caption, svg))
         }

@@ -7,7 +7,7 @@ import Synchronization
 /// The producer owns `tail`, the consumer `head`; each reads the other's with acquire ordering and
 /// publishes its own with release ordering, so a slot is written only by the producer while
 /// `tail - head < capacity` and read only by the consumer while `head < tail`.
-final class ClosureRing: @unchecked Sendable {
+final class ClosureRing: PoolSubmitter, @unchecked Sendable {
     // Sendable: no lock; the `head`/`tail` atomics above hand each slot from one thread to the other.
     private static let capacity = 1_024
     private static let mask = capacity - 1
@@ -31,7 +31,7 @@ final class ClosureRing: @unchecked Sendable {
 
     /// Producer side: waits (spinning) for a free slot, stores `work`, publishes it.
     @inline(__always)
-    func push(_ work: @escaping @Sendable () -> Void) {
+    func submit(_ work: @escaping @Sendable () -> Void) {
         let position = tail.load(ordering: .relaxed)
         var polls = 0
         while position - head.load(ordering: .acquiring) == Self.capacity { Self.backOff(&polls) }

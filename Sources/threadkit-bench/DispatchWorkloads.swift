@@ -3,18 +3,7 @@
 import Dispatch
 import Foundation
 import ThreadKit
-
-/// `DedicatedThread.execute`: one thread, FIFO.
-struct DedicatedExecute: PoolSubmitter {
-    let thread: DedicatedThread
-    func submit(_ work: @escaping @Sendable () -> Void) throws { try thread.execute(work) }
-}
-
-/// `DispatchQueue.async(execute:)` on a serial queue.
-struct SerialQueueAsync: PoolSubmitter {
-    let queue: DispatchQueue
-    func submit(_ work: @escaping @Sendable () -> Void) { queue.async(execute: work) }
-}
+import ToolHarness
 
 /// `dedicated.*` and `dispatch.sync.held`: DedicatedThread and DispatchMethod against a serial queue.
 enum DispatchWorkloads {
@@ -22,16 +11,13 @@ enum DispatchWorkloads {
 
     /// `dedicated.throughput`: a million empty closures from one producer to one thread.
     static func dedicatedThroughput(scale: Scale) -> Workload {
-        let items = scale.size(1_000_000)
+        let run = Throughput(items: scale.size(1_000_000))
         let thread = DedicatedThread(name: "bench.dedicated")
         let queue = DispatchQueue(label: "bench.serial")
-        return Workload(
-            id: "dedicated.throughput", metrics: PoolWorkloads.throughputMetrics,
-            contenders: [
-                PoolWorkloads.throughputContender("ThreadKit", DedicatedExecute(thread: thread), items: items, producers: 1, capture: .shared),
-                PoolWorkloads.throughputContender("GCD serial", SerialQueueAsync(queue: queue), items: items, producers: 1, capture: .shared),
-            ],
-            finish: { shutDown(thread) })
+        return run.workload("dedicated.throughput", [
+            run.contender("ThreadKit", DedicatedExecute(thread: thread)),
+            run.contender("GCD serial", SerialQueueAsync(queue: queue)),
+        ], finish: thread.shutDown)
     }
 
     /// `dedicated.sync`: round-trip `sync` calls from another thread, one after another.
@@ -42,14 +28,10 @@ enum DispatchWorkloads {
         return Workload(
             id: "dedicated.sync", metrics: perCall,
             contenders: [
-                Contender(name: "ThreadKit", warmUp: { _ = timePerCall(calls / 10) { thread.sync { blackHole() } } }) {
-                    timePerCall(calls) { thread.sync { blackHole() } }
-                },
-                Contender(name: "GCD serial", warmUp: { _ = timePerCall(calls / 10) { queue.sync { blackHole() } } }) {
-                    timePerCall(calls) { queue.sync { blackHole() } }
-                },
+                Contender(name: "ThreadKit", warmingUpOnATenth: { share in timePerCall(share.of(calls)) { thread.sync { blackHole() } } }),
+                Contender(name: "GCD serial", warmingUpOnATenth: { share in timePerCall(share.of(calls)) { queue.sync { blackHole() } } }),
             ],
-            finish: { shutDown(thread) })
+            finish: thread.shutDown)
     }
 
     /// `dispatch.sync.held`: `DispatchMethod.sync` onto a serial queue from a thread that already
@@ -68,15 +50,15 @@ enum DispatchWorkloads {
         return Workload(
             id: "dispatch.sync.held", metrics: perCall,
             contenders: [
-                Contender(name: "ThreadKit", warmUp: { _ = holdingTwo { timePerCall(calls / 10) { method.execute { blackHole() } } } }) {
-                    holdingTwo { timePerCall(calls) { method.execute { blackHole() } } }
-                },
-                Contender(name: "GCD serial", warmUp: { _ = holdingTwo { timePerCall(calls / 10) { queue.sync { blackHole() } } } }) {
-                    holdingTwo { timePerCall(calls) { queue.sync { blackHole() } } }
-                },
+                Contender(name: "ThreadKit", warmingUpOnATenth: { share in
+                    holdingTwo { timePerCall(share.of(calls)) { method.execute { blackHole() } } }
+                }),
+                Contender(name: "GCD serial", warmingUpOnATenth: { share in
+                    holdingTwo { timePerCall(share.of(calls)) { queue.sync { blackHole() } } }
+                }),
             ],
             finish: {
-                shutDown(outer)
+                outer.shutDown()
                 pool.dispose()
             })
     }
@@ -87,11 +69,6 @@ enum DispatchWorkloads {
         for _ in 0..<calls { body() }
         let elapsed = ContinuousClock.now - start
         return Measurement(values: ["per call": elapsed.nanoseconds / Double(calls)])
-    }
-
-    private static func shutDown(_ thread: DedicatedThread) {
-        thread.dispose()
-        _ = thread.awaitTermination(timeout: .seconds(10))
     }
 }
 

@@ -17,84 +17,50 @@ enum FloorWorkloads {
 
     /// `floor.spsc.shared` / `floor.spsc.free`: a million closures (sharing a capture, or
     /// capture-free) through a ``ClosureRing`` to one spinning consumer thread.
-    static func spsc(scale: Scale, capture: PoolWorkloads.Capture) -> Workload {
-        floorWorkload("floor.spsc", scale: scale, capture: capture, measure: measureRing)
+    static func spsc(scale: Scale, capture: Throughput.Capture) -> Workload {
+        let run = Throughput(items: scale.size(1_000_000), capture: capture)
+        return run.workload("floor.spsc.\(capture.rawValue)", [
+            Contender(name: "floor", warmingUpOnATenth: { share in
+                let ring = ClosureRing()
+                let consumer = Thread { ring.consume() }
+                consumer.name = "bench floor consumer"
+                consumer.start()
+                defer { ring.stop() }
+                return try run.measure(ring, items: share.of(run.items))
+            })
+        ])
     }
 
     /// `floor.inline.shared` / `floor.inline.free`: one thread stores each closure in a slot and
     /// runs it: what a closure costs with no second thread at all.
-    static func inline(scale: Scale, capture: PoolWorkloads.Capture) -> Workload {
-        floorWorkload("floor.inline", scale: scale, capture: capture, measure: measureInline)
+    static func inline(scale: Scale, capture: Throughput.Capture) -> Workload {
+        let run = Throughput(items: scale.size(1_000_000), capture: capture)
+        return run.workload("floor.inline.\(capture.rawValue)", [
+            Contender(name: "floor", warmingUpOnATenth: { share in measureInline(items: share.of(run.items), capture: capture) })
+        ])
     }
 
-    /// `<prefix>.shared` or `<prefix>.free`: a million items through `measure`, after a tenth of
-    /// them as a warm-up.
-    private static func floorWorkload(
-        _ prefix: String, scale: Scale, capture: PoolWorkloads.Capture,
-        measure: @escaping @Sendable (_ items: Int, _ capture: PoolWorkloads.Capture) -> Measurement
-    ) -> Workload {
-        let items = scale.size(1_000_000)
-        return Workload(
-            id: "\(prefix).\(capture == .shared ? "shared" : "free")", metrics: PoolWorkloads.throughputMetrics,
-            contenders: [
-                Contender(
-                    name: "floor",
-                    warmUp: { _ = measure(max(items / 10, 1), capture) },
-                    run: { measure(items, capture) })
-            ])
-    }
-
-    static func measureRing(items: Int, capture: PoolWorkloads.Capture) -> Measurement {
-        let ring = ClosureRing()
-        let consumer = Thread { ring.consume() }
-        consumer.name = "bench floor consumer"
-        consumer.start()
-        let countdown: Countdown
-        let stopwatch: Stopwatch
-        switch capture {
-        case .shared:
-            countdown = Countdown(items)
-            stopwatch = Stopwatch()
-            for _ in 0..<items { ring.push { countdown.tick() } }
-        case .free:
-            countdown = GlobalCountdown.shared
-            countdown.arm(items)
-            stopwatch = Stopwatch()
-            for _ in 0..<items { ring.push { GlobalCountdown.shared.tick() } }
-        }
-        countdown.waitForAll()
-        var measurement = Measurement()
-        measurement["wall per item"] = stopwatch.wallNanoseconds / Double(items)
-        measurement["CPU per item"] = stopwatch.cpuNanoseconds / Double(items)
-        ring.stop()
-        return measurement
-    }
-
-    static func measureInline(items: Int, capture: PoolWorkloads.Capture) -> Measurement {
+    /// Stores each closure in the next of 1,024 slots and runs it at once. Written out here rather
+    /// than as a ``PoolSubmitter`` for ``Throughput/measure(_:items:)``: through a submitter, the
+    /// shared-capture item costs twice as much (measured), and the floor must be the least a
+    /// closure costs.
+    static func measureInline(items: Int, capture: Throughput.Capture) -> Measurement {
         let slots = SlotBuffer<(@Sendable () -> Void)?>(count: 1_024, initialValue: nil)
-        let countdown: Countdown
-        let stopwatch: Stopwatch
+        let countdown = capture.countdown(items)
+        let stopwatch = Stopwatch()
         switch capture {
         case .shared:
-            countdown = Countdown(items)
-            stopwatch = Stopwatch()
             for index in 0..<items {
                 slots[index & 1_023] = { countdown.tick() }
                 slots[index & 1_023]!()
             }
         case .free:
-            countdown = GlobalCountdown.shared
-            countdown.arm(items)
-            stopwatch = Stopwatch()
             for index in 0..<items {
                 slots[index & 1_023] = { GlobalCountdown.shared.tick() }
                 slots[index & 1_023]!()
             }
         }
         countdown.waitForAll()
-        var measurement = Measurement()
-        measurement["wall per item"] = stopwatch.wallNanoseconds / Double(items)
-        measurement["CPU per item"] = stopwatch.cpuNanoseconds / Double(items)
-        return measurement
+        return stopwatch.perItem(items)
     }
 }

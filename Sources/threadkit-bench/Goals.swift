@@ -33,59 +33,56 @@ struct Goal {
         }
     }
 
-    private static func ratio(_ workload: String, _ metric: String, _ peer: String, _ factor: Double) -> Goal {
-        Goal(workload: workload, metric: metric, kind: .ratio(peer: peer, factor: factor))
+    /// The goals of one workload: ThreadKit at most the factor beside each metric × `peer`, and
+    /// the metrics that must be zero in every round.
+    private static func workload(
+        _ workload: String, against peer: String, _ factors: KeyValuePairs<String, Double>, zero: [String] = []
+    ) -> [Goal] {
+        factors.map { Goal(workload: workload, metric: $0.key, kind: .ratio(peer: peer, factor: $0.value)) }
+            + zero.map { Goal(workload: workload, metric: $0, kind: .zero) }
     }
 
+    /// The goals of one workload that has no peer: ThreadKit's median at most a limit, or zero.
+    private static func workload(_ workload: String, _ kinds: KeyValuePairs<String, Kind>) -> [Goal] {
+        kinds.map { Goal(workload: workload, metric: $0.key, kind: $0.value) }
+    }
+
+    /// Every goal, one workload a line.
     static let all: [Goal] = [
         // Issue 10's goals, on today's shared-capture items.
-        ratio("pool.throughput.p1", "wall per item", "GCD", 0.35),
-        ratio("pool.throughput.p1", "CPU per item", "GCD", 0.5),
-        ratio("pool.throughput.p2", "wall per item", "GCD", 0.5),
-        ratio("pool.throughput.p8", "wall per item", "GCD", 0.5),
-        ratio("pool.schedule.p1", "wall per item", "GCD", 0.4),
-        ratio("pool.wake", "start latency p50", "GCD", 1.0),
-        ratio("pool.wake", "start latency p99", "GCD", 1.0),
-        ratio("pool.wake", "CPU per wake", "GCD", 1.0),
-        ratio("timer.fire", "lateness p50", "GCD asyncAfter", 0.5),
-        ratio("timer.fire", "lateness p99", "GCD asyncAfter", 0.5),
-        ratio("timer.fire", "process CPU", "GCD asyncAfter", 0.5),
-        Goal(workload: "timer.fire", metric: "early calls", kind: .zero),
-        ratio("timer.fire.work", "lateness p99", "GCD asyncAfter", 1.0),
-        Goal(workload: "timer.fire.work", metric: "early calls", kind: .zero),
-        ratio("timer.fire.burst", "lateness p99", "GCD asyncAfter", 1.0),
-        Goal(workload: "timer.fire.burst", metric: "early calls", kind: .zero),
+        workload("pool.throughput.p1", against: "GCD", ["wall per item": 0.35, "CPU per item": 0.5]),
+        workload("pool.throughput.p2", against: "GCD", ["wall per item": 0.5]),
+        workload("pool.throughput.p8", against: "GCD", ["wall per item": 0.5]),
+        workload("pool.schedule.p1", against: "GCD", ["wall per item": 0.4]),
+        workload("pool.wake", against: "GCD", ["start latency p50": 1.0, "start latency p99": 1.0, "CPU per wake": 1.0]),
+        workload("timer.fire", against: "GCD asyncAfter", ["lateness p50": 0.5, "lateness p99": 0.5, "process CPU": 0.5], zero: ["early calls"]),
+        workload("timer.fire.work", against: "GCD asyncAfter", ["lateness p99": 1.0], zero: ["early calls"]),
+        workload("timer.fire.burst", against: "GCD asyncAfter", ["lateness p99": 1.0], zero: ["early calls"]),
         // Against the peer whose cancel really removes the call.
-        ratio("timer.pending", "insert per call", "DispatchSourceTimer", 0.3),
-        ratio("timer.pending", "heap per call", "DispatchSourceTimer", 0.25),
-        ratio("timer.pending", "cancel per call", "DispatchSourceTimer", 0.5),
-        ratio("timer.concurrent", "schedule per call", "GCD asyncAfter", 1.0),
-        ratio("timer.concurrent", "lateness p99", "GCD asyncAfter", 1.0),
-        ratio("timer.repeat", "drift at end", "DispatchSourceTimer", 1.0),
-        ratio("throttle.precision", "error p50", "GCD chain", 0.2),
-        ratio("throttle.precision", "error p99", "GCD chain", 1.0),
-        Goal(workload: "throttle.precision", metric: "early starts", kind: .zero),
-        Goal(workload: "log.disabled", metric: "per call", kind: .atMost(2, unit: "ns")),
-        ratio("dedicated.throughput", "wall per item", "GCD serial", 0.5),
-        ratio("dedicated.sync", "per call", "GCD serial", 1.0),
-        ratio("dispatch.sync.held", "per call", "GCD serial", 1.5),
+        workload("timer.pending", against: "DispatchSourceTimer", ["insert per call": 0.3, "heap per call": 0.25, "cancel per call": 0.5]),
+        workload("timer.concurrent", against: "GCD asyncAfter", ["schedule per call": 1.0, "lateness p99": 1.0]),
+        workload("timer.repeat", against: "DispatchSourceTimer", ["drift at end": 1.0]),
+        workload("throttle.precision", against: "GCD chain", ["error p50": 0.2, "error p99": 1.0], zero: ["early starts"]),
+        workload("log.disabled", ["per call": .atMost(2, unit: "ns")]),
+        workload("dedicated.throughput", against: "GCD serial", ["wall per item": 0.5]),
+        workload("dedicated.sync", against: "GCD serial", ["per call": 1.0]),
+        workload("dispatch.sync.held", against: "GCD serial", ["per call": 1.5]),
         // Issue 9: URLDispatcher against URLSession with the same configuration.
-        ratio("url.loopback", "wall", "URLSession", 1.1),
-        Goal(workload: "url.loopback", metric: "endpoints off the limit", kind: .zero),
-        Goal(workload: "url.timeout", metric: "lateness p99", kind: .atMost(10, unit: "ms")),
+        workload("url.loopback", against: "URLSession", ["wall": 1.1], zero: ["endpoints off the limit"]),
+        workload("url.timeout", ["lateness p99": .atMost(10, unit: "ms")]),
         // Issue 19, item 4: the cost per request stays flat over the history.
-        Goal(workload: "url.history", metric: "last / first CPU", kind: .atMost(1.25, unit: "×")),
+        workload("url.history", ["last / first CPU": .atMost(1.25, unit: "×")]),
         // Issue 13, item 3: what users choose a pool by.
-        ratio("pool.latency.u70.t10", "start latency p99", "GCD", 1.0),
-        ratio("pool.latency.u70.t100", "start latency p99", "GCD", 1.0),
-        ratio("pool.latency.u95.t10", "start latency p99", "GCD", 1.0),
-        ratio("pool.latency.u95.t100", "start latency p99", "GCD", 1.0),
-        ratio("pool.memory", "heap after drain", "GCD", 1.1),
-        ratio("pool.fairness", "share spread", "GCD", 1.0),
-        Goal(workload: "pool.idle", metric: "idle CPU", kind: .atMost(0, unit: "ms")),
-        ratio("pool.cold", "first task latency", "GCD", 1.0),
-        ratio("pool.executor", "wall per task", "default executor", 1.0),
-    ]
+        workload("pool.latency.u70.t10", against: "GCD", ["start latency p99": 1.0]),
+        workload("pool.latency.u70.t100", against: "GCD", ["start latency p99": 1.0]),
+        workload("pool.latency.u95.t10", against: "GCD", ["start latency p99": 1.0]),
+        workload("pool.latency.u95.t100", against: "GCD", ["start latency p99": 1.0]),
+        workload("pool.memory", against: "GCD", ["heap after drain": 1.1]),
+        workload("pool.fairness", against: "GCD", ["share spread": 1.0]),
+        workload("pool.idle", ["idle CPU": .atMost(0, unit: "ms")]),
+        workload("pool.cold", against: "GCD", ["first task latency": 1.0]),
+        workload("pool.executor", against: "default executor", ["wall per task": 1.0]),
+    ].flatMap { $0 }
 
     static func forRow(workload: String, metric: String) -> Goal? {
         all.first { $0.workload == workload && $0.metric == metric }

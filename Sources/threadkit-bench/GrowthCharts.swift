@@ -59,44 +59,25 @@ enum GrowthCharts {
         let values = lines.flatMap { $0.points.flatMap { [$0.row.min, $0.row.max] } }.filter { $0 > 0 }
         guard let lowestX = xs.min(), let highestX = xs.max(), highestX > lowestX,
               let lowest = values.min(), let highest = values.max() else { return nil }
-        let width = 820.0, height = 440.0, left = 78.0, right = 24.0, top = 64.0
-        let bottom = 56.0 + Double(lines.count) * 18
-        let plotWidth = width - left - right, plotHeight = height - top - bottom
-        let yMin = pow(10, floor(log10(lowest))), yMax = pow(10, ceil(log10(max(highest, yMin * 10))))
-        func px(_ x: Double) -> Double { left + plotWidth * (log10(x) - log10(lowestX)) / (log10(highestX) - log10(lowestX)) }
-        func py(_ y: Double) -> Double {
-            let clamped = min(max(y, yMin), yMax)
-            return top + plotHeight * (1 - (log10(clamped) - log10(yMin)) / (log10(yMax) - log10(yMin)))
+        var plot = LogPlot(
+            height: 440, legendLines: lines.count, title: series.title,
+            subtitle: "Median of the rounds, whiskers min to max; both axes logarithmic. Lower is better.",
+            lowest: lowest, highest: highest)
+        func px(_ x: Double) -> Double {
+            plot.left + plot.plotWidth * (log10(x) - log10(lowestX)) / (log10(highestX) - log10(lowestX))
         }
-        var svg = SVG(width: width, height: height)
-        svg.text(series.title, x: 16, y: 26, size: 16, weight: "bold")
-        svg.text("Median of the rounds, whiskers min to max; both axes logarithmic. Lower is better.", x: 16, y: 46, size: 12, fill: "#57606a")
-        var decade = yMin
-        while decade <= yMax * 1.0001 {
-            svg.line(left, py(decade), left + plotWidth, py(decade), stroke: "#d0d7de", dashed: decade != yMin)
-            svg.text(Format.plain(decade), x: left - 6, y: py(decade) + 4, size: 11, anchor: .end, fill: "#57606a")
-            decade *= 10
-        }
-        for x in Set(xs).sorted() {
-            svg.line(px(x), top, px(x), top + plotHeight, stroke: "#d0d7de", dashed: true)
-            svg.text(Format.plain(x), x: px(x), y: top + plotHeight + 16, size: 11, anchor: .middle, fill: "#57606a")
-        }
-        svg.text(series.xLabel, x: left + plotWidth / 2, y: top + plotHeight + 34, size: 12, anchor: .middle, fill: "#57606a")
-        svg.text("\(series.metric) (\(unit))", x: 18, y: top + plotHeight / 2, size: 12, anchor: .middle, fill: "#57606a", rotate: true)
+        for x in Set(xs).sorted() { plot.xTick(at: px(x), Format.plain(x), solid: false) }
+        plot.axisLabels(x: series.xLabel, y: "\(series.metric) (\(unit))")
         for line in lines {
             let colour = Charts.colour(line.name)
-            svg.polyline(line.points.map { (px($0.x), py($0.row.median)) }, stroke: colour)
+            plot.svg.polyline(line.points.map { (px($0.x), plot.py($0.row.median)) }, stroke: colour)
             for point in line.points {
-                svg.line(px(point.x), py(point.row.min), px(point.x), py(point.row.max), stroke: colour)
+                plot.svg.line(px(point.x), plot.py(point.row.min), px(point.x), plot.py(point.row.max), stroke: colour)
             }
         }
-        var legendY = top + plotHeight + 56
-        for line in lines {
-            svg.line(left, legendY - 4, left + 24, legendY - 4, stroke: Charts.colour(line.name), width: 3)
-            let figures = line.points.map { "\(Format.plain($0.x)): \(Format.plain($0.row.median))" }.joined(separator: ", ")
-            svg.text("\(line.name) — \(figures) \(unit)", x: left + 32, y: legendY, size: 12)
-            legendY += 18
-        }
-        return svg.document
+        plot.legend(lines.map { line in
+            (line.name, "\(line.name) — " + line.points.map { "\(Format.plain($0.x)): \(Format.plain($0.row.median))" }.joined(separator: ", ") + " \(unit)")
+        })
+        return plot.svg.document
     }
 }

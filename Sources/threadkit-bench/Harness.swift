@@ -1,9 +1,11 @@
 // The measuring tools every workload shares: completion counting, sample buffers, clocks for
-// wall time, CPU time and resident memory, and a seeded random number generator.
+// wall time and CPU time, the C heap, and producer threads. Resident memory, thread counts and
+// durations as numbers come from ToolHarness.
 import Dispatch
 import Foundation
 import Glibc
 import Synchronization
+import ToolHarness
 
 // MARK: - Completion
 
@@ -95,15 +97,6 @@ extension SlotBuffer where Element == ContinuousClock.Instant {
 // MARK: - Time
 
 extension Duration {
-    /// The duration in nanoseconds, as a `Double`.
-    var nanoseconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) * 1e9 + Double(attoseconds) / 1e9
-    }
-
-    /// The duration in microseconds, as a `Double`.
-    var microseconds: Double { nanoseconds / 1e3 }
-
     /// The same duration for Dispatch, to the nanosecond.
     var dispatchInterval: DispatchTimeInterval {
         .nanoseconds(Int(nanoseconds.rounded()))
@@ -153,6 +146,13 @@ struct Stopwatch {
 
     /// Nanoseconds of process CPU time since the stopwatch was made.
     var cpuNanoseconds: Double { ProcessCPU.nanoseconds() - cpuStart }
+
+    /// Wall and CPU time since the stopwatch was made, per one of `count` items: the metrics
+    /// `wall per <item>` and `CPU per <item>`, in ns.
+    func perItem(_ count: Int, item: String = "item") -> Measurement {
+        let wall = wallNanoseconds, cpu = cpuNanoseconds
+        return Measurement(values: ["wall per \(item)": wall / Double(count), "CPU per \(item)": cpu / Double(count)])
+    }
 }
 
 /// Busy-waits for `duration`: work of a known length that does not depend on the scheduler.
@@ -186,21 +186,6 @@ extension timespec {
 
 /// The process's memory, as the kernel and the C heap see it.
 enum Memory {
-    private static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
-
-    /// The process's resident set in bytes: the second field of `/proc/self/statm`, in pages.
-    static func residentBytes() -> Int {
-        let fd = open("/proc/self/statm", O_RDONLY)
-        guard fd >= 0 else { return 0 }
-        defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 256)
-        let length = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        guard length > 0 else { return 0 }
-        let fields = buffer[..<length].split(separator: UInt8(ascii: " "))
-        guard fields.count > 1, let pages = Int(String(decoding: fields[1], as: UTF8.self)) else { return 0 }
-        return pages * pageSize
-    }
-
     private typealias MallocTrim = @convention(c) (Int) -> Int32
     private static let mallocTrim: MallocTrim? = {
         guard let address = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return nil }
@@ -233,15 +218,6 @@ enum Memory {
         fields.initialize(repeating: 0, count: 10)
         _ = mallInfo2(UnsafeMutableRawPointer(fields))
         return fields[7] + fields[4]
-    }
-
-    /// The number of threads of this process (`Threads:` of `/proc/self/status`).
-    static func threadCount() -> Int {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
-        for line in status.split(separator: "\n") where line.hasPrefix("Threads:") {
-            return Int(line.dropFirst("Threads:".count).trimmingCharacters(in: .whitespaces)) ?? 0
-        }
-        return 0
     }
 
     /// Gives freed heap memory back to the kernel (`malloc_trim(0)`), where the C library has it.

@@ -1,6 +1,7 @@
 // log.disabled: the cost of a log call on a source that is switched off.
 import Foundation
 import ThreadKit
+import ToolHarness
 
 /// The source the benchmark logs to, named at run time so that the optimizer cannot know it, nor
 /// that it is disabled: `$THREADKIT_BENCH_LOG_SOURCE`, or the program's name.

@@ -1,6 +1,7 @@
 // The machine a run was made on, for the JSON and the markdown.
 import Foundation
 import Glibc
+import ToolHarness
 
 /// The machine a run was made on, and how busy it was.
 struct Machine: Codable {
@@ -29,8 +30,8 @@ struct Machine: Codable {
             cpu: cpuModel(), cores: ProcessInfo.processInfo.activeProcessorCount,
             memoryBytes: ProcessInfo.processInfo.physicalMemory, kernel: kernel(),
             swift: swiftVersion, build: build, revision: gitRevision(),
-            date: ISO8601DateFormatter().string(from: Date()), loadAverageAtStart: loadAverage(),
-            cpuPressureAtStart: cpuPressure())
+            date: ISO8601DateFormatter().string(from: Date()), loadAverageAtStart: ProcessReadings.loadAverage(),
+            cpuPressureAtStart: ProcessReadings.cpuPressure())
     }
 
     private static func gitRevision() -> String {
@@ -52,19 +53,6 @@ struct Machine: Codable {
             .trimmingCharacters(in: .whitespacesAndNewlines)
         git.waitUntilExit()
         return git.terminationStatus == 0 && !text.isEmpty ? text : "unknown"
-    }
-
-    /// The three load averages of `/proc/loadavg`, e.g. "0.12 0.30 0.25".
-    static func loadAverage() -> String {
-        guard let text = try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8) else { return "unknown" }
-        return text.split(separator: " ").prefix(3).joined(separator: " ")
-    }
-
-    /// The `some` line of `/proc/pressure/cpu` without its total, e.g. "some avg10=0.00 avg60=1.20 avg300=0.80".
-    static func cpuPressure() -> String {
-        guard let text = try? String(contentsOfFile: "/proc/pressure/cpu", encoding: .utf8),
-              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("some") }) else { return "unavailable" }
-        return line.split(separator: " ").filter { !$0.hasPrefix("total=") }.joined(separator: " ")
     }
 
     /// "16.0 GiB".

@@ -1,7 +1,8 @@
 // The command line.
+import ToolHarness
 
 /// What the command line asks for.
-struct Options {
+struct Options: CommandLineOptions {
     var isQuick = false
     /// Measured rounds per workload, when not the default (15, or 3 with `--quick`).
     var rounds: Int?
@@ -44,38 +45,23 @@ struct Options {
         line that starts with "threadkit-bench measurement: ".
         """
 
-    /// A command line the benchmark does not understand (empty for `--help`).
-    struct UsageError: Error, CustomStringConvertible {
-        let description: String
-    }
-
-    static func parse(_ arguments: ArraySlice<String>) throws(UsageError) -> Options {
+    static func parse(_ arguments: inout Arguments) throws(UsageError) -> Options {
         var options = Options()
-        var remaining = arguments
-        func value(for flag: String) throws(UsageError) -> String {
-            guard let value = remaining.popFirst() else { throw UsageError(description: "\(flag) needs a value") }
-            return value
-        }
-        while let argument = remaining.popFirst() {
+        while let argument = arguments.next() {
             switch argument {
             case "--quick": options.isQuick = true
-            case "--rounds":
-                guard let rounds = Int(try value(for: argument)), rounds >= 1 else {
-                    throw UsageError(description: "--rounds needs a whole number of at least 1")
-                }
-                options.rounds = rounds
-            case "--child": options.child = try value(for: argument)
-            case "--round": options.round = Int(try value(for: argument)) ?? 0
+            case "--rounds": options.rounds = try arguments.number(after: argument)
+            case "--child": options.child = try arguments.value(after: argument)
+            case "--round": options.round = try arguments.number(after: argument, atLeast: 0)
             case "--self-test": options.runsSelfTest = true
             case "--list": options.listsWorkloads = true
-            case "--only": options.only += try value(for: argument).split(separator: ",").map(String.init)
-            case "--implementation": options.implementations.append(try value(for: argument))
-            case "--json": options.jsonPath = try value(for: argument)
-            case "--markdown": options.markdownPath = try value(for: argument)
-            case "--svg-dir": options.svgDirectory = try value(for: argument)
+            case "--only": options.only += try arguments.value(after: argument).split(separator: ",").map(String.init)
+            case "--implementation": options.implementations.append(try arguments.value(after: argument))
+            case "--json": options.jsonPath = try arguments.value(after: argument)
+            case "--markdown": options.markdownPath = try arguments.value(after: argument)
+            case "--svg-dir": options.svgDirectory = try arguments.value(after: argument)
             case "--no-docs": options.writesDocsByDefault = false
-            case "--help", "-h": throw UsageError(description: "")
-            default: throw UsageError(description: "unknown argument '\(argument)'")
+            default: throw UsageError.unknown(argument)
             }
         }
         return options

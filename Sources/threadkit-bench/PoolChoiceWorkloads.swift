@@ -6,6 +6,7 @@ import Glibc
 import Synchronization
 import ThreadKit
 import SeededRandom
+import ToolHarness
 
 /// Open-loop latency, memory, blocking tasks, fairness, an idle pool and Swift tasks.
 enum PoolChoiceWorkloads {
@@ -24,18 +25,26 @@ enum PoolChoiceWorkloads {
 
     private static let poolSize = PoolWorkloads.poolSize
 
-    /// The three pools, each made fresh for the workload: ThreadKit's pool of 2, GCD's global
-    /// queue, and an `OperationQueue` of width 2.
-    private static func pools(_ name: String) -> (pool: ThreadPool, submitters: [(String, any PoolSubmitter)]) {
-        let pool = ThreadPool(name: name, size: poolSize)
-        let operations = OperationQueue()
-        operations.maxConcurrentOperationCount = poolSize
-        return (pool, [("ThreadKit", ThreadKitExecute(pool: pool)), ("GCD", GCDAsync()), ("OperationQueue", OperationQueueAdd(queue: operations))])
+    /// The three pools: ThreadKit's `pool` of 2, GCD's global queue, and a fresh `OperationQueue`
+    /// of width 2.
+    private static func threePools(_ pool: ThreadPool) -> [(name: String, submitter: any PoolSubmitter)] {
+        [("ThreadKit", ThreadKitExecute(pool: pool)), ("GCD", GCDAsync()), ("OperationQueue", OperationQueueAdd(width: poolSize))]
     }
 
-    private static func shutDown(_ pool: ThreadPool) {
-        pool.dispose()
-        _ = pool.awaitTermination(timeout: .seconds(10))
+    /// A contender of each of the three pools, measured by `measure`.
+    private static func threePools(
+        _ pool: ThreadPool, _ measure: @escaping (_ submitter: any PoolSubmitter, _ share: Share) throws -> Measurement
+    ) -> [Contender] {
+        threePools(pool).map { name, submitter in
+            Contender(name: name, warmingUpOnATenth: { share in try measure(submitter, share) })
+        }
+    }
+
+    /// A contender of ThreadKit's `pool` and one of GCD's global queue, each measured once by `measure`.
+    private static func threadKitAndGCD(_ pool: ThreadPool, _ measure: @escaping (any PoolSubmitter) throws -> Measurement) -> [Contender] {
+        [("ThreadKit", ThreadKitExecute(pool: pool) as any PoolSubmitter), ("GCD", GCDAsync())].map { name, submitter in
+            Contender(name: name) { try measure(submitter) }
+        }
     }
 
     // MARK: - Open-loop latency
@@ -54,17 +63,11 @@ enum PoolChoiceWorkloads {
             offset += -log(Double.random(in: Double.ulpOfOne..<1, using: &generator)) * meanGap
             return Int(offset)
         }
-        let (pool, submitters) = pools("bench.latency")
-        return Workload(
-            id: "pool.latency.u\(utilisation).t\(taskMicroseconds)",
-            metrics: Metric.percentiles("start latency"),
-            contenders: submitters.map { name, submitter in
-                Contender(
-                    name: name,
-                    warmUp: { _ = try measureOpenLoop(submitter, arrivals: Array(arrivals.prefix(tasks / 10)), task: task) },
-                    run: { try measureOpenLoop(submitter, arrivals: arrivals, task: task) })
-            },
-            finish: { shutDown(pool) })
+        return PoolWorkloads.onPool("pool.latency.u\(utilisation).t\(taskMicroseconds)", metrics: Metric.percentiles("start latency")) { pool in
+            threePools(pool) { submitter, share in
+                try measureOpenLoop(submitter, arrivals: Array(arrivals.prefix(share.of(tasks))), task: task)
+            }
+        }
     }
 
     /// Submits a task at each arrival (ns after the start). The producer sleeps until the next
@@ -111,16 +114,11 @@ enum PoolChoiceWorkloads {
     /// run and 200 ms have passed.
     static func memory(scale: Scale) -> Workload {
         let tasks = scale.size(1_000_000)
-        let pool = ThreadPool(name: "bench.memory", size: poolSize)
-        return Workload(
-            id: "pool.memory",
-            metrics: [
-                Metric(name: "heap per queued task", unit: "bytes"),
-                Metric(name: "resident per queued task", unit: "bytes"),
-                Metric(name: "heap after drain", unit: "MB"),
-                Metric(name: "resident after drain", unit: "MB"),
-            ],
-            contenders: [
+        let metrics = Metric.named([
+            "heap per queued task": "bytes", "resident per queued task": "bytes", "heap after drain": "MB", "resident after drain": "MB",
+        ])
+        return PoolWorkloads.onPool("pool.memory", metrics: metrics) { pool in
+            [
                 Contender(name: "ThreadKit") {
                     let gate = DispatchSemaphore(value: 0)
                     let holding = Countdown(poolSize)
@@ -140,8 +138,8 @@ enum PoolChoiceWorkloads {
                     queue.suspend()
                     return measureBurst(tasks: tasks, submit: { queue.async(execute: $0) }, release: { queue.resume() })
                 },
-            ],
-            finish: { shutDown(pool) })
+            ]
+        }
     }
 
     static func measureBurst(
@@ -150,10 +148,10 @@ enum PoolChoiceWorkloads {
         let countdown = Countdown(tasks)
         Memory.trim()
         let heapBefore = Memory.heapInUse() ?? 0
-        let residentBefore = Memory.residentBytes()
+        let residentBefore = ProcessReadings.residentBytes()
         for _ in 0..<tasks { try submit { countdown.tick() } }
         let heapQueued = Memory.heapInUse() ?? 0
-        let residentQueued = Memory.residentBytes()
+        let residentQueued = ProcessReadings.residentBytes()
         release()
         countdown.waitForAll()
         Thread.sleep(forTimeInterval: 0.2)
@@ -161,7 +159,7 @@ enum PoolChoiceWorkloads {
         measurement["heap per queued task"] = Double(heapQueued - heapBefore) / Double(tasks)
         measurement["resident per queued task"] = Double(residentQueued - residentBefore) / Double(tasks)
         if let heap = Memory.heapInUse() { measurement["heap after drain"] = Double(heap) / 1e6 }
-        measurement["resident after drain"] = Double(Memory.residentBytes()) / 1e6
+        measurement["resident after drain"] = Double(ProcessReadings.residentBytes()) / 1e6
         return measurement
     }
 
@@ -172,13 +170,10 @@ enum PoolChoiceWorkloads {
     /// tasks; GCD adds threads while its workers block. No goal: these are different promises.
     static func blocking(scale: Scale) -> Workload {
         let tasks = scale.size(1_000)
-        let (pool, submitters) = pools("bench.blocking")
-        return Workload(
-            id: "pool.blocking",
-            metrics: [Metric(name: "wall per task", unit: "µs"), Metric(name: "threads used", unit: "count")],
-            contenders: submitters.map { name, submitter in
+        return PoolWorkloads.onPool("pool.blocking", metrics: Metric.named(["wall per task": "µs", "threads used": "count"])) { pool in
+            threePools(pool).map { name, submitter in
                 Contender(name: name) {
-                    let threadsBefore = Memory.threadCount()
+                    let threadsBefore = ProcessReadings.threadCount()
                     let countdown = Countdown(tasks)
                     let stopwatch = Stopwatch()
                     for _ in 0..<tasks {
@@ -191,11 +186,11 @@ enum PoolChoiceWorkloads {
                     let wall = stopwatch.wallNanoseconds
                     var measurement = Measurement()
                     measurement["wall per task"] = wall / 1e3 / Double(tasks)
-                    measurement["threads used"] = Double(Memory.threadCount() - threadsBefore)
+                    measurement["threads used"] = Double(ProcessReadings.threadCount() - threadsBefore)
                     return measurement
                 }
-            },
-            finish: { shutDown(pool) })
+            }
+        }
     }
 
     // MARK: - Fairness
@@ -207,17 +202,9 @@ enum PoolChoiceWorkloads {
     static func fairness(scale: Scale) -> Workload {
         let producers = 4
         let window = scale.duration(.milliseconds(500))
-        let (pool, submitters) = pools("bench.fairness")
-        return Workload(
-            id: "pool.fairness",
-            metrics: [Metric(name: "share spread", unit: "points"), Metric(name: "lowest share", unit: "%")],
-            contenders: submitters.map { name, submitter in
-                Contender(
-                    name: name,
-                    warmUp: { _ = measureFairness(submitter, producers: producers, window: window / 10) },
-                    run: { measureFairness(submitter, producers: producers, window: window) })
-            },
-            finish: { shutDown(pool) })
+        return PoolWorkloads.onPool("pool.fairness", metrics: Metric.named(["share spread": "points", "lowest share": "%"])) { pool in
+            threePools(pool) { submitter, share in measureFairness(submitter, producers: producers, window: share.of(window)) }
+        }
     }
 
     /// What one producer of `pool.fairness` has in flight and has had started.
@@ -256,7 +243,7 @@ enum PoolChoiceWorkloads {
         // Counting starts once every producer has had time to fill its 16 slots.
         Thread.sleep(forTimeInterval: 0.02)
         counting.store(true, ordering: .relaxed)
-        Thread.sleep(forTimeInterval: window.nanoseconds / 1e9)
+        Thread.sleep(forTimeInterval: window.seconds)
         counting.store(false, ordering: .relaxed)
         stopping.store(true, ordering: .relaxed)
         finished.waitForAll()
@@ -274,8 +261,7 @@ enum PoolChoiceWorkloads {
     /// `pool.cold`: a cold pool in a fresh process: how long its first task takes to start, from
     /// the submit call (the pool starts its first thread).
     static func cold(scale: Scale) -> Workload {
-        let pool = ThreadPool(name: "bench.cold", size: poolSize)
-        func measure(_ submitter: some PoolSubmitter) throws -> Measurement {
+        func measure(_ submitter: any PoolSubmitter) throws -> Measurement {
             let started = InstantBuffer(count: 1)
             let countdown = Countdown(1)
             let submitted = ContinuousClock.now
@@ -286,14 +272,9 @@ enum PoolChoiceWorkloads {
             countdown.waitForAll()
             return Measurement(values: ["first task latency": (started[0] - submitted).microseconds])
         }
-        return Workload(
-            id: "pool.cold",
-            metrics: [Metric(name: "first task latency", unit: "µs")],
-            contenders: [
-                Contender(name: "ThreadKit") { try measure(ThreadKitExecute(pool: pool)) },
-                Contender(name: "GCD") { try measure(GCDAsync()) },
-            ],
-            finish: { shutDown(pool) })
+        return PoolWorkloads.onPool("pool.cold", metrics: [Metric(name: "first task latency", unit: "µs")]) { pool in
+            threadKitAndGCD(pool, measure)
+        }
     }
 
     /// `pool.idle`: the CPU time of every thread but the measuring one over 10 s with the pool idle,
@@ -301,29 +282,22 @@ enum PoolChoiceWorkloads {
     /// side by side, each in its own process, after 300 ms for both to finish starting: idle
     /// processes do not disturb each other.
     static func idle(scale: Scale) -> Workload {
-        let pool = ThreadPool(name: "bench.idle", size: poolSize)
         let quiet = scale.duration(.seconds(10))
-        func measure(_ submitter: some PoolSubmitter) throws -> Measurement {
+        func measure(_ submitter: any PoolSubmitter) throws -> Measurement {
             Thread.sleep(forTimeInterval: 0.3)
             let countdown = Countdown(1)
             try submitter.submit { countdown.tick() }
             countdown.waitForAll()
             Thread.sleep(forTimeInterval: 0.1)
             let before = ThreadCPU.others()
-            Thread.sleep(forTimeInterval: quiet.nanoseconds / 1e9)
+            Thread.sleep(forTimeInterval: quiet.seconds)
             let after = ThreadCPU.others()
             let used = after.reduce(0.0) { sum, entry in sum + entry.value - (before[entry.key] ?? 0) }
             return Measurement(values: ["idle CPU": used / 1e6])
         }
-        return Workload(
-            id: "pool.idle",
-            metrics: [Metric(name: "idle CPU", unit: "ms")],
-            contenders: [
-                Contender(name: "ThreadKit") { try measure(ThreadKitExecute(pool: pool)) },
-                Contender(name: "GCD") { try measure(GCDAsync()) },
-            ],
-            contendersRunTogether: true,
-            finish: { shutDown(pool) })
+        return PoolWorkloads.onPool("pool.idle", metrics: [Metric(name: "idle CPU", unit: "ms")], contendersRunTogether: true) { pool in
+            threadKitAndGCD(pool, measure)
+        }
     }
 
     // MARK: - Swift tasks
@@ -332,21 +306,12 @@ enum PoolChoiceWorkloads {
     /// `withTaskExecutorPreference(pool)` against the same group on the default executor.
     static func executor(scale: Scale) -> Workload {
         let tasks = scale.size(100_000)
-        let pool = ThreadPool(name: "bench.executor", size: poolSize)
-        return Workload(
-            id: "pool.executor",
-            metrics: [Metric(name: "wall per task", unit: "ns"), Metric(name: "CPU per task", unit: "ns")],
-            contenders: [
-                Contender(
-                    name: "ThreadKit",
-                    warmUp: { _ = measureGroup(tasks: tasks / 10, preferring: pool) },
-                    run: { measureGroup(tasks: tasks, preferring: pool) }),
-                Contender(
-                    name: "default executor",
-                    warmUp: { _ = measureGroup(tasks: tasks / 10, preferring: nil) },
-                    run: { measureGroup(tasks: tasks, preferring: nil) }),
-            ],
-            finish: { shutDown(pool) })
+        return PoolWorkloads.onPool("pool.executor", metrics: Metric.named(["wall per task": "ns", "CPU per task": "ns"])) { pool in
+            [
+                Contender(name: "ThreadKit", warmingUpOnATenth: { share in measureGroup(tasks: share.of(tasks), preferring: pool) }),
+                Contender(name: "default executor", warmingUpOnATenth: { share in measureGroup(tasks: share.of(tasks), preferring: nil) }),
+            ]
+        }
     }
 
     static func measureGroup(tasks: Int, preferring pool: ThreadPool?) -> Measurement {
@@ -363,10 +328,7 @@ enum PoolChoiceWorkloads {
             done.signal()
         }
         done.wait()
-        var measurement = Measurement()
-        measurement["wall per task"] = stopwatch.wallNanoseconds / Double(tasks)
-        measurement["CPU per task"] = stopwatch.cpuNanoseconds / Double(tasks)
-        return measurement
+        return stopwatch.perItem(tasks, item: "task")
     }
 
     private static func spawnChildren(_ count: Int) async -> Int {

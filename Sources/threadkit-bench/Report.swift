@@ -1,6 +1,7 @@
 // The results as rows, and the three ways they leave the program: a table on standard output,
 // JSON, and the generated section of Docs/benchmarks.md.
 import Foundation
+import ToolHarness
 
 /// One line of the results: a metric of one implementation in one workload, over the rounds.
 struct Row {
@@ -65,6 +66,42 @@ struct Row {
     func text(_ value: Double) -> String {
         let number = isCount ? String(Int(value.rounded())) : Format.plain(value)
         return unit == "count" ? number : "\(number) \(unit)"
+    }
+
+    /// The cells of ThreadKit's judgement, as both tables show them: ThreadKit/peer with its
+    /// interval (against the goal's peer, or the first peer), the goal, and the verdict.
+    func judgementCells(emphasis: Bool) -> [String] {
+        if let verdict {
+            return [Report.ratioText(verdict), verdict.goal.text, Report.outcomeText(verdict.outcome, emphasis: emphasis)]
+        }
+        return [comparison.map(Report.comparisonText) ?? "", "", ""]
+    }
+}
+
+extension Row: Encodable {
+    private enum CodingKeys: String, CodingKey {
+        case workload, implementation, metric, median, min, max, unit, rounds, timesFloor
+        case goal, peer, ratio, ratioLow, ratioHigh, verdict
+    }
+
+    /// The row in the JSON: its own figures, and the verdict on ThreadKit's rows with a goal (the
+    /// ratio's peer is the goal's, or on a ThreadKit row without a goal, the first peer).
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        for (key, text) in [(CodingKeys.workload, workload), (.implementation, implementation), (.metric, metric), (.unit, unit)] {
+            try container.encode(text, forKey: key)
+        }
+        for (key, value) in [(CodingKeys.median, median), (.min, min), (.max, max)] {
+            try container.encode(value, forKey: key)
+        }
+        try container.encode(rounds, forKey: .rounds)
+        try container.encodeIfPresent(timesFloor, forKey: .timesFloor)
+        try container.encodeIfPresent(verdict?.goal.text, forKey: .goal)
+        try container.encodeIfPresent(verdict?.goal.peer ?? comparison?.peer, forKey: .peer)
+        try container.encodeIfPresent(verdict?.estimate ?? comparison?.estimate, forKey: .ratio)
+        try container.encodeIfPresent(verdict?.interval?.low ?? comparison?.interval.low, forKey: .ratioLow)
+        try container.encodeIfPresent(verdict?.interval?.high ?? comparison?.interval.high, forKey: .ratioHigh)
+        try container.encodeIfPresent(verdict?.outcome, forKey: .verdict)
     }
 }
 
@@ -153,15 +190,9 @@ struct Report {
             if let previous, previous != row.workload { lines.append([]) }
             previous = row.workload
             let range = "\(row.text(row.median)) [\(Format.plain(row.min)) .. \(Format.plain(row.max))]"
-            var cells = [row.workload, row.implementation, row.metric, range, row.timesFloor.map(Format.ratio) ?? "", "", "", ""]
-            if let verdict = row.verdict {
-                cells[5] = Self.ratioText(verdict)
-                cells[6] = verdict.goal.text
-                cells[7] = Self.outcomeText(verdict.outcome, emphasis: false)
-            } else if let comparison = row.comparison {
-                cells[5] = Self.comparisonText(comparison)
-            }
-            lines.append(cells)
+            lines.append(
+                [row.workload, row.implementation, row.metric, range, row.timesFloor.map(Format.ratio) ?? ""]
+                    + row.judgementCells(emphasis: false))
         }
         var widths = header.map(\.count)
         for cells in lines where !cells.isEmpty {
@@ -183,19 +214,6 @@ struct Report {
 
     /// The JSON file: the run, its machine, every row, every verdict.
     private struct JSONDocument: Encodable {
-        /// A row: today's fields, each round's value, and the verdict on ThreadKit's rows with a goal.
-        struct JSONRow: Encodable {
-            let workload, implementation, metric: String
-            let median, min, max: Double
-            let unit: String
-            let rounds: [Double]
-            let timesFloor: Double?
-            let goal: String?
-            /// The peer of `ratio`: the goal's, or on a ThreadKit row without a goal, the first peer.
-            let peer: String?
-            let ratio, ratioLow, ratioHigh: Double?
-            let verdict: Outcome?
-        }
         /// A goal's verdict with its interval.
         struct JSONGoal: Encodable {
             let workload, metric, goal: String
@@ -207,7 +225,7 @@ struct Report {
         let mode: String
         let rounds: Int
         let machine: Machine
-        let rows: [JSONRow]
+        let rows: [Row]
         let goals: [JSONGoal]
         let workloadSeconds: [String: Double]
         let failures: [String]
@@ -216,18 +234,7 @@ struct Report {
     func json() throws -> Data {
         let document = JSONDocument(
             mode: isQuick ? "quick" : "full", rounds: scale.rounds, machine: machine,
-            rows: rows.map { row in
-                let verdict = row.verdict
-                return .init(
-                    workload: row.workload, implementation: row.implementation, metric: row.metric,
-                    median: row.median, min: row.min, max: row.max, unit: row.unit, rounds: row.rounds,
-                    timesFloor: row.timesFloor, goal: verdict?.goal.text,
-                    peer: verdict?.goal.peer ?? row.comparison?.peer,
-                    ratio: verdict?.estimate ?? row.comparison?.estimate,
-                    ratioLow: verdict?.interval?.low ?? row.comparison?.interval.low,
-                    ratioHigh: verdict?.interval?.high ?? row.comparison?.interval.high,
-                    verdict: verdict?.outcome)
-            },
+            rows: rows,
             goals: verdicts.map { row, verdict in
                 .init(workload: row.workload, metric: row.metric, goal: verdict.goal.text,
                       estimate: verdict.estimate, low: verdict.interval?.low, high: verdict.interval?.high,
@@ -262,15 +269,10 @@ struct Report {
         text += "| workload | implementation | metric | median | min – max | × floor | ThreadKit/peer [95 % CI] | goal | verdict |\n"
         text += "|---|---|---|--:|--:|--:|--:|---|---|\n"
         for row in rows {
-            let verdict = row.verdict
-            let ratioCell: String = verdict.map(Self.ratioText) ?? row.comparison.map(Self.comparisonText) ?? ""
             let cells: [String] = [
                 "`\(row.workload)`", row.implementation, row.metric, row.text(row.median),
-                "\(Format.plain(row.min)) – \(Format.plain(row.max))",
-                row.timesFloor.map(Format.ratio) ?? "",
-                ratioCell, verdict?.goal.text ?? "",
-                verdict.map { Self.outcomeText($0.outcome, emphasis: true) } ?? "",
-            ]
+                "\(Format.plain(row.min)) – \(Format.plain(row.max))", row.timesFloor.map(Format.ratio) ?? "",
+            ] + row.judgementCells(emphasis: true)
             let emphasised = row.implementation == "ThreadKit" ? cells.enumerated().map { $0 == 1 ? "**\($1)**" : $1 } : cells
             text += "| " + emphasised.joined(separator: " | ") + " |\n"
         }

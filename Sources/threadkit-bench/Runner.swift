@@ -2,6 +2,7 @@
 // itself with `--child WORKLOAD --implementation NAME`), rounds in rotated contender order, so that
 // no workload and no contender runs in the state another one left behind.
 import Foundation
+import ToolHarness
 
 /// Runs workloads, one process per contender and round, and collects what they measured.
 struct Runner {
@@ -41,7 +42,7 @@ struct Runner {
             log("\(workload.id) round \(round + 1)/\(scale.rounds): \(summary)")
         }
         var result = WorkloadResult(id: workload.id, metrics: workload.metrics, contenders: results)
-        result.seconds = (ContinuousClock.now - started).nanoseconds / 1e9
+        result.seconds = (ContinuousClock.now - started).seconds
         log(String(format: "%@ done in %.1f s", workload.id, result.seconds))
         return result
     }

@@ -3,6 +3,7 @@
 import Dispatch
 import Foundation
 import ThreadKit
+import ToolHarness
 
 /// `throttle.precision`: ThrottledQueue against an asyncAfter chain and a sleeping serial queue.
 enum ThrottleWorkloads {
@@ -22,10 +23,7 @@ enum ThrottleWorkloads {
         let tasks = scale.size(300)
         return Workload(
             id: "throttle.precision",
-            metrics: Metric.percentiles("error") + [
-                Metric(name: "early starts", unit: "count"),
-                Metric(name: "short gaps", unit: "count"),
-            ],
+            metrics: Metric.percentiles("error") + Metric.named(["early starts": "count", "short gaps": "count"]),
             contenders: [
                 contender("ThreadKit", tasks: tasks, runner: throttledQueue),
                 contender("GCD chain", tasks: tasks, runner: asyncAfterChain),
@@ -113,7 +111,7 @@ enum ThrottleWorkloads {
                 task.run(index)
                 guard index < tasks - 1 else { return }
                 let rest = start + interval - ContinuousClock.now
-                if rest > .zero { Thread.sleep(forTimeInterval: rest.nanoseconds / 1e9) }
+                if rest > .zero { Thread.sleep(forTimeInterval: rest.seconds) }
             }
         }
     }

@@ -4,6 +4,7 @@ import Dispatch
 import Foundation
 import ThreadKit
 import SeededRandom
+import ToolHarness
 
 /// A way to run a closure once, after a delay counted from the call.
 protocol OneShotScheduler: Sendable {
@@ -115,60 +116,31 @@ enum TimerWorkloads {
         }
     }
 
-    /// Schedules one call per delay, each recording when it ran (then busy for `work`), and waits
-    /// for the last.
+    /// Schedules one call per delay and waits for the last.
     ///
     /// Each call's deadline is read (`ContinuousClock.now + delay`) just before the call that
     /// schedules it, so the implementation's own deadline is, if anything, a little later than the
     /// recorded one: a negative lateness is a call that truly ran early. Process CPU runs from the
     /// first call to the wake-up after the last.
     static func measureFire(_ scheduler: some OneShotScheduler, delays: [Duration], work: Duration = .zero) throws -> Measurement {
-        let calls = delays.count
-        let deadlines = InstantBuffer(count: calls)
-        let fired = InstantBuffer(count: calls)
-        let countdown = Countdown(calls)
+        let record = FireRecord(calls: delays.count, work: work)
         let stopwatch = Stopwatch()
-        for index in 0..<calls {
-            let delay = delays[index]
-            deadlines[index] = .now + delay
-            try scheduler.schedule(after: delay) {
-                fired[index] = .now
-                if work > .zero { spin(for: work) }
-                countdown.tick()
-            }
+        for (index, delay) in delays.enumerated() {
+            try record.schedule(index, after: delay, on: scheduler)
         }
-        countdown.waitForAll()
-        return fireMeasurement(calls: calls, deadlines: deadlines, fired: fired, cpu: stopwatch.cpuNanoseconds)
+        return record.awaitMeasurement(since: stopwatch)
     }
 
     /// As ``measureFire(_:delays:work:)``, for calls due at given instants.
     static func measureFire(
-        _ scheduler: some OneShotScheduler, deadlines due: [ContinuousClock.Instant], work: Duration
+        _ scheduler: some OneShotScheduler, deadlines: [ContinuousClock.Instant], work: Duration
     ) throws -> Measurement {
-        let calls = due.count
-        let deadlines = InstantBuffer(count: calls)
-        let fired = InstantBuffer(count: calls)
-        let countdown = Countdown(calls)
+        let record = FireRecord(calls: deadlines.count, work: work)
         let stopwatch = Stopwatch()
-        for index in 0..<calls {
-            deadlines[index] = due[index]
-            try scheduler.schedule(at: due[index]) {
-                fired[index] = .now
-                if work > .zero { spin(for: work) }
-                countdown.tick()
-            }
+        for (index, deadline) in deadlines.enumerated() {
+            try record.schedule(index, at: deadline, on: scheduler)
         }
-        countdown.waitForAll()
-        return fireMeasurement(calls: calls, deadlines: deadlines, fired: fired, cpu: stopwatch.cpuNanoseconds)
-    }
-
-    private static func fireMeasurement(calls: Int, deadlines: InstantBuffer, fired: InstantBuffer, cpu: Double) -> Measurement {
-        let lateness = (0..<calls).map { (fired[$0] - deadlines[$0]).microseconds }
-        var measurement = Measurement()
-        measurement.addLatencyPercentiles("lateness", samples: lateness)
-        measurement["process CPU"] = cpu / 1e6
-        measurement["early calls"] = Double(lateness.count { $0 < 0 })
-        return measurement
+        return record.awaitMeasurement(since: stopwatch)
     }
 
     // MARK: - Pending calls
@@ -235,12 +207,7 @@ enum TimerWorkloads {
         }
         return Workload(
             id: pendingID(fullCalls),
-            metrics: [
-                Metric(name: "insert per call", unit: "ns"),
-                Metric(name: "cancel per call", unit: "ns"),
-                Metric(name: "heap per call", unit: "bytes"),
-                Metric(name: "resident per call", unit: "bytes"),
-            ],
+            metrics: Metric.named(["insert per call": "ns", "cancel per call": "ns", "heap per call": "bytes", "resident per call": "bytes"]),
             contenders: [
                 Contender(name: "ThreadKit", warmUp: { _ = try threadKit(warmUpDelays, warmUpOrder) }, run: { try threadKit(delays, cancelOrder) }),
                 Contender(name: "DispatchSourceTimer", warmUp: { _ = sourceTimer(warmUpDelays, warmUpOrder) }, run: { sourceTimer(delays, cancelOrder) }),
@@ -259,14 +226,14 @@ enum TimerWorkloads {
         var handles = [Handle?](repeating: nil, count: calls)
         Memory.trim()
         let heapBefore = Memory.heapInUse()
-        let residentBefore = Memory.residentBytes()
+        let residentBefore = ProcessReadings.residentBytes()
         let insertStart = ContinuousClock.now
         for index in 0..<calls {
             handles[index] = try insert(delays[index])
         }
         let insertTime = ContinuousClock.now - insertStart
         let heapAfter = Memory.heapInUse()
-        let residentAfter = Memory.residentBytes()
+        let residentAfter = ProcessReadings.residentBytes()
         let cancelStart = ContinuousClock.now
         for index in cancelOrder {
             cancel(handles[index]!)
@@ -296,18 +263,12 @@ enum TimerWorkloads {
             id: "timer.concurrent",
             metrics: [Metric(name: "schedule per call", unit: "ns")] + fireMetrics,
             contenders: fireContenders { scheduler in
-                let deadlines = InstantBuffer(count: calls)
-                let fired = InstantBuffer(count: calls)
-                let countdown = Countdown(calls)
+                let record = FireRecord(calls: calls)
                 let scheduled = Countdown(producers)
                 let threads = ProducerThreads(count: producers) { producer in
                     do {
                         for index in stride(from: producer, to: calls, by: producers) {
-                            deadlines[index] = .now + delays[index]
-                            try scheduler.schedule(after: delays[index]) {
-                                fired[index] = .now
-                                countdown.tick()
-                            }
+                            try record.schedule(index, after: delays[index], on: scheduler)
                         }
                     } catch {
                         fatalError("producer \(producer + 1) could not schedule: \(error)")
@@ -318,8 +279,7 @@ enum TimerWorkloads {
                 threads.start()
                 scheduled.waitForAll()
                 let scheduling = stopwatch.wallNanoseconds
-                countdown.waitForAll()
-                var measurement = fireMeasurement(calls: calls, deadlines: deadlines, fired: fired, cpu: stopwatch.cpuNanoseconds)
+                var measurement = record.awaitMeasurement(since: stopwatch)
                 measurement["schedule per call"] = scheduling / Double(calls)
                 return measurement
             })
@@ -381,6 +341,52 @@ enum TimerWorkloads {
         var measurement = Measurement()
         measurement.addLatencyPercentiles("lateness", samples: lateness)
         measurement["drift at end"] = lateness.last!
+        return measurement
+    }
+}
+
+/// A round of one-shot calls: when each was due and when it ran (each then busy for `work`).
+final class FireRecord: Sendable {
+    private let deadlines: InstantBuffer
+    private let fired: InstantBuffer
+    private let countdown: Countdown
+    private let work: Duration
+
+    init(calls: Int, work: Duration = .zero) {
+        deadlines = InstantBuffer(count: calls)
+        fired = InstantBuffer(count: calls)
+        countdown = Countdown(calls)
+        self.work = work
+    }
+
+    /// Schedules call `index` `delay` from now, its deadline read just before the call.
+    func schedule(_ index: Int, after delay: Duration, on scheduler: some OneShotScheduler) throws {
+        deadlines[index] = .now + delay
+        try scheduler.schedule(after: delay) { self.run(index) }
+    }
+
+    /// Schedules call `index` at `deadline`.
+    func schedule(_ index: Int, at deadline: ContinuousClock.Instant, on scheduler: some OneShotScheduler) throws {
+        deadlines[index] = deadline
+        try scheduler.schedule(at: deadline) { self.run(index) }
+    }
+
+    private func run(_ index: Int) {
+        fired[index] = .now
+        if work > .zero { spin(for: work) }
+        countdown.tick()
+    }
+
+    /// Waits for every call; then their lateness (run − deadline, µs), the process CPU since
+    /// `stopwatch` was made, and the calls that ran before their deadline.
+    func awaitMeasurement(since stopwatch: Stopwatch) -> Measurement {
+        countdown.waitForAll()
+        let cpu = stopwatch.cpuNanoseconds
+        let lateness = (0..<deadlines.count).map { (fired[$0] - deadlines[$0]).microseconds }
+        var measurement = Measurement()
+        measurement.addLatencyPercentiles("lateness", samples: lateness)
+        measurement["process CPU"] = cpu / 1e6
+        measurement["early calls"] = Double(lateness.count { $0 < 0 })
         return measurement
     }
 }

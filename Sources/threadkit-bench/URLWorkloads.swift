@@ -9,6 +9,7 @@ import FoundationNetworking
 import LoopbackHTTPServer
 import ThreadKit
 import ThreadKitURL
+import ToolHarness
 
 enum URLWorkloads {
     /// Requests in flight at once, from the benchmark's side, in `url.loopback`.
@@ -48,17 +49,14 @@ enum URLWorkloads {
             let peaks = servers.map(\.peak)
             return Measurement(values: [
                 "wall": elapsed.nanoseconds / 1e6,
-                "requests per second": Double(requests) / (elapsed.nanoseconds / 1e9),
+                "requests per second": Double(requests) / elapsed.seconds,
                 "peak per endpoint": Double(peaks.max() ?? 0),
                 "endpoints off the limit": Double(peaks.filter { $0 != perEndpoint }.count),
             ])
         }
         return Workload(
             id: "url.loopback",
-            metrics: [
-                Metric(name: "wall", unit: "ms"), Metric(name: "requests per second", unit: "/s"),
-                Metric(name: "peak per endpoint", unit: "count"), Metric(name: "endpoints off the limit", unit: "count"),
-            ],
+            metrics: Metric.named(["wall": "ms", "requests per second": "/s", "peak per endpoint": "count", "endpoints off the limit": "count"]),
             contenders: [
                 Contender(name: "ThreadKit") {
                     let dispatcher = URLDispatcher(
@@ -151,12 +149,10 @@ enum URLWorkloads {
         let atOnce = 6
         return Workload(
             id: "url.history",
-            metrics: [
-                Metric(name: "first 1,000 CPU", unit: "ms"), Metric(name: "last 1,000 CPU", unit: "ms"),
-                Metric(name: "last / first CPU", unit: "×"),
-                Metric(name: "first 1,000 wall", unit: "ms"), Metric(name: "last 1,000 wall", unit: "ms"),
-                Metric(name: "last / first wall", unit: "×"),
-            ],
+            metrics: Metric.named([
+                "first 1,000 CPU": "ms", "last 1,000 CPU": "ms", "last / first CPU": "×",
+                "first 1,000 wall": "ms", "last 1,000 wall": "ms", "last / first wall": "×",
+            ]),
             contenders: [
                 Contender(name: "ThreadKit") {
                     let server = try LoopbackHTTPServer()
@@ -165,11 +161,7 @@ enum URLWorkloads {
                     defer { dispatcher.dispose() }
                     let endpoint = try URLDispatcher.Endpoint(url: server.baseURL)
                     func waitUntil(_ what: String, _ condition: () -> Bool) throws {
-                        let deadline = ContinuousClock.now + .seconds(10)
-                        while !condition() {
-                            guard ContinuousClock.now < deadline else { throw HistorySetUpFailed(what: what) }
-                            Thread.sleep(forTimeInterval: 0.001)
-                        }
+                        guard poll(timeout: .seconds(10), until: condition) else { throw HistorySetUpFailed(what: what) }
                     }
                     let hang = URLRequest(url: server.url("/hang"))
                     let long = Task { try await dispatcher.data(for: hang, kind: .long(), timeout: .seconds(3_600)) }

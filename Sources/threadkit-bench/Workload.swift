@@ -24,6 +24,11 @@ struct Metric {
         }
     }
 
+    /// Metrics by name, each with the unit beside it, in order.
+    static func named(_ units: KeyValuePairs<String, String>) -> [Metric] {
+        units.map { Metric(name: $0.key, unit: $0.value) }
+    }
+
     /// Whether the metric counts events (formatted as a whole number).
     var isCount: Bool { unit == "count" }
 }
@@ -66,6 +71,29 @@ struct Contender {
         self.name = name
         self.warmUp = warmUp
         self.run = run
+    }
+
+    /// A contender that warms up on a tenth of the work, then measures all of it.
+    ///
+    /// - Parameter measure: Does `share` of the work (``Share/of(_:)`` of each size) and
+    ///   returns what it measured.
+    init(name: String, warmingUpOnATenth measure: @escaping (_ share: Share) throws -> Measurement) {
+        self.init(name: name, warmUp: { _ = try measure(.tenth) }, run: { try measure(.all) })
+    }
+}
+
+/// How much of a contender's work a run does: a tenth for its warm-up, all of it when measured.
+enum Share {
+    case tenth, all
+
+    /// This share of `count` items, at least one.
+    func of(_ count: Int) -> Int {
+        self == .all ? count : max(count / 10, 1)
+    }
+
+    /// This share of `duration`.
+    func of(_ duration: Duration) -> Duration {
+        self == .all ? duration : duration / 10
     }
 }
 

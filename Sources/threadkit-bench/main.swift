@@ -5,19 +5,13 @@
 //   threadkit-bench --only pool.     a subset while developing
 //   threadkit-bench --self-test      checks the statistics
 import Foundation
+import ToolHarness
 
 func progress(_ message: String) {
     FileHandle.standardError.write(Data("[bench] \(message)\n".utf8))
 }
 
-let options: Options
-do {
-    options = try Options.parse(CommandLine.arguments.dropFirst())
-} catch {
-    if !error.description.isEmpty { progress(error.description) }
-    print(Options.usage)
-    exit(error.description.isEmpty ? 0 : 2)
-}
+let options = Options.parseOrExit(report: progress)
 
 if options.runsSelfTest {
     let failures = StatsSelfTest.run()
@@ -89,9 +83,9 @@ for entry in selected {
         failures.append("\(entry.id): \(error)")
     }
 }
-machine.loadAverageAtEnd = Machine.loadAverage()
-machine.cpuPressureAtEnd = Machine.cpuPressure()
-progress(String(format: "done in %.0f s", (ContinuousClock.now - started).nanoseconds / 1e9))
+machine.loadAverageAtEnd = ProcessReadings.loadAverage()
+machine.cpuPressureAtEnd = ProcessReadings.cpuPressure()
+progress(String(format: "done in %.0f s", (ContinuousClock.now - started).seconds))
 
 var rows = results.flatMap(Row.rows)
 Row.addFloors(&rows)

@@ -28,102 +28,124 @@ enum Outcome: UInt8, Sendable, CustomStringConvertible {
     }
 }
 
-/// The counts of a ``Ledger`` at one moment.
-struct Counts: Sendable {
-    /// Submissions made: `execute`, `schedule`, `run`, `async`, `sync`, or a log message built.
-    var offered = 0
+/// What a ``Ledger`` counts. Every counter only grows.
+enum Counter: Int, CaseIterable {
     /// Offered submissions that threw instead of accepting the work.
-    var refused = 0
+    case refused
     /// Accepted units that ended so: see ``Outcome``.
-    var ran = 0
-    var handedBack = 0
-    var cancelled = 0
+    case ran, handedBack, cancelled
     /// Runs of repeating timer calls, any number per call: information, not part of the balance.
-    var repeatRuns = 0
+    case repeatRuns
     /// Units that ended a second time (ran twice, ran after `cancel()` returned `true`, refused
     /// after it ran…): each one is also reported as a violation.
-    var endedTwice = 0
+    case endedTwice
+    /// Submissions made: `execute`, `schedule`, `run`, `async`, `sync`, or a log message built.
+    /// Last, so that a snapshot read in this order never shows a unit ending that it does not show
+    /// offered: outstanding is never negative unless a unit ended twice.
+    case offered
+
+    /// The counter of units that ended as `outcome` (or, for `.refused`, were never accepted).
+    init(_ outcome: Outcome) {
+        switch outcome {
+        case .pending: preconditionFailure("a unit cannot end as pending")
+        case .ran: self = .ran
+        case .handedBack: self = .handedBack
+        case .cancelled: self = .cancelled
+        case .refused: self = .refused
+        }
+    }
+}
+
+/// The counts of a ``Ledger`` at one moment.
+struct Counts: Sendable {
+    private var values = [Int](repeating: 0, count: Counter.allCases.count)
+
+    subscript(counter: Counter) -> Int {
+        get { values[counter.rawValue] }
+        set { values[counter.rawValue] = newValue }
+    }
 
     /// Units the component accepted: submissions that did not throw.
-    var accepted: Int { offered - refused }
+    var accepted: Int { self[.offered] - self[.refused] }
     /// Accepted units that have not ended. Fine while the soak runs; once it is quiesced, a positive
     /// number is a lost unit and a negative one a unit counted as ended twice.
-    var outstanding: Int { accepted - ran - handedBack - cancelled }
+    var outstanding: Int { accepted - self[.ran] - self[.handedBack] - self[.cancelled] }
 
     /// "acc 1234 ran 1200 back 10 cxl 20 out 4", as the report lines show it.
     var line: String {
-        "acc \(accepted) ran \(ran) back \(handedBack) cxl \(cancelled) out \(outstanding)"
+        "acc \(accepted) ran \(self[.ran]) back \(self[.handedBack]) cxl \(self[.cancelled]) out \(outstanding)"
     }
 }
 
 /// Exact counts of one part's work, or of one pool, timer or queue, whose counts also add to its
 /// part's ledger (its `parent`).
 ///
-/// Every counter only grows. A submission is counted as offered *before* it is made and as
-/// refused if it throws, so accepted = offered − refused: a unit that runs before its submission
-/// returns is never seen ending before it was accepted. A unit ends exactly once, as ran, handed
-/// back or cancelled; ``Counts/outstanding`` is what remains.
+/// A submission is counted as offered *before* it is made and as refused if it throws, so
+/// accepted = offered − refused: a unit that runs before its submission returns is never seen
+/// ending before it was accepted. A unit ends exactly once, as ran, handed back or cancelled;
+/// ``Counts/outstanding`` is what remains.
 final class Ledger: Sendable {
     let name: String
     let parent: Ledger?
-    private let offered = Atomic<Int>(0)
-    private let refused = Atomic<Int>(0)
-    private let ran = Atomic<Int>(0)
-    private let handedBack = Atomic<Int>(0)
-    private let cancelled = Atomic<Int>(0)
-    private let repeatRuns = Atomic<Int>(0)
-    private let endedTwice = Atomic<Int>(0)
+    private let counters: InlineArray<7, Atomic<Int>> = InlineArray { _ in Atomic(0) }
 
     init(_ name: String, parent: Ledger? = nil) {
+        precondition(Counter.allCases.count == 7, "a ledger has one atomic per counter")
         self.name = name
         self.parent = parent
     }
 
+    /// Adds `count` to `counter`, here and in every parent.
+    func add(_ counter: Counter, _ count: Int = 1) {
+        guard count > 0 else { return }
+        counters[counter.rawValue].wrappingAdd(count, ordering: .relaxed)
+        parent?.add(counter, count)
+    }
+
     /// Counts a submission about to be made.
     func offer() {
-        offered.wrappingAdd(1, ordering: .relaxed)
-        parent?.offer()
+        add(.offered)
     }
 
     /// Counts `count` units that ended (or, for `.refused`, were never accepted) as `outcome`.
     func record(_ outcome: Outcome, count: Int = 1) {
-        guard count > 0 else { return }
-        switch outcome {
-        case .pending: preconditionFailure("a unit cannot end as pending")
-        case .ran: ran.wrappingAdd(count, ordering: .relaxed)
-        case .handedBack: handedBack.wrappingAdd(count, ordering: .relaxed)
-        case .cancelled: cancelled.wrappingAdd(count, ordering: .relaxed)
-        case .refused: refused.wrappingAdd(count, ordering: .relaxed)
-        }
-        parent?.record(outcome, count: count)
+        add(Counter(outcome), count)
     }
 
-    func recordRepeatRun() {
-        repeatRuns.wrappingAdd(1, ordering: .relaxed)
-        parent?.recordRepeatRun()
-    }
-
-    func recordEndedTwice() {
-        endedTwice.wrappingAdd(1, ordering: .relaxed)
-        parent?.recordEndedTwice()
-    }
-
-    /// The counts now. Read refusals and ends before offers, so a snapshot never shows a unit
-    /// ending that it does not show offered: outstanding is never negative unless a unit ended twice.
+    /// The counts now, read in ``Counter``'s order: offers last.
     var counts: Counts {
         var counts = Counts()
-        counts.refused = refused.load(ordering: .acquiring)
-        counts.ran = ran.load(ordering: .acquiring)
-        counts.handedBack = handedBack.load(ordering: .acquiring)
-        counts.cancelled = cancelled.load(ordering: .acquiring)
-        counts.repeatRuns = repeatRuns.load(ordering: .acquiring)
-        counts.endedTwice = endedTwice.load(ordering: .acquiring)
-        counts.offered = offered.load(ordering: .acquiring)
+        for counter in Counter.allCases {
+            counts[counter] = counters[counter.rawValue].load(ordering: .acquiring)
+        }
         return counts
     }
 
     /// Whether every accepted unit has ended.
     var isSettled: Bool { counts.outstanding == 0 }
+
+    /// Offers one unit through `submit`, which is handed a closure that ends the unit as ran and
+    /// then does `chore`. A throw ends the unit as refused and goes to `refused`.
+    ///
+    /// - Returns: What `submit` returned, with the unit; `nil` when it threw.
+    @discardableResult
+    func submit<Handle>(
+        _ chore: Chore, in soak: Soak, through submit: (@escaping @Sendable () -> Void) throws -> Handle,
+        refused: (any Error) -> Void
+    ) -> (handle: Handle, unit: Unit)? {
+        let unit = Unit(self)
+        do {
+            let handle = try submit {
+                unit.end(.ran)
+                chore.perform(in: soak)
+            }
+            return (handle, unit)
+        } catch {
+            unit.end(.refused)
+            refused(error)
+            return nil
+        }
+    }
 }
 
 /// One submission, captured by its closure, so that its end is counted once and a second end is
@@ -148,7 +170,7 @@ final class Unit: Sendable {
         let (exchanged, previous) = self.outcome.compareExchange(
             expected: Outcome.pending.rawValue, desired: outcome.rawValue, ordering: .acquiringAndReleasing)
         guard exchanged else {
-            ledger.recordEndedTwice()
+            ledger.add(.endedTwice)
             let before = Outcome(rawValue: previous).map(String.init(describing:)) ?? "?"
             violations.report("\(ledger.name): a unit ended as \(outcome) after it had ended as \(before)")
             return
@@ -161,10 +183,10 @@ final class Unit: Sendable {
     /// One run may begin just before a `cancel()` that returns `true` (the call is then cancelled
     /// mid-run); a second run after the cancel is a violation.
     func recordRepeatRun() {
-        ledger.recordRepeatRun()
+        ledger.add(.repeatRuns)
         guard outcome.load(ordering: .acquiring) != Outcome.pending.rawValue else { return }
         if lateRuns.add(1, ordering: .relaxed).newValue == 2 {
-            ledger.recordEndedTwice()
+            ledger.add(.endedTwice)
             violations.report("\(ledger.name): a repeating call ran twice after cancel() returned true")
         }
     }

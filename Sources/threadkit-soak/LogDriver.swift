@@ -6,7 +6,7 @@
 // exactly once and in order. Tasks share logger 0, whose records are counted but not ordered.
 import Synchronization
 import ThreadKit
-import SeededRandom
+import ToolHarness
 
 extension Log.Source {
     /// The soak's own source.
@@ -101,43 +101,40 @@ final class CountingLogDelegate: LogDelegate {
 /// included, and now and then replaces the delegate.
 struct LogDriver: Driver {
     let name: String
-    let seed: UInt64
-    let logger: Int
 
     private enum Operation {
         case burst, toggleSoak, toggleComponent, switchAll, replaceDelegate, rest
     }
 
-    func drive(_ soak: Soak, _ heartbeat: Heartbeat) {
-        var random = SplitMix64(seed: seed)
-        var sequence = LogSequence(logger: logger)
-        let components: [Log.Source] = [.threadPool, .timer, .throttle]
-        heartbeat.doing("logging, switching sources and delegates")
-        while !soak.isStopping {
-            let operation = random.weighted([
-                Operation.burst: 500, .toggleSoak: 100, .toggleComponent: 60, .switchAll: 2, .replaceDelegate: 5, .rest: 333,
-            ])
-            switch operation {
-            case .burst:
-                for _ in 0..<Int.random(in: 1...32, using: &random) {
-                    Log.log(.soak, sequence.next(soak.logs))
-                }
-            case .toggleSoak:
-                toggle(.soak)
-            case .toggleComponent:
-                toggle(components.randomElement(using: &random)!)
-            case .switchAll:
-                if random.chance(0.5) { Log.enableAll() } else { Log.disableAll() }
-                tally.add("log: enableAll or disableAll")
-            case .replaceDelegate:
-                soak.installLogDelegate()
-            case .rest:
-                sleep(random.microseconds(100...1_000))
-            }
-            heartbeat.beat()
-        }
-        heartbeat.finish()
+    /// ThreadKit's own sources it switches.
+    func setUp(_ run: inout DriverRun) -> [Log.Source] {
+        run.doing("logging, switching sources and delegates")
+        return [.threadPool, .timer, .throttle]
     }
+
+    func step(_ components: inout [Log.Source], _ run: inout DriverRun) {
+        let operation = run.random.weighted([
+            Operation.burst: 500, .toggleSoak: 100, .toggleComponent: 60, .switchAll: 2, .replaceDelegate: 5, .rest: 333,
+        ])
+        switch operation {
+        case .burst:
+            for _ in 0..<Int.random(in: 1...32, using: &run.random) { run.logNext() }
+        case .toggleSoak:
+            toggle(.soak)
+        case .toggleComponent:
+            toggle(components.randomElement(using: &run.random)!)
+        case .switchAll:
+            if run.random.chance(0.5) { Log.enableAll() } else { Log.disableAll() }
+            tally.add("log: enableAll or disableAll")
+        case .replaceDelegate:
+            run.soak.installLogDelegate()
+        case .rest:
+            sleep(for: run.random.microseconds(100...1_000))
+        }
+    }
+
+    /// Nothing to quiesce: the soak delivers the last records once every driver has finished.
+    func quiesce(_ components: inout [Log.Source], _ run: inout DriverRun) {}
 
     private func toggle(_ source: Log.Source) {
         if Log.isEnabled(source) { Log.disable(source) } else { Log.enable(source) }

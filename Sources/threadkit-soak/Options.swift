@@ -1,6 +1,7 @@
 // The command line.
+import ToolHarness
 
-struct Options: Sendable {
+struct Options: CommandLineOptions, Sendable {
     /// How long the drivers run before the final quiesce.
     var duration = Duration.seconds(600)
     /// How often a report line is printed (and the resident memory checked).
@@ -20,34 +21,21 @@ struct Options: Sendable {
         resident memory stayed within 10 % of its size at the first report; 1 otherwise, or on a hang.
         """
 
-    struct UsageError: Error, CustomStringConvertible {
-        let description: String
-    }
-
-    static func parse(_ arguments: ArraySlice<String>) throws(UsageError) -> Options {
+    static func parse(_ arguments: inout Arguments) throws(UsageError) -> Options {
         var options = Options()
-        var remaining = arguments
         var durationGiven = false
-        func number(after flag: String) throws(UsageError) -> Int {
-            guard let text = remaining.popFirst() else { throw UsageError(description: "\(flag) needs a value") }
-            guard let value = Int(text), value >= 1 else {
-                throw UsageError(description: "\(flag) needs a whole number of at least 1, got '\(text)'")
-            }
-            return value
-        }
         func setDuration(_ duration: Duration) throws(UsageError) {
-            guard !durationGiven else { throw UsageError(description: "give the length once: --minutes or --seconds") }
+            guard !durationGiven else { throw UsageError("give the length once: --minutes or --seconds") }
             durationGiven = true
             options.duration = duration
         }
-        while let argument = remaining.popFirst() {
+        while let argument = arguments.next() {
             switch argument {
-            case "--minutes": try setDuration(.seconds(60 * number(after: argument)))
-            case "--seconds": try setDuration(.seconds(number(after: argument)))
-            case "--report-every": options.reportEvery = .seconds(try number(after: argument))
-            case "--seed": options.seed = UInt64(try number(after: argument))
-            case "--help", "-h": throw UsageError(description: "")
-            default: throw UsageError(description: "unknown argument '\(argument)'")
+            case "--minutes": try setDuration(.seconds(60 * arguments.number(after: argument)))
+            case "--seconds": try setDuration(.seconds(arguments.number(after: argument)))
+            case "--report-every": options.reportEvery = .seconds(try arguments.number(after: argument))
+            case "--seed": options.seed = UInt64(try arguments.number(after: argument))
+            default: throw UsageError.unknown(argument)
             }
         }
         return options

@@ -4,6 +4,7 @@ import Foundation
 import Synchronization
 import ThreadKit
 import SeededRandom
+import ToolHarness
 
 /// What every driver shares: the parts' ledgers, the stop signal, the log book, and the one pool
 /// that several throttled queues and the timers' hand-offs use.
@@ -59,21 +60,24 @@ final class Soak: Sendable {
     func run() -> Int32 {
         // Before anything can log: no record ever reaches the console.
         installLogDelegate()
-        let drivers = makeDrivers()
+        let drivers = Self.drivers
         let heartbeats = drivers.map { Heartbeat(name: $0.name) }
         let watchdog = Watchdog(heartbeats: heartbeats) { [self] in outstandingReport() }
         printLine(
             "threadkit-soak: \(clockText(options.duration)) of \(drivers.count) drivers (\(drivers.map(\.name).joined(separator: ", "))), "
                 + "a report every \(clockText(options.reportEvery)), seed \(options.seed), "
-                + "\(ProcessInfo.processInfo.activeProcessorCount) cores, load \(loadAverage())")
+                + "\(ProcessInfo.processInfo.activeProcessorCount) cores, load \(ProcessReadings.loadAverage())")
         #if DEBUG
         printLine("warning: a debug build; soak the release build (swift build -c release)")
         #endif
 
         let started = ContinuousClock.now
         watchdog.start()
-        for (driver, heartbeat) in zip(drivers, heartbeats) {
-            let thread = Thread { [self] in driver.drive(self, heartbeat) }
+        // Each driver's seed is drawn from the soak's, in the drivers' order; its logger is its place.
+        var seeds = SplitMix64(seed: options.seed)
+        for (index, (driver, heartbeat)) in zip(drivers, heartbeats).enumerated() {
+            let seed = seeds.next()
+            let thread = Thread { [self] in driver.drive(self, heartbeat, seed: seed, logger: index + 1) }
             thread.name = "soak \(driver.name)"
             thread.start()
         }
@@ -82,8 +86,8 @@ final class Soak: Sendable {
         var reported = Duration.zero
         while reported < options.duration {
             reported = min(reported + options.reportEvery, options.duration)
-            sleep(started + reported - ContinuousClock.now)
-            let resident = ProcessStats.residentBytes()
+            sleep(for: started + reported - ContinuousClock.now)
+            let resident = ProcessReadings.residentBytes()
             let baseline = firstResident ?? resident
             firstResident = baseline
             printLine(reportLine(at: reported, resident: resident, baseline: baseline))
@@ -95,7 +99,7 @@ final class Soak: Sendable {
         stopping.store(true, ordering: .releasing)
         while let running = heartbeats.first(where: { !$0.isFinished }) {
             watchdog.quiesceStage("waiting for driver \(running.name): \(running.currentActivity)")
-            sleep(.milliseconds(5))
+            sleep(for: .milliseconds(5))
         }
         watchdog.quiesceStage("disposing the shared pool")
         sharedPool.dispose()
@@ -112,7 +116,7 @@ final class Soak: Sendable {
         let quiesceTime = ContinuousClock.now - quiesceStarted
         watchdog.stop()
 
-        let resident = ProcessStats.residentBytes()
+        let resident = ProcessReadings.residentBytes()
         let baseline = firstResident ?? resident
         checkGrowth(of: resident, over: baseline, when: "after the quiesce")
         for part in parts { checkBalance(part) }
@@ -122,20 +126,17 @@ final class Soak: Sendable {
         return violations.count == 0 ? 0 : 1
     }
 
-    /// Two pool drivers, a timer driver, two throttled-queue drivers and a log driver; each driver
-    /// thread also logs numbered records as its own logger.
-    private func makeDrivers() -> [any Driver] {
-        var seeds = SplitMix64(seed: options.seed)
-        return [
-            PoolDriver(name: "pools-1", seed: seeds.next(), logger: 1),
-            PoolDriver(name: "pools-2", seed: seeds.next(), logger: 2),
-            TimerDriver(name: "timers", seed: seeds.next(), logger: 3),
-            ThrottleDriver(name: "queues-1", seed: seeds.next(), logger: 4),
-            ThrottleDriver(name: "queues-2", seed: seeds.next(), logger: 5),
-            LogDriver(name: "log", seed: seeds.next(), logger: 6),
-            DedicatedDriver(name: "dedicated", seed: seeds.next(), logger: 7),
-        ]
-    }
+    /// Two pool drivers, a timer driver, two throttled-queue drivers, a log driver and a dedicated
+    /// thread driver; each driver thread also logs numbered records as its own logger.
+    private static let drivers: [any Driver] = [
+        ChurnDriver<PoolUnderTest>(name: "pools-1", count: 1),
+        ChurnDriver<PoolUnderTest>(name: "pools-2", count: 1),
+        TimerDriver(name: "timers"),
+        ChurnDriver<QueueUnderTest>(name: "queues-1", count: 3),
+        ChurnDriver<QueueUnderTest>(name: "queues-2", count: 3),
+        LogDriver(name: "log"),
+        ChurnDriver<ThreadUnderTest>(name: "dedicated", count: 1),
+    ]
 
     // MARK: - Checking
 
@@ -162,7 +163,7 @@ final class Soak: Sendable {
     private func reportLine(at elapsed: Duration, resident: Int, baseline: Int) -> String {
         let parts = [("pools", pools), ("timers", timers), ("queues", queues), ("log", logs)]
             .map { name, ledger in "\(name) \(ledger.counts.line)" }
-        return "[\(clockText(elapsed))] rss \(megabytes(resident)) (\(growth(resident, over: baseline))) threads \(ProcessStats.threadCount()) | "
+        return "[\(clockText(elapsed))] rss \(megabytes(resident)) (\(growth(resident, over: baseline))) threads \(ProcessReadings.threadCount()) | "
             + parts.joined(separator: " | ")
     }
 
@@ -180,8 +181,8 @@ final class Soak: Sendable {
         for part in parts {
             let counts = part.counts
             rows.append([
-                part.name, "\(counts.accepted)", "\(counts.ran)", "\(counts.handedBack)", "\(counts.cancelled)",
-                "\(counts.outstanding)", "\(counts.refused)", "\(counts.repeatRuns)",
+                part.name, "\(counts.accepted)", "\(counts[.ran])", "\(counts[.handedBack])", "\(counts[.cancelled])",
+                "\(counts.outstanding)", "\(counts[.refused])", "\(counts[.repeatRuns])",
             ])
         }
         let widths = header.indices.map { column in rows.map { $0[column].count }.max()! }
@@ -193,7 +194,7 @@ final class Soak: Sendable {
             printLine("  " + cells.joined(separator: "  "))
         }
         printLine("  resident memory: \(megabytes(baseline)) at the first report, peak \(megabytes(peaks.residentBytes)), \(megabytes(resident)) after the quiesce (\(growth(resident, over: baseline)); limit +\(Int(Self.residentGrowthLimit * 100)) %)")
-        printLine("  threads: peak \(peaks.threads), \(ProcessStats.threadCount()) after the quiesce")
+        printLine("  threads: peak \(peaks.threads), \(ProcessReadings.threadCount()) after the quiesce")
         printLine("  log records of ThreadKit's own sources delivered: \(logBook.componentRecordCount)")
         for (key, count) in tally.all {
             printLine("  \(key): \(count)")
@@ -209,17 +210,5 @@ final class Soak: Sendable {
     private func growth(_ resident: Int, over baseline: Int) -> String {
         guard baseline > 0 else { return "+0.0 %" }
         return String(format: "%+.1f %%", (Double(resident) / Double(baseline) - 1) * 100)
-    }
-
-    private func loadAverage() -> String {
-        guard let text = try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8) else { return "unknown" }
-        return text.split(separator: " ").prefix(3).joined(separator: " ")
-    }
-}
-
-extension Duration {
-    /// The duration in seconds, as a `Double`.
-    var seconds: Double {
-        Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }

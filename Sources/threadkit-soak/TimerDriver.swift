@@ -3,50 +3,44 @@
 // repeating ones, cancelled one by one, by tag with `cancelAll(tag:)`, and by `dispose()`.
 import ThreadKit
 import SeededRandom
+import ToolHarness
 
-/// Drives the shared timer and a succession of private ones.
+/// Drives the shared timer and a succession of private ones, and ends an epoch of tagged calls
+/// every 50 ms–1 s.
 struct TimerDriver: Driver {
     let name: String
-    let seed: UInt64
-    let logger: Int
 
-    func drive(_ soak: Soak, _ heartbeat: Heartbeat) {
-        var random = SplitMix64(seed: seed)
-        var sequence = LogSequence(logger: logger)
-        var shared = TimerUnderTest(shared: soak)
-        var generation = 1
-        var privateTimer = TimerUnderTest(private: "Soak timer \(name)#\(generation)", soak: soak)
-        var retirePrivateAt = ContinuousClock.now + random.milliseconds(100...2_000)
-        var nextEpochAt = ContinuousClock.now + random.milliseconds(50...1_000)
-        heartbeat.doing("scheduling and cancelling timer calls")
-        while !soak.isStopping {
-            if random.chance(0.5) {
-                shared.step(&random)
-            } else {
-                privateTimer.step(&random)
-            }
-            let now = ContinuousClock.now
-            if now >= nextEpochAt {
-                shared.endEpoch()
-                privateTimer.endEpoch()
-                nextEpochAt = now + random.milliseconds(50...1_000)
-            }
-            if now >= retirePrivateAt {
-                heartbeat.doing("disposing \(privateTimer.name)")
-                privateTimer.retire()
-                Log.log(.soak, sequence.next(soak.logs))
-                generation += 1
-                privateTimer = TimerUnderTest(private: "Soak timer \(name)#\(generation)", soak: soak)
-                retirePrivateAt = now + random.milliseconds(100...2_000)
-                heartbeat.doing("scheduling and cancelling timer calls")
-            }
-            heartbeat.beat()
+    struct Timers {
+        var shared: TimerUnderTest
+        var privates: Generations<TimerUnderTest>
+        var nextEpochAt: ContinuousClock.Instant
+    }
+
+    func setUp(_ run: inout DriverRun) -> Timers {
+        Timers(
+            shared: TimerUnderTest(shared: run.soak), privates: Generations(1, of: name, &run),
+            nextEpochAt: .now + run.random.milliseconds(50...1_000))
+    }
+
+    /// Steps the shared timer or the private one (retiring it when its time is up), half and half.
+    func step(_ timers: inout Timers, _ run: inout DriverRun) {
+        if run.random.chance(0.5) {
+            timers.shared.step(&run)
+        } else {
+            timers.privates.step(&run)
         }
-        heartbeat.doing("disposing \(privateTimer.name)")
-        privateTimer.retire()
-        heartbeat.doing("settling TimerThread.shared")
-        shared.settle()
-        heartbeat.finish()
+        let now = ContinuousClock.now
+        if now >= timers.nextEpochAt {
+            timers.shared.endEpoch()
+            timers.privates.forEach { $0.endEpoch() }
+            timers.nextEpochAt = now + run.random.milliseconds(50...1_000)
+        }
+    }
+
+    func quiesce(_ timers: inout Timers, _ run: inout DriverRun) {
+        timers.privates.retireAll(&run)
+        run.doing("settling TimerThread.shared")
+        timers.shared.settle()
     }
 }
 
@@ -57,10 +51,12 @@ private struct EpochTag: Hashable, Sendable {
 }
 
 /// One timer and the handles of its recent calls. Owned by one driver thread.
-private struct TimerUnderTest {
+struct TimerUnderTest: Subject {
     let timer: TimerThread
     let name: String
     let ledger: Ledger
+    /// When a private timer is disposed and replaced; never for the shared one.
+    let retireAt: ContinuousClock.Instant
     private let soak: Soak
     private let isShared: Bool
     private var oneShots = RecentRing<(handle: TimerHandle, unit: Unit)>(capacity: 64)
@@ -74,18 +70,23 @@ private struct TimerUnderTest {
         timer = .shared
         name = "TimerThread.shared"
         ledger = Ledger(name, parent: soak.timers)
+        retireAt = .now + .seconds(365 * 24 * 3_600)
         self.soak = soak
         isShared = true
     }
 
-    init(private name: String, soak: Soak) {
+    /// A private timer, disposed and replaced after 0.1–2 s.
+    init(name: String, soak: Soak, random: inout SplitMix64) {
         timer = TimerThread(name: name)
         self.name = "timer '\(name)'"
         ledger = Ledger(self.name, parent: soak.timers)
+        retireAt = .now + random.milliseconds(100...2_000)
         self.soak = soak
         isShared = false
         tally.add("private timers made")
     }
+
+    var description: String { name }
 
     private var tag: EpochTag { EpochTag(timer: name, epoch: epoch) }
 
@@ -93,33 +94,33 @@ private struct TimerUnderTest {
         case soon, at, far, every, cancel, cancelRepeating, rest
     }
 
-    mutating func step(_ random: inout SplitMix64) {
-        let operation = random.weighted([
+    mutating func step(_ run: inout DriverRun) {
+        let operation = run.random.weighted([
             Operation.soon: 45, .at: 5, .far: 4, .every: 3, .cancel: 20, .cancelRepeating: 2, .rest: 21,
         ])
         switch operation {
         case .soon:
-            let tag: EpochTag? = random.chance(0.3) ? self.tag : nil
-            let delay = random.microseconds(0...20_000)
-            scheduleOnce(chore(&random)) { timer, work in try timer.schedule(after: delay, tag: tag, work) }
+            let tag: EpochTag? = run.random.chance(0.3) ? self.tag : nil
+            let delay = run.random.microseconds(0...20_000)
+            scheduleOnce(chore(&run.random)) { timer, work in try timer.schedule(after: delay, tag: tag, work) }
         case .at:
-            let deadline = ContinuousClock.now + random.microseconds(0...20_000)
-            scheduleOnce(chore(&random)) { timer, work in try timer.schedule(at: deadline, work) }
+            let deadline = ContinuousClock.now + run.random.microseconds(0...20_000)
+            scheduleOnce(chore(&run.random)) { timer, work in try timer.schedule(at: deadline, work) }
         case .far:
             // Never due: ended by cancel(), by cancelAll(tag:) at the end of the epoch, or by dispose().
             let tag = self.tag
             scheduleOnce(.nothing) { timer, work in try timer.schedule(after: .seconds(3_600), tag: tag, work) }
         case .every:
-            let nap: Duration = random.chance(0.3) ? random.microseconds(0...200) : .zero
-            scheduleRepeating(every: random.microseconds(500...20_000), nap: nap, tag: random.chance(0.5) ? tag : nil)
+            let nap: Duration = run.random.chance(0.3) ? run.random.microseconds(0...200) : .zero
+            scheduleRepeating(every: run.random.microseconds(500...20_000), nap: nap, tag: run.random.chance(0.5) ? tag : nil)
         case .cancel:
-            for _ in 0..<Int.random(in: 1...4, using: &random) {
-                if let call = oneShots.removeRandom(using: &random) { cancel(call) }
+            for _ in 0..<Int.random(in: 1...4, using: &run.random) {
+                if let call = oneShots.removeRandom(using: &run.random) { cancel(call) }
             }
         case .cancelRepeating:
-            if let call = repeating.removeRandom(using: &random) { cancel(call) }
+            if let call = repeating.removeRandom(using: &run.random) { cancel(call) }
         case .rest:
-            sleep(random.microseconds(100...2_000))
+            sleep(for: run.random.microseconds(100...2_000))
         }
     }
 
@@ -135,15 +136,8 @@ private struct TimerUnderTest {
     private mutating func scheduleOnce(
         _ chore: Chore, _ submit: (TimerThread, @escaping @Sendable () -> Void) throws -> TimerHandle
     ) {
-        let unit = Unit(ledger)
-        do {
-            let handle = try submit(timer) { [soak] in
-                unit.end(.ran)
-                chore.perform(in: soak)
-            }
-            oneShots.append((handle, unit))
-        } catch {
-            refused(unit, error)
+        if let accepted = ledger.submit(chore, in: soak, through: { [timer] in try submit(timer, $0) }, refused: refused) {
+            oneShots.append(accepted)
         }
     }
 
@@ -155,12 +149,13 @@ private struct TimerUnderTest {
             let handle = try timer.schedule(every: interval, tag: tag) { [repeatRunsUnderWay] in
                 repeatRunsUnderWay.enter()
                 unit.recordRepeatRun()
-                sleep(nap)
+                sleep(for: nap)
                 repeatRunsUnderWay.leave()
             }
             if let evicted = repeating.append((handle, unit)) { cancel(evicted) }
         } catch {
-            refused(unit, error)
+            unit.end(.refused)
+            refused(error)
         }
     }
 
@@ -173,8 +168,7 @@ private struct TimerUnderTest {
         }
     }
 
-    private func refused(_ unit: Unit, _ error: any Error) {
-        unit.end(.refused)
+    private func refused(_ error: any Error) {
         switch error {
         case TimerThreadError.disposed:
             tally.add("timer refusals: disposed")
@@ -193,7 +187,7 @@ private struct TimerUnderTest {
 
     /// Disposes a private timer, counting the calls it drops, and checks that every call it
     /// accepted ran or was cancelled (a call running during `dispose()` may still finish).
-    mutating func retire() {
+    mutating func retire(_ run: inout DriverRun) {
         precondition(!isShared, "TimerThread.shared is never disposed")
         let dropped = timer.dispose()
         // No run starts after dispose() returns: one under way now overlapped it.

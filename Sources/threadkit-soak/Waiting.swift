@@ -1,9 +1,10 @@
-// Waiting helpers for the drivers: Swift tasks in flight, and conditions polled with a deadline.
-import Foundation
+// The Swift tasks a subject launched that have not finished, so it can wait for them before it
+// checks its counts.
 import Synchronization
+import ToolHarness
 
-/// Counts the Swift tasks a driver launched at one pool or queue that have not finished, so it can
-/// wait for them before it checks that pool's or queue's counts.
+/// Counts the Swift tasks a driver launched at one pool, queue or thread that have not finished,
+/// so it can wait for them before it checks that subject's counts.
 final class InFlight: Sendable {
     private let running = Atomic<Int>(0)
 
@@ -17,32 +18,28 @@ final class InFlight: Sendable {
         running.wrappingSubtract(1, ordering: .releasing)
     }
 
-    /// Waits until every task has left; `false` if some are still running after `timeout`.
-    func waitUntilNone(timeout: Duration) -> Bool {
-        poll(timeout: timeout) { count == 0 }
+    /// Unless `limit` tasks are in flight, offers a unit in `ledger` and runs `body` with it in a
+    /// detached Swift task, counted here until it returns.
+    ///
+    /// - Returns: The task; `nil`, with no unit offered, when `limit` are in flight.
+    @discardableResult
+    func launch(limit: Int, unitIn ledger: Ledger, _ body: @escaping @Sendable (Unit) async -> Void) -> Task<Void, Never>? {
+        guard count < limit else { return nil }
+        let unit = Unit(ledger)
+        enter()
+        return Task.detached { [self] in
+            defer { leave() }
+            await body(unit)
+        }
     }
-}
 
-/// Checks `condition` every millisecond until it holds (`true`) or `timeout` passes (`false`).
-///
-/// The soak only waits like this at its edges (retiring a pool, settling a timer), where a
-/// millisecond of polling costs nothing and keeps the waiting independent of what it watches.
-func poll(timeout: Duration, until condition: () -> Bool) -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while !condition() {
-        if ContinuousClock.now >= deadline { return false }
-        sleep(.milliseconds(1))
-    }
-    return true
-}
-
-/// Blocks the calling thread for `duration` (not at all if it is not positive).
-func sleep(_ duration: Duration) {
-    guard duration > .zero else { return }
-    let (seconds, attoseconds) = duration.components
-    var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
-    var remaining = timespec()
-    while nanosleep(&request, &remaining) != 0, errno == EINTR {
-        request = remaining
+    /// Waits up to 20 s until every task has left; `false`, with a violation naming `subject`, if
+    /// some are still running then.
+    func awaitNone(of subject: CustomStringConvertible) -> Bool {
+        guard poll(timeout: .seconds(20), until: { count == 0 }) else {
+            violations.report("\(subject): \(count) run calls did not return within 20 s")
+            return false
+        }
+        return true
     }
 }

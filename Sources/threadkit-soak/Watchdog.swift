@@ -1,6 +1,7 @@
 // Catches hangs: a driver that stops making progress, or a final quiesce that does not finish.
 import Foundation
 import Synchronization
+import ToolHarness
 
 /// One driver's sign of life, watched by the ``Watchdog``.
 final class Heartbeat: Sendable {
@@ -86,9 +87,9 @@ final class Watchdog: Sendable {
         var lastBeats = heartbeats.map { $0.beatCount }
         var lastChange = heartbeats.map { _ in ContinuousClock.now }
         while !stopped.load(ordering: .acquiring) {
-            sleep(.milliseconds(250))
-            peakResident.max(ProcessStats.residentBytes(), ordering: .relaxed)
-            peakThreads.max(ProcessStats.threadCount(), ordering: .relaxed)
+            sleep(for: .milliseconds(250))
+            peakResident.max(ProcessReadings.residentBytes(), ordering: .relaxed)
+            peakThreads.max(ProcessReadings.threadCount(), ordering: .relaxed)
             let now = ContinuousClock.now
             for (index, heartbeat) in heartbeats.enumerated() where !heartbeat.isFinished {
                 let beats = heartbeat.beatCount

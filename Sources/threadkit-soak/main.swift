@@ -8,13 +8,5 @@
 // See Docs/Soak.md for what each driver does and what each count means.
 import Foundation
 
-let options: Options
-do {
-    options = try Options.parse(CommandLine.arguments.dropFirst())
-} catch {
-    if !error.description.isEmpty { print("threadkit-soak: \(error.description)") }
-    print(Options.usage)
-    exit(error.description.isEmpty ? 0 : 2)
-}
-
+let options = Options.parseOrExit { print("threadkit-soak: \($0)") }
 exit(Soak(options: options).run())

@@ -1,42 +1,16 @@
 // Pools: made with every size, queue limit and overflow policy; driven with `execute`, `schedule`
 // and `cancel()`, and with `run` from Swift tasks (some cancelled); then disposed gracefully or at
-// once, checked, dropped, and replaced by a new pool.
+// once, checked, dropped, and replaced by a new pool. Two drivers churn them, one at a time, each
+// living 20–500 ms.
 import ThreadKit
 import SeededRandom
-
-/// Churns pools, one at a time, for a fraction of a second each.
-struct PoolDriver: Driver {
-    let name: String
-    let seed: UInt64
-    let logger: Int
-
-    func drive(_ soak: Soak, _ heartbeat: Heartbeat) {
-        var random = SplitMix64(seed: seed)
-        var sequence = LogSequence(logger: logger)
-        var generation = 0
-        while !soak.isStopping {
-            generation += 1
-            var pool = PoolUnderTest(name: "\(name)#\(generation)", soak: soak, random: &random)
-            heartbeat.doing("driving \(pool)")
-            Log.log(.soak, sequence.next(soak.logs))
-            let retireAt = ContinuousClock.now + random.milliseconds(20...500)
-            while !soak.isStopping, ContinuousClock.now < retireAt {
-                pool.step(&random)
-                heartbeat.beat()
-            }
-            heartbeat.doing("retiring \(pool)")
-            if random.chance(0.5) { pool.fill() }
-            pool.retire(&random)
-            Log.log(.soak, sequence.next(soak.logs))
-        }
-        heartbeat.finish()
-    }
-}
+import ToolHarness
 
 /// One pool, from its creation to its checked end. Owned by one driver thread.
-private struct PoolUnderTest: CustomStringConvertible {
+struct PoolUnderTest: Subject {
     let pool: ThreadPool
     let ledger: Ledger
+    let retireAt: ContinuousClock.Instant
     private let soak: Soak
     /// Swift tasks calling `run` that have not returned.
     private let inFlight = InFlight()
@@ -47,10 +21,11 @@ private struct PoolUnderTest: CustomStringConvertible {
     init(name: String, soak: Soak, random: inout SplitMix64) {
         let policy = [ThreadPool.OverflowPolicy.block, .reject, .runOnCaller].randomElement(using: &random)!
         pool = ThreadPool(
-            name: "Soak \(name)", size: Int.random(in: 1...4, using: &random),
+            name: name, size: Int.random(in: 1...4, using: &random),
             keepAlive: random.milliseconds(0...30), collectionInterval: random.milliseconds(1...20),
             queueLimit: random.chance(0.25) ? nil : Int.random(in: 1...8, using: &random), whenFull: policy)
         ledger = Ledger("pool \(pool.name)", parent: soak.pools)
+        retireAt = .now + random.milliseconds(20...500)
         self.soak = soak
         tally.add("pools made with whenFull: .\(policy)")
     }
@@ -63,57 +38,42 @@ private struct PoolUnderTest: CustomStringConvertible {
         case execute, schedule, cancel, run, cancelRun, wait, nested, rest
     }
 
-    mutating func step(_ random: inout SplitMix64) {
-        let operation = random.weighted([
+    mutating func step(_ run: inout DriverRun) {
+        let operation = run.random.weighted([
             Operation.execute: 30, .schedule: 25, .cancel: 15, .run: 10, .cancelRun: 4, .wait: 2, .nested: 2, .rest: 12,
         ])
         switch operation {
         case .execute:
-            for _ in 0..<Int.random(in: 1...8, using: &random) { execute(.random(&random)) }
+            for _ in 0..<Int.random(in: 1...8, using: &run.random) { execute(.random(&run.random)) }
         case .schedule:
-            for _ in 0..<Int.random(in: 1...8, using: &random) { schedule(.random(&random)) }
+            for _ in 0..<Int.random(in: 1...8, using: &run.random) { schedule(.random(&run.random)) }
         case .cancel:
-            for _ in 0..<Int.random(in: 1...4, using: &random) { cancelScheduled(&random) }
+            for _ in 0..<Int.random(in: 1...4, using: &run.random) { cancelScheduled(&run.random) }
         case .run:
-            run(.random(&random), cancelAtOnce: random.chance(0.1))
+            self.run(.random(&run.random), cancelAtOnce: run.random.chance(0.1))
         case .cancelRun:
-            runs.removeRandom(using: &random)?.cancel()
+            runs.removeRandom(using: &run.random)?.cancel()
         case .wait:
-            if let (task, _) = scheduled.randomElement(using: &random), !task.wait(timeout: .seconds(30)) {
+            if let (task, _) = scheduled.randomElement(using: &run.random), !task.wait(timeout: .seconds(30)) {
                 violations.report("\(self): a task neither ran nor was cancelled within 30 s of wait(timeout:)")
             }
         case .nested:
             executeNested()
         case .rest:
             // Long enough, now and then, for idle threads to be collected and new ones made.
-            sleep(random.microseconds(200...3_000))
+            sleep(for: run.random.microseconds(200...3_000))
         }
     }
 
     // MARK: - Submitting
 
     private func execute(_ chore: Chore) {
-        let unit = Unit(ledger)
-        do {
-            try pool.execute { [soak] in
-                unit.end(.ran)
-                chore.perform(in: soak)
-            }
-        } catch {
-            refused(unit, error)
-        }
+        ledger.submit(chore, in: soak, through: { try pool.execute($0) }, refused: refused)
     }
 
     private mutating func schedule(_ chore: Chore) {
-        let unit = Unit(ledger)
-        do {
-            let task = try pool.schedule { [soak] in
-                unit.end(.ran)
-                chore.perform(in: soak)
-            }
-            scheduled.append((task, unit))
-        } catch {
-            refused(unit, error)
+        if let accepted = ledger.submit(chore, in: soak, through: { try pool.schedule($0) }, refused: refused) {
+            scheduled.append((accepted.handle, accepted.unit))
         }
     }
 
@@ -127,11 +87,7 @@ private struct PoolUnderTest: CustomStringConvertible {
 
     /// `run` from a Swift task; a thrown `disposed` means the pool gave the work back unrun.
     private mutating func run(_ chore: Chore, cancelAtOnce: Bool) {
-        guard inFlight.count < 32 else { return }
-        let unit = Unit(ledger)
-        inFlight.enter()
-        let task = Task.detached { [pool, soak, inFlight, description] in
-            defer { inFlight.leave() }
+        let launched = inFlight.launch(limit: 32, unitIn: ledger) { [pool, soak, description] unit in
             do {
                 try await pool.run {
                     unit.end(.ran)
@@ -146,6 +102,7 @@ private struct PoolUnderTest: CustomStringConvertible {
                 Self.classifyRefusal(error, by: pool, description: description, disposed: nil)
             }
         }
+        guard let task = launched else { return }
         if cancelAtOnce {
             task.cancel()
         } else {
@@ -169,12 +126,12 @@ private struct PoolUnderTest: CustomStringConvertible {
                 }
             }
         } catch {
-            refused(unit, error)
+            unit.end(.refused)
+            refused(error)
         }
     }
 
-    private func refused(_ unit: Unit, _ error: any Error) {
-        unit.end(.refused)
+    private func refused(_ error: any Error) {
         Self.classifyRefusal(error, by: pool, description: description, disposed: isDisposed)
     }
 
@@ -203,17 +160,18 @@ private struct PoolUnderTest: CustomStringConvertible {
     // MARK: - Retiring
 
     /// Queues up slow tasks, so that a dispose finds work waiting: to run it all, or to hand it back.
-    mutating func fill() {
+    private mutating func fill() {
         for _ in 0..<(pool.queueLimit ?? 16) + pool.size {
             schedule(.nap(.microseconds(200)))
         }
     }
 
-    /// Disposes the pool (gracefully or at once), waits for its threads and tasks, and checks that
-    /// every task it accepted ran, was handed back or was cancelled.
-    mutating func retire(_ random: inout SplitMix64) {
+    /// Fills the pool half the time, disposes it (gracefully or at once), waits for its threads and
+    /// tasks, and checks that every task it accepted ran, was handed back or was cancelled.
+    mutating func retire(_ run: inout DriverRun) {
+        if run.random.chance(0.5) { fill() }
         isDisposed = true
-        let disposesNow = random.chance(0.5)
+        let disposesNow = run.random.chance(0.5)
         if disposesNow {
             let handedBack = pool.disposeNow()
             ledger.record(.handedBack, count: handedBack.count)
@@ -237,10 +195,7 @@ private struct PoolUnderTest: CustomStringConvertible {
             violations.report("\(self): its threads did not exit within 20 s of \(how): \(pool.statistics)")
             return
         }
-        guard inFlight.waitUntilNone(timeout: .seconds(20)) else {
-            violations.report("\(self): \(inFlight.count) run calls did not return within 20 s of \(how)")
-            return
-        }
+        guard inFlight.awaitNone(of: self) else { return }
         let counts = ledger.counts
         if counts.outstanding != 0 {
             violations.report("\(self), after \(how) and awaitTermination: \(counts.line)")

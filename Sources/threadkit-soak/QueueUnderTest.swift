@@ -1,53 +1,17 @@
 // Throttled queues: gaps of 0–2 ms, some with a rate limit, on a pool of their own, on a private
 // pool the soak disposes, or on the soak's shared pool; driven with `async`, `sync` (nested ones
 // too), `run` from Swift tasks, `cancelAll()`, `pause(for:)`/`resume()`, interval changes and
-// `waitUntilIdle()`, and replaced every second or so.
+// `waitUntilIdle()`, and replaced every second or so. Two drivers churn them, three at a time.
 import ThreadKit
 import SeededRandom
-
-/// Drives three queues at a time, replacing each when its time is up.
-struct ThrottleDriver: Driver {
-    let name: String
-    let seed: UInt64
-    let logger: Int
-
-    func drive(_ soak: Soak, _ heartbeat: Heartbeat) {
-        var random = SplitMix64(seed: seed)
-        var sequence = LogSequence(logger: logger)
-        var generation = 0
-        func makeQueue(_ random: inout SplitMix64) -> QueueUnderTest {
-            generation += 1
-            return QueueUnderTest(name: "\(name)#\(generation)", soak: soak, random: &random)
-        }
-        var queues = (0..<3).map { _ in makeQueue(&random) }
-        heartbeat.doing("driving throttled queues")
-        while !soak.isStopping {
-            let index = Int.random(in: queues.indices, using: &random)
-            if ContinuousClock.now >= queues[index].retireAt {
-                heartbeat.doing("retiring \(queues[index])")
-                queues[index].retire()
-                Log.log(.soak, sequence.next(soak.logs))
-                queues[index] = makeQueue(&random)
-                heartbeat.doing("driving throttled queues")
-            } else {
-                queues[index].step(&random)
-            }
-            heartbeat.beat()
-        }
-        for index in queues.indices {
-            heartbeat.doing("retiring \(queues[index])")
-            queues[index].retire()
-        }
-        heartbeat.finish()
-    }
-}
+import ToolHarness
 
 /// One throttled queue, from its creation to its checked end. Owned by one driver thread.
 ///
 /// A queue either uses `cancelAll()` or cancels its `run` callers' Swift tasks, never both:
 /// `cancelAll()` counts the `run` callers it removes, who then throw `CancellationError` too, and
 /// a caller cancelled both ways could not tell which one removed it.
-private struct QueueUnderTest: CustomStringConvertible {
+struct QueueUnderTest: Subject {
     private enum Workers {
         /// The queue's own pool of one thread (no `pool:` argument).
         case own
@@ -76,7 +40,7 @@ private struct QueueUnderTest: CustomStringConvertible {
     private var runs = RecentRing<Task<Void, Never>>(capacity: 16)
 
     init(name: String, soak: Soak, random: inout SplitMix64) {
-        let label = "Soak \(name)"
+        let label = name
         switch Int.random(in: 0..<3, using: &random) {
         case 0: workers = .own
         case 1:
@@ -114,59 +78,52 @@ private struct QueueUnderTest: CustomStringConvertible {
             waitUntilIdle, rest
     }
 
-    mutating func step(_ random: inout SplitMix64) {
-        let operation = random.weighted([
+    mutating func step(_ run: inout DriverRun) {
+        let operation = run.random.weighted([
             Operation.async: 30, .asyncWithInterval: 8, .sync: 8, .nestedSync: 2, .run: 10, .cancelRun: 3,
             .cancelAll: 3, .pause: 2, .resume: 2, .changeInterval: 2, .waitUntilIdle: 2, .rest: 28,
         ])
         switch operation {
         case .async:
             guard queue.pendingCount < 48 else { return }
-            for _ in 0..<Int.random(in: 1...4, using: &random) {
-                async(.random(&random, longestNap: .microseconds(200)), interval: nil)
+            for _ in 0..<Int.random(in: 1...4, using: &run.random) {
+                async(.random(&run.random, longestNap: .microseconds(200)), interval: nil)
             }
         case .asyncWithInterval:
-            async(.random(&random, longestNap: .microseconds(200)), interval: random.microseconds(0...2_000))
+            async(.random(&run.random, longestNap: .microseconds(200)), interval: run.random.microseconds(0...2_000))
         case .sync:
-            sync(interval: random.chance(0.5) ? random.microseconds(0...2_000) : nil)
+            sync(interval: run.random.chance(0.5) ? run.random.microseconds(0...2_000) : nil)
         case .nestedSync:
             asyncWithNestedSync()
         case .run:
-            run(cancelAtOnce: !usesCancelAll && random.chance(0.1))
+            self.run(cancelAtOnce: !usesCancelAll && run.random.chance(0.1))
         case .cancelRun:
-            if !usesCancelAll { runs.removeRandom(using: &random)?.cancel() }
+            if !usesCancelAll { runs.removeRandom(using: &run.random)?.cancel() }
         case .cancelAll:
             if usesCancelAll { ledger.record(.cancelled, count: queue.cancelAll()) }
         case .pause:
-            queue.pause(for: random.milliseconds(0...20))
+            queue.pause(for: run.random.milliseconds(0...20))
         case .resume:
             queue.resume()
         case .changeInterval:
-            queue.interval = random.microseconds(0...2_000)
+            queue.interval = run.random.microseconds(0...2_000)
         case .waitUntilIdle:
             queue.waitUntilIdle()
         case .rest:
-            sleep(random.microseconds(100...2_000))
+            sleep(for: run.random.microseconds(100...2_000))
         }
     }
 
     // MARK: - Submitting
 
     private func async(_ chore: Chore, interval: Duration?) {
-        let unit = Unit(ledger)
-        let work: @Sendable () -> Void = { [soak] in
-            unit.end(.ran)
-            chore.perform(in: soak)
-        }
-        do {
+        ledger.submit(chore, in: soak, through: { [queue] work in
             if let interval {
                 try queue.async(interval: interval, work)
             } else {
                 try queue.async(work)
             }
-        } catch {
-            refused(unit, error)
-        }
+        }, refused: refused)
     }
 
     private func sync(interval: Duration?) {
@@ -188,16 +145,13 @@ private struct QueueUnderTest: CustomStringConvertible {
                 queue.sync { inner.end(.ran) }
             }
         } catch {
-            refused(unit, error)
+            unit.end(.refused)
+            refused(error)
         }
     }
 
     private mutating func run(cancelAtOnce: Bool) {
-        guard inFlight.count < 16 else { return }
-        let unit = Unit(ledger)
-        inFlight.enter()
-        let task = Task.detached { [queue, inFlight, usesCancelAll, description] in
-            defer { inFlight.leave() }
+        let launched = inFlight.launch(limit: 16, unitIn: ledger) { [queue, usesCancelAll, description] unit in
             do {
                 try await queue.run {
                     unit.end(.ran)
@@ -207,9 +161,11 @@ private struct QueueUnderTest: CustomStringConvertible {
                 // Where the queue uses cancelAll(), its return value has counted this caller.
                 unit.end(.cancelled, alreadyCounted: usesCancelAll)
             } catch {
-                Self.refused(unit, error, by: description)
+                unit.end(.refused)
+                Self.refused(error, by: description)
             }
         }
+        guard let task = launched else { return }
         if cancelAtOnce {
             task.cancel()
         } else if !usesCancelAll {
@@ -217,14 +173,13 @@ private struct QueueUnderTest: CustomStringConvertible {
         }
     }
 
-    private func refused(_ unit: Unit, _ error: any Error) {
-        Self.refused(unit, error, by: description)
+    private func refused(_ error: any Error) {
+        Self.refused(error, by: description)
     }
 
     /// Tallies a refusal; a queue refuses as disposed only when its pool is, which the soak does
     /// only once the queue has retired.
-    private static func refused(_ unit: Unit, _ error: any Error, by description: String) {
-        unit.end(.refused)
+    private static func refused(_ error: any Error, by description: String) {
         tally.add("throttled queue refusals: \(reason(error))")
         if case ThreadPoolError.disposed = error {
             violations.report("\(description) refused a task as disposed, though its pool is live")
@@ -235,12 +190,9 @@ private struct QueueUnderTest: CustomStringConvertible {
 
     /// Waits for the `run` callers and for the queue to be idle, checks that every task it accepted
     /// ran or was cancelled, and disposes its private pool.
-    mutating func retire() {
+    mutating func retire(_ run: inout DriverRun) {
         _ = runs.removeAll()
-        guard inFlight.waitUntilNone(timeout: .seconds(20)) else {
-            violations.report("\(self): \(inFlight.count) run calls did not return within 20 s")
-            return
-        }
+        guard inFlight.awaitNone(of: self) else { return }
         queue.waitUntilIdle()
         let counts = ledger.counts
         if counts.outstanding != 0 {

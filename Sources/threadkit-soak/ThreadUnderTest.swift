@@ -2,47 +2,13 @@
 // checks that it runs on its thread, in the order submitted), `sync` (nested ones too, through
 // `DispatchMethod.sync`), `run` from Swift tasks, `pause()`/`resume()`, and replaced every second
 // or so by `dispose()` or `disposeNow()`; and ExecutionChains whose steps hop between the thread,
-// the soak's shared pool and a serial DispatchQueue, some of them cancelled midway.
+// the soak's shared pool and a serial DispatchQueue, some of them cancelled midway. One driver
+// churns them, one at a time.
 import Dispatch
 import Synchronization
 import ThreadKit
 import SeededRandom
-
-/// Drives one dedicated thread at a time, replacing it when its time is up, and chains over it.
-struct DedicatedDriver: Driver {
-    let name: String
-    let seed: UInt64
-    let logger: Int
-
-    func drive(_ soak: Soak, _ heartbeat: Heartbeat) {
-        var random = SplitMix64(seed: seed)
-        var sequence = LogSequence(logger: logger)
-        var generation = 1
-        let queue = DispatchQueue(label: "Soak \(name) serial")
-        var thread = ThreadUnderTest(name: "Soak \(name)#\(generation)", soak: soak, random: &random)
-        heartbeat.doing("driving \(thread)")
-        while !soak.isStopping {
-            if ContinuousClock.now >= thread.retireAt {
-                heartbeat.doing("retiring \(thread)")
-                thread.retire(&random)
-                Log.log(.soak, sequence.next(soak.logs))
-                generation += 1
-                thread = ThreadUnderTest(name: "Soak \(name)#\(generation)", soak: soak, random: &random)
-                heartbeat.doing("driving \(thread)")
-            } else if random.chance(0.1) {
-                heartbeat.doing("a chain over \(thread), the shared pool and a serial queue")
-                thread.chain(queue: queue, &random)
-                heartbeat.doing("driving \(thread)")
-            } else {
-                thread.step(&random)
-            }
-            heartbeat.beat()
-        }
-        heartbeat.doing("retiring \(thread)")
-        thread.retire(&random)
-        heartbeat.finish()
-    }
-}
+import ToolHarness
 
 /// What runs on one dedicated thread and nowhere else: the submission order it has seen.
 private final class ThreadOrder: @unchecked Sendable {
@@ -51,8 +17,10 @@ private final class ThreadOrder: @unchecked Sendable {
 }
 
 /// One dedicated thread, from its creation to its checked end. Owned by one driver thread.
-private struct ThreadUnderTest: CustomStringConvertible {
+struct ThreadUnderTest: Subject {
     let thread: DedicatedThread
+    /// The serial queue of the chains' third steps.
+    private let queue: DispatchQueue
     let retireAt: ContinuousClock.Instant
     private let ledger: Ledger
     private let soak: Soak
@@ -63,6 +31,7 @@ private struct ThreadUnderTest: CustomStringConvertible {
 
     init(name: String, soak: Soak, random: inout SplitMix64) {
         thread = DedicatedThread(name: name)
+        queue = DispatchQueue(label: "\(name) serial")
         retireAt = .now + random.milliseconds(200...2_000)
         ledger = Ledger("DedicatedThread '\(name)'", parent: soak.dedicated)
         self.soak = soak
@@ -73,12 +42,19 @@ private struct ThreadUnderTest: CustomStringConvertible {
 
     private enum Operation { case execute, sync, nestedSync, run, pause, rest }
 
-    mutating func step(_ random: inout SplitMix64) {
-        switch random.weighted([Operation.execute: 50, .sync: 12, .nestedSync: 4, .run: 10, .pause: 2, .rest: 22]) {
+    /// One step in ten is a chain; the others call the thread.
+    mutating func step(_ run: inout DriverRun) {
+        if run.random.chance(0.1) {
+            run.doing("a chain over \(self), the shared pool and a serial queue")
+            chain(&run.random)
+            run.doing("driving \(self)")
+            return
+        }
+        switch run.random.weighted([Operation.execute: 50, .sync: 12, .nestedSync: 4, .run: 10, .pause: 2, .rest: 22]) {
         case .execute:
             guard thread.pendingCount < 64 else { return }
-            for _ in 0..<Int.random(in: 1...8, using: &random) {
-                execute(.random(&random, longestNap: .microseconds(100)))
+            for _ in 0..<Int.random(in: 1...8, using: &run.random) {
+                execute(.random(&run.random, longestNap: .microseconds(100)))
             }
         case .sync:
             let unit = Unit(ledger)
@@ -95,13 +71,13 @@ private struct ThreadUnderTest: CustomStringConvertible {
                 if !thread.isCurrent { violations.report("\(description): a nested sync moved off the thread") }
             }
         case .run:
-            run()
+            self.run()
         case .pause:
             thread.pause()
-            sleep(random.microseconds(0...2_000))
+            sleep(for: run.random.microseconds(0...2_000))
             thread.resume()
         case .rest:
-            sleep(random.microseconds(50...1_000))
+            sleep(for: run.random.microseconds(50...1_000))
         }
     }
 
@@ -128,11 +104,7 @@ private struct ThreadUnderTest: CustomStringConvertible {
     }
 
     private func run() {
-        guard inFlight.count < 16 else { return }
-        let unit = Unit(ledger)
-        inFlight.enter()
-        Task.detached { [thread, inFlight, description] in
-            defer { inFlight.leave() }
+        inFlight.launch(limit: 16, unitIn: ledger) { [thread, description] unit in
             do {
                 try await thread.run {
                     if !thread.isCurrent { violations.report("\(description): run's work ran off the thread") }
@@ -154,7 +126,7 @@ private struct ThreadUnderTest: CustomStringConvertible {
     /// thread preempted in between enters the step's code after `cancel()` returned although the
     /// step began before. Steps run one after another, so at most one step can be in that moment:
     /// a chain that lets a step begin after `cancel()` returned shows as two steps entered since.
-    func chain(queue: DispatchQueue, _ random: inout SplitMix64) {
+    private func chain(_ random: inout SplitMix64) {
         let willCancel = random.chance(0.3)
         let steps = willCancel ? nil : (Unit(ledger), Unit(ledger), Unit(ledger))
         let entered = Atomic<Int>(0)
@@ -203,12 +175,9 @@ private struct ThreadUnderTest: CustomStringConvertible {
     /// after the dispose could not be told from one the dispose dropped), disposes the thread
     /// (draining its queue, or dropping it and counting the drops) and checks that every closure
     /// it accepted ran or was dropped.
-    mutating func retire(_ random: inout SplitMix64) {
-        guard inFlight.waitUntilNone(timeout: .seconds(20)) else {
-            violations.report("\(self): \(inFlight.count) run calls did not return within 20 s")
-            return
-        }
-        if random.chance(0.5) {
+    mutating func retire(_ run: inout DriverRun) {
+        guard inFlight.awaitNone(of: self) else { return }
+        if run.random.chance(0.5) {
             thread.dispose()
         } else {
             // Dropped closures never run: the count returned stands for their units.
