@@ -217,27 +217,27 @@ import SeededRandom
         #expect(RequestEnding.failed(lost).outcome == .failed)
     }
 
+    /// What an ending the dispatcher decides (a cancel, a dispose) does in every state before the
+    /// end: a waiting or starting request ends at once, a running one has its transfer cancelled.
+    static func endsOnce(with ending: RequestEnding) -> [Stage: (Machine.EndAction, Machine.State)] {
+        let cancelling = Machine.State.cancelling(ending, completionDelivered: false)
+        return [
+            .queued: (.end(ending, cancelTimer: nil), .finished),
+            .queuedWithTimer: (.end(ending, cancelTimer: "queue timer"), .finished),
+            .starting: (.end(ending, cancelTimer: nil), .finished),
+            .running: (.cancelTransfer("task", ending, cancelTimer: nil), cancelling),
+            .runningWithTimer: (.cancelTransfer("task", ending, cancelTimer: "timeout timer"), cancelling),
+        ]
+    }
+
     @Test func cancelEndsTheRequestOnceWhereverItIs() {
-        let cancelling = Machine.State.cancelling(.cancelled, completionDelivered: false)
-        check({ $0.cancel() }, unchanged: Machine.EndAction.none, [
-            .unsubmitted: (.none, .cancelledBeforeSubmission),
-            .queued: (.end(.cancelled, cancelTimer: nil), .finished),
-            .queuedWithTimer: (.end(.cancelled, cancelTimer: "queue timer"), .finished),
-            .starting: (.end(.cancelled, cancelTimer: nil), .finished),
-            .running: (.cancelTransfer("task", .cancelled, cancelTimer: nil), cancelling),
-            .runningWithTimer: (.cancelTransfer("task", .cancelled, cancelTimer: "timeout timer"), cancelling),
-        ])
+        var table = Self.endsOnce(with: .cancelled)
+        table[.unsubmitted] = (.none, .cancelledBeforeSubmission)
+        check({ $0.cancel() }, unchanged: Machine.EndAction.none, table)
     }
 
     @Test func disposeEndsTheRequestOnceAndLeavesAnUnsubmittedOneToBeRefused() {
-        let cancelling = Machine.State.cancelling(.disposed, completionDelivered: false)
-        check({ $0.dispose() }, unchanged: Machine.EndAction.none, [
-            .queued: (.end(.disposed, cancelTimer: nil), .finished),
-            .queuedWithTimer: (.end(.disposed, cancelTimer: "queue timer"), .finished),
-            .starting: (.end(.disposed, cancelTimer: nil), .finished),
-            .running: (.cancelTransfer("task", .disposed, cancelTimer: nil), cancelling),
-            .runningWithTimer: (.cancelTransfer("task", .disposed, cancelTimer: "timeout timer"), cancelling),
-        ])
+        check({ $0.dispose() }, unchanged: Machine.EndAction.none, Self.endsOnce(with: .disposed))
     }
 
     @Test func theQueueTimeoutEndsOnlyAWaitingRequest() {
