@@ -91,11 +91,10 @@ final class URLDispatcherCore: Sendable {
         let effects = state.withLock { state -> Effects in
             var effects = Effects()
             state.limits[endpoint] = limits
-            guard var entry = state.endpoints[endpoint] else { return effects }
-            entry.limits = limits
-            let decision = entry.slots.setLimits(maxRequests: limits.maxRequests, maxLongRequests: limits.maxLongRequests,
-                                                 rate: limits.rate, now: now)
-            state.endpoints[endpoint] = entry
+            guard state.endpoints[endpoint] != nil else { return effects }
+            state.endpoints[endpoint]!.limits = limits
+            let decision = state.endpoints[endpoint]!.slots.setLimits(maxRequests: limits.maxRequests, maxLongRequests: limits.maxLongRequests,
+                                                                      rate: limits.rate, now: now)
             state.grant(decision, at: endpoint, now: now, into: &effects)
             return effects
         }
@@ -132,7 +131,7 @@ final class URLDispatcherCore: Sendable {
             case .refuse(let ending):
                 state.requests[record.id] = nil
                 state.endpoints[record.endpoint]!.slots.countUnsubmittedFailure()
-                return .failure(Self.error(ending, of: record) ?? CancellationError())
+                return .failure(Self.error(ending, of: record)!)   // a refusal is never `.completed`
             case .enqueue(let queueDeadline):
                 switch state.endpoints[record.endpoint]!.slots.submit(record.id, kind: record.kind.slotKind, now: now) {
                 case .rejected(let limit):
@@ -190,9 +189,7 @@ final class URLDispatcherCore: Sendable {
         let now = now()
         let effects = state.withLock { state -> Effects in
             var effects = Effects()
-            guard var entry = state.endpoints[endpoint] else { return effects }
-            let decision = entry.slots.wake(now: now)
-            state.endpoints[endpoint] = entry
+            guard let decision = state.endpoints[endpoint]?.slots.wake(now: now) else { return effects }
             state.grant(decision, at: endpoint, now: now, into: &effects)
             return effects
         }
