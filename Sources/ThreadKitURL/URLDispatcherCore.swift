@@ -252,19 +252,22 @@ final class URLDispatcherCore: Sendable {
 
     private func timeoutFired(_ record: RequestRecord, phase: URLDispatcherError.TimeoutPhase) {
         let now = now()
-        let (rearm, effects) = state.withLock { state -> (Life.TimeoutArm?, Effects) in
+        let (rearm, expired, effects) = state.withLock { state -> (Life.TimeoutArm?, RequestEnding?, Effects) in
             var effects = Effects()
             switch state.requests[record.id]?.life.timeoutFired(phase, now: now) ?? .ignore {
-            case .ignore: return (nil, effects)
-            case .rearm(let timeout): return (timeout, effects)
+            case .ignore:
+                return (nil, nil, effects)
+            case .rearm(let timeout):
+                return (timeout, nil, effects)
             case .expire(let action):
                 state.settle(action, of: record.id, now: now, into: &effects)
-                return (nil, effects)
+                guard case .cancelTransfer(_, let ending, _) = action else { return (nil, nil, effects) }
+                return (nil, ending, effects)
             }
         }
         if let rearm { armTimeout(record, rearm) }
         perform(effects, onTimer: true)
-        if !effects.cancelTransfers.isEmpty { logSoon("request to \(record.endpoint) timed out") }
+        if let expired { logSoon("request to \(record.endpoint) \(expired)") }
     }
 
     /// Cancels the transfer of a request that has ended for its owner, and arms the graces after
