@@ -61,16 +61,6 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         case released(Decision)
     }
 
-    /// The counts the statistics report.
-    struct Counts: Equatable, Sendable {
-        var running = 0
-        var runningLong = 0
-        var queued = 0
-        var completed = 0
-        var failed = 0
-        var timedOut = 0
-    }
-
     private struct Waiting: Sendable {
         var id: ID
         var kind: Kind
@@ -94,7 +84,9 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     private var queuedLong = 0
     /// The earliest wake-up already asked for, not yet reported by ``wake(now:)``.
     private var armedWake: Duration?
-    private(set) var counts = Counts()
+    /// The counts ``URLDispatcher/statistics(for:)`` reports (its `pausedUntil` is the dispatcher's
+    /// to fill in, from ``pausedUntil``).
+    private(set) var counts = URLDispatcher.EndpointStatistics()
 
     /// Slots with these limits and no request.
     ///

@@ -20,85 +20,51 @@ protocol RequestSink: AnyObject, Sendable {
     var callsUserCode: Bool { get }
 }
 
-/// One request as the dispatcher tracks it.
+/// One request as it was asked for, and the mailbox its owner hears it through.
 ///
-/// The fields marked "dispatcher lock" are read and written only under the owning
-/// ``URLDispatcherCore``'s `state` lock. Events reach the owner through a mailbox with its own lock:
+/// It holds no state of the dispatcher's: where the request is in its life is the
+/// ``RequestStateMachine`` the dispatcher keeps for it, under its own lock.
+struct RequestRecord: Sendable {
+    let id: Int
+    let endpoint: URLDispatcher.Endpoint
+    let kind: URLDispatcher.Kind
+    let request: URLRequest
+    let timeouts: RequestTimeouts
+    let mailbox = RequestMailbox()
+
+    var isLong: Bool { kind != .short }
+}
+
+/// Delivers one request's events to its owner: in order, one at a time, never after the completion.
+///
 /// ``post(_:)`` appends; whichever thread finds no delivery in progress delivers, outside every
 /// lock, until the mailbox is empty. So events of one request come in order and one at a time from
 /// whatever threads they are posted (the session's delegate queue, the timer thread, a canceller),
 /// and nothing comes after the completion.
-final class RequestRecord: @unchecked Sendable {
-    // Sendable: the `var`s below are guarded by URLDispatcherCore.state's lock; `mailbox` is a Locked.
-    enum Phase {
-        /// Made, not yet submitted.
-        case new
-        /// Waiting for a slot.
-        case queued
-        /// Holding a slot.
-        case running
-        /// Ended; its slot (if it had one) is back.
-        case ended
-    }
-
-    private struct Mailbox: Sendable {
+final class RequestMailbox: Sendable {
+    private struct Contents: Sendable {
         var events: [RequestEvent] = []
         var delivering = false
         var completionPosted = false
         var sink: (any RequestSink)?
     }
 
-    let id: Int
-    let endpoint: URLDispatcher.Endpoint
-    let kind: URLDispatcher.Kind
-    let request: URLRequest
-    let timeout: Duration
-    let idleTimeout: Duration
-    let queueTimeout: Duration
-
-    // Dispatcher lock.
-    var phase = Phase.new
-    var cancelledEarly = false
-    var task: URLSessionDataTask?
-    var queueTimer: TimerHandle?
-    var timeoutTimer: TimerHandle?
-    /// When it got its slot, as an offset from the dispatcher's origin.
-    var startedAt = Duration.zero
-    var gotHeaders = false
-    /// When the last headers or chunk came, as an offset from the dispatcher's origin.
-    var lastActivity = Duration.zero
-    /// How it ended, while its cancelled transfer winds down.
-    var ending: (outcome: EndpointSlots<Int>.Outcome, error: (any Error)?)?
-
-    private let mailbox = Locked(Mailbox())
-
-    init(id: Int, endpoint: URLDispatcher.Endpoint, kind: URLDispatcher.Kind, request: URLRequest,
-         timeout: Duration, idleTimeout: Duration, queueTimeout: Duration) {
-        self.id = id
-        self.endpoint = endpoint
-        self.kind = kind
-        self.request = request
-        self.timeout = timeout
-        self.idleTimeout = idleTimeout
-        self.queueTimeout = queueTimeout
-    }
-
-    var isLong: Bool { kind != .short }
+    private let contents = Locked(Contents())
 
     /// Sets who receives the events; before the request is submitted.
     func attach(_ sink: any RequestSink) {
-        mailbox.withLock { $0.sink = sink }
+        contents.withLock { $0.sink = sink }
     }
 
     /// Whether delivering an event to the owner runs user code (see ``RequestSink/callsUserCode``).
     var callsUserCode: Bool {
-        mailbox.withLock { $0.sink?.callsUserCode ?? false }
+        contents.withLock { $0.sink?.callsUserCode ?? false }
     }
 
     /// Lets go of the sink without telling it anything (a request refused at once, whose caller got
     /// the error thrown). The sink is released after the lock.
     func detach() {
-        let sink = mailbox.withLock { box -> (any RequestSink)? in
+        let sink = contents.withLock { box -> (any RequestSink)? in
             defer { box.sink = nil }
             box.completionPosted = true
             return box.sink
@@ -109,7 +75,7 @@ final class RequestRecord: @unchecked Sendable {
     /// Queues `event` for the owner and delivers it unless another thread is delivering; dropped
     /// after the completion.
     func post(_ event: RequestEvent) {
-        let drains = mailbox.withLock { box -> Bool in
+        let drains = contents.withLock { box -> Bool in
             guard !box.completionPosted else { return false }
             if case .completion = event { box.completionPosted = true }
             box.events.append(event)
@@ -120,7 +86,7 @@ final class RequestRecord: @unchecked Sendable {
         guard drains else { return }
         while true {
             // The sink is moved out with the completion, and released here, outside the lock.
-            let next = mailbox.withLock { box -> (RequestEvent, (any RequestSink)?)? in
+            let next = contents.withLock { box -> (RequestEvent, (any RequestSink)?)? in
                 guard !box.events.isEmpty else {
                     box.delivering = false
                     return nil

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// Reads a `Retry-After` field value (RFC 9110, section 10.2.3) as a pause: a pure parser that
 /// takes the bytes and the time, and never traps, whatever the bytes.
@@ -19,6 +22,14 @@ enum RetryAfter {
         case pause(Duration)
         /// Not a Retry-After value; says why, for the log.
         case invalid(String)
+    }
+
+    /// What `response` asks of its endpoint under `limits`, read at `now`: `nil` unless it is a 429
+    /// or 503 with a `Retry-After` field and `limits` honour it.
+    static func read(_ response: HTTPURLResponse, limits: URLDispatcher.EndpointLimits, now: Date) -> Reading? {
+        guard limits.honorRetryAfter, response.statusCode == 429 || response.statusCode == 503,
+              let value = response.value(forHTTPHeaderField: "Retry-After") else { return nil }
+        return read(value, now: now, limit: limits.maxRetryAfter)
     }
 
     /// Reads `value` at `now`, capping the pause at `limit` (at least zero).

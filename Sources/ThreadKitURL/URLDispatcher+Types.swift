@@ -114,19 +114,19 @@ extension URLDispatcher {
     /// An endpoint's counts, as ``URLDispatcher/statistics(for:)`` reports them.
     public struct EndpointStatistics: Sendable, Equatable, CustomStringConvertible {
         /// Requests holding a slot, every kind.
-        public var running: Int
+        public var running: Int = 0
         /// Long requests holding a slot.
-        public var runningLong: Int
+        public var runningLong: Int = 0
         /// Requests waiting for a slot, every kind, blocked `dataSync` callers included.
-        public var queued: Int
+        public var queued: Int = 0
         /// Until when a `Retry-After` holds the endpoint's starts, if it still does.
-        public var pausedUntil: ContinuousClock.Instant?
+        public var pausedUntil: ContinuousClock.Instant? = nil
         /// Requests ended with a whole response, whatever its status.
-        public var completed: Int
+        public var completed: Int = 0
         /// Requests ended with any other error (cancel, dispose, refused, transport, malformed response).
-        public var failed: Int
+        public var failed: Int = 0
         /// Requests ended by a ThreadKit timeout, in any phase.
-        public var timedOut: Int
+        public var timedOut: Int = 0
 
         /// A one-line summary.
         public var description: String {

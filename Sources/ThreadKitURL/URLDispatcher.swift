@@ -72,7 +72,8 @@ public final class URLDispatcher: Sendable {
 
     // MARK: - Making requests
 
-    /// The timeouts of a request: explicit ones, else the request's `timeoutInterval`.
+    /// Registers a request with the dispatcher; its timeouts are the explicit ones, else the
+    /// request's `timeoutInterval`. Every registered request is then submitted.
     func makeRecord(_ request: URLRequest, kind: Kind, timeout: Duration?, idleTimeout: Duration?,
                     queueTimeout: Duration?) throws -> RequestRecord {
         guard let url = request.url else { throw URLDispatcherError.unsupportedURL }
@@ -83,8 +84,9 @@ public final class URLDispatcher: Sendable {
         precondition(total >= .zero, "URLDispatcher: timeout must not be negative, got \(total)")
         if let idleTimeout { precondition(idleTimeout >= .zero, "URLDispatcher: idleTimeout must not be negative, got \(idleTimeout)") }
         if let queueTimeout { precondition(queueTimeout >= .zero, "URLDispatcher: queueTimeout must not be negative, got \(queueTimeout)") }
-        return RequestRecord(id: core.makeID(), endpoint: endpoint, kind: kind, request: request, timeout: total,
-                             idleTimeout: idleTimeout ?? total, queueTimeout: queueTimeout ?? total)
+        let running: RequestTimeouts.Running = kind == .short ? .total(total) : .headersThenIdle(headers: total, idle: idleTimeout ?? total)
+        return core.register(endpoint: endpoint, kind: kind, request: request,
+                             timeouts: RequestTimeouts(queue: queueTimeout ?? total, running: running))
     }
 
     /// Sends `request` and returns its whole body and response, whatever the status; the caller
@@ -105,8 +107,8 @@ public final class URLDispatcher: Sendable {
         let record = try makeRecord(request, kind: kind, timeout: timeout, idleTimeout: nil, queueTimeout: queueTimeout)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Data, HTTPURLResponse), any Error>) in
-                record.attach(CollectingSink(endpoint: record.endpoint) { continuation.resume(with: $0) })
-                if let error = core.submit(record) { record.post(.completion(error)) }
+                record.mailbox.attach(CollectingSink(endpoint: record.endpoint) { continuation.resume(with: $0) })
+                if let error = core.submit(record) { record.mailbox.post(.completion(error)) }
             }
         } onCancel: {
             core.cancel(record)
@@ -139,10 +141,10 @@ public final class URLDispatcher: Sendable {
         }
         let core = core
         let (stream, sink) = URLResponseStream.make { core.cancel(record) }
-        record.attach(sink)
+        record.mailbox.attach(sink)
         // Asked for by a cancelled task: refused when submitted, with CancellationError.
         if Task.isCancelled { core.cancel(record) }
-        if let error = core.submit(record) { record.post(.completion(error)) }
+        if let error = core.submit(record) { record.mailbox.post(.completion(error)) }
         return stream
     }
 
@@ -160,9 +162,9 @@ public final class URLDispatcher: Sendable {
     public func dataSync(for request: URLRequest, timeout: Duration? = nil) throws -> (Data, HTTPURLResponse) {
         let record = try makeRecord(request, kind: .short, timeout: timeout, idleTimeout: nil, queueTimeout: nil)
         let waiter = SyncWaiter()
-        record.attach(CollectingSink(endpoint: record.endpoint) { waiter.finish($0) })
+        record.mailbox.attach(CollectingSink(endpoint: record.endpoint) { waiter.finish($0) })
         if let error = core.submit(record) {
-            record.detach()
+            record.mailbox.detach()
             throw error
         }
         return try waiter.blockingWaitForResult().get()
@@ -190,9 +192,9 @@ public final class URLDispatcher: Sendable {
     public func dispatch(_ request: URLRequest, kind: Kind = .short, delegate: any URLDispatchDelegate) throws -> URLDispatchOperation {
         let record = try makeRecord(request, kind: kind, timeout: nil, idleTimeout: nil, queueTimeout: nil)
         let operation = URLDispatchOperation(record: record, core: core)
-        record.attach(DelegateSink(operation: operation, delegate: delegate))
+        record.mailbox.attach(DelegateSink(operation: operation, delegate: delegate))
         if let error = core.submit(record) {
-            record.detach()
+            record.mailbox.detach()
             throw error
         }
         return operation

@@ -4,63 +4,47 @@ import FoundationNetworking
 #endif
 @_spi(ThreadKitURL) import ThreadKit
 
-/// The engine behind ``URLDispatcher``: one lock over every endpoint's ``EndpointSlots`` and the
-/// requests; it carries the slots' decisions out (starting transfers, arming wake-ups and
-/// timeouts) outside that lock, and never calls user code while holding it.
+/// The engine behind ``URLDispatcher``: the threaded shell around two pure state machines.
 ///
-/// Its timer calls on ``TimerThread/shared`` only keep the books (end a request, cancel its
-/// transfer, start the next); what they owe a delegate, and their log records, go to the
-/// session's delegate queue, where ordinary completions are delivered: user code never runs on
-/// the shared timer thread.
+/// Under one lock it keeps every endpoint's ``EndpointSlots`` (who may start, when to wake up)
+/// and every request's ``RequestStateMachine`` (where the request is in its life). Each event — a
+/// call of the caller's, a session event, a timer — is handed to the machine it concerns under
+/// the lock; the machines' answers are settled on the books there (a slot given back, the next
+/// requests granted theirs), and everything else (starting and cancelling transfers, arming and
+/// cancelling timers, telling owners) is carried out after the lock, as ``Effects``. No user code
+/// runs, and nothing of the user's is released, under the lock.
+///
+/// Its timer calls on ``TimerThread/shared`` only keep the books; what they owe a delegate, and
+/// their log records, go to the session's delegate queue, where ordinary completions are
+/// delivered: user code never runs on the shared timer thread.
 final class URLDispatcherCore: Sendable {
-    private struct EndpointEntry: Sendable {
-        var limits: URLDispatcher.EndpointLimits
-        var slots: EndpointSlots<Int>
+    typealias Life = RequestStateMachine<URLSessionDataTask, TimerHandle>
 
-        init(limits: URLDispatcher.EndpointLimits) {
-            self.limits = limits
-            slots = EndpointSlots(maxRequests: limits.maxRequests, maxLongRequests: limits.maxLongRequests, rate: limits.rate)
-        }
-    }
-
-    private struct State: Sendable {
-        var disposed = false
-        var nextID = 0
-        var endpoints: [URLDispatcher.Endpoint: EndpointEntry] = [:]
-        var limits: [URLDispatcher.Endpoint: URLDispatcher.EndpointLimits] = [:]
-        var records: [Int: RequestRecord] = [:]
-        /// The running requests by their session task's identifier.
-        var tasks: [Int: RequestRecord] = [:]
-        /// Ended requests whose task is being cancelled, still holding their slot, by task identifier.
-        var cancelling: [Int: RequestRecord] = [:]
-    }
-
-    /// What to do, outside the lock, after a decision of the slots.
-    private struct Effects {
-        var start: [RequestRecord] = []
-        var wake: (endpoint: URLDispatcher.Endpoint, at: Duration)?
-        var cancelTimers: [TimerHandle] = []
-
-        mutating func merge(_ other: Effects) {
-            start += other.start
-            if let wake = other.wake { self.wake = wake }
-            cancelTimers += other.cancelTimers
-        }
-    }
-
+    private let state = Locked(State())
     let defaultLimits: URLDispatcher.EndpointLimits
     /// Times inside the dispatcher are offsets from this instant.
     let origin = ContinuousClock.now
-    private let state = Locked(State())
     private let session: URLSession
     /// The session's delegate queue (serial): its events, and what a timer call owes user code.
     private let delegateQueue: OperationQueue
-    private let relay: SessionRelay
 
     /// The dispatcher's own session timeouts: far beyond any ThreadKit timeout, which it enforces itself.
     static let sessionTimeout: TimeInterval = 7 * 24 * 3600
     /// Connections per host allowed to libcurl: above every ThreadKit limit, so it never queues behind us.
     static let connectionsPerHost = 65_536
+
+    /// The longest a cancelled transfer holds its caller's completion while the session carries the
+    /// cancel out (it takes about a millisecond): a timeout still costs at most 50 ms more.
+    ///
+    /// FoundationNetworking cancels asynchronously, and traps ("a task that is not in the registry")
+    /// if the transfer fails in between, say because the server closes the connection; waiting for
+    /// the cancel to land before telling the caller keeps a caller that then shuts its server down
+    /// out of that window.
+    static let cancelGrace = Duration.milliseconds(25)
+
+    /// The longest a cancelled transfer holds its slot while the session carries the cancel out: the
+    /// slot comes back when the connection is closed, so the server never sees one request too many.
+    static let slotGrace = Duration.seconds(1)
 
     init(limits: URLDispatcher.EndpointLimits, configuration: URLSessionConfiguration) {
         defaultLimits = limits
@@ -77,7 +61,7 @@ final class URLDispatcherCore: Sendable {
         queue.name = "URLDispatcher delegate queue"
         queue.maxConcurrentOperationCount = 1
         delegateQueue = queue
-        relay = SessionRelay()
+        let relay = SessionRelay()
         session = URLSession(configuration: configuration, delegate: relay, delegateQueue: queue)
         relay.core.withLock { $0 = self }
     }
@@ -89,10 +73,14 @@ final class URLDispatcherCore: Sendable {
 
     func now() -> Duration { origin.duration(to: .now) }
 
-    func makeID() -> Int {
+    /// A new request, known to the dispatcher from now on; it must then be submitted.
+    func register(endpoint: URLDispatcher.Endpoint, kind: URLDispatcher.Kind, request: URLRequest,
+                  timeouts: RequestTimeouts) -> RequestRecord {
         state.withLock { state in
             state.nextID += 1
-            return state.nextID
+            let record = RequestRecord(id: state.nextID, endpoint: endpoint, kind: kind, request: request, timeouts: timeouts)
+            state.requests[record.id] = Request(record: record, life: Life(timeouts: timeouts))
+            return record
         }
     }
 
@@ -101,15 +89,16 @@ final class URLDispatcherCore: Sendable {
     func setLimits(_ limits: URLDispatcher.EndpointLimits, for endpoint: URLDispatcher.Endpoint) {
         let now = now()
         let effects = state.withLock { state -> Effects in
+            var effects = Effects()
             state.limits[endpoint] = limits
-            guard var entry = state.endpoints[endpoint] else { return Effects() }
-            entry.limits = limits
-            let decision = entry.slots.setLimits(maxRequests: limits.maxRequests, maxLongRequests: limits.maxLongRequests,
-                                                 rate: limits.rate, now: now)
-            state.endpoints[endpoint] = entry
-            return Self.apply(decision, to: endpoint, in: &state, now: now)
+            guard state.endpoints[endpoint] != nil else { return effects }
+            state.endpoints[endpoint]!.limits = limits
+            let decision = state.endpoints[endpoint]!.slots.setLimits(maxRequests: limits.maxRequests, maxLongRequests: limits.maxLongRequests,
+                                                                      rate: limits.rate, now: now)
+            state.grant(decision, at: endpoint, now: now, into: &effects)
+            return effects
         }
-        perform(effects)
+        perform(effects, onTimer: false)
     }
 
     func isLongRequestAllowed(to endpoint: URLDispatcher.Endpoint) -> Bool {
@@ -125,41 +114,35 @@ final class URLDispatcherCore: Sendable {
         let (counts, pause) = state.withLock { state in
             (state.endpoints[endpoint]?.slots.counts ?? .init(), state.endpoints[endpoint]?.slots.pausedUntil)
         }
-        return URLDispatcher.EndpointStatistics(
-            running: counts.running, runningLong: counts.runningLong, queued: counts.queued,
-            pausedUntil: pause.flatMap { $0 > now ? origin + $0 : nil },
-            completed: counts.completed, failed: counts.failed, timedOut: counts.timedOut)
+        var statistics = counts
+        statistics.pausedUntil = pause.flatMap { $0 > now ? origin + $0 : nil }
+        return statistics
     }
 
     // MARK: - Submitting
 
     /// Submits `record`, whose sink is attached. Returns the error that refuses it at once (the
-    /// record is then ended, its sink untouched), or `nil` if it is queued or running.
+    /// record is then forgotten, its sink untouched), or `nil` if it is queued or running.
     func submit(_ record: RequestRecord) -> (any Error)? {
         let now = now()
         let outcome = state.withLock { state -> Result<Effects, any Error> in
-            var entry = state.endpoints[record.endpoint] ?? EndpointEntry(limits: state.limits[record.endpoint] ?? defaultLimits)
-            if record.cancelledEarly || state.disposed {
-                record.phase = .ended
-                entry.slots.countUnsubmittedFailure()
-                state.endpoints[record.endpoint] = entry
-                return .failure(record.cancelledEarly ? CancellationError() : URLDispatcherError.disposed)
-            }
-            let kind: EndpointSlots<Int>.Kind
-            switch record.kind {
-            case .short: kind = .short
-            case .long(let policy): kind = .long(waits: policy == .wait)
-            }
-            let admission = entry.slots.submit(record.id, kind: kind, now: now)
-            state.endpoints[record.endpoint] = entry
-            switch admission {
-            case .rejected(let limit):
-                record.phase = .ended
-                return .failure(URLDispatcherError.longRequestLimit(endpoint: record.endpoint, limit: limit))
-            case .accepted(let decision):
-                record.phase = .queued
-                state.records[record.id] = record
-                return .success(Self.apply(decision, to: record.endpoint, in: &state, now: now))
+            state.addEndpoint(record.endpoint, defaultLimits: defaultLimits)
+            switch state.requests[record.id]!.life.submit(now: now, dispatcherDisposed: state.disposed) {
+            case .refuse(let ending):
+                state.requests[record.id] = nil
+                state.endpoints[record.endpoint]!.slots.countUnsubmittedFailure()
+                return .failure(Self.error(ending, of: record)!)   // a refusal is never `.completed`
+            case .enqueue(let queueDeadline):
+                switch state.endpoints[record.endpoint]!.slots.submit(record.id, kind: record.kind.slotKind, now: now) {
+                case .rejected(let limit):
+                    state.requests[record.id] = nil
+                    return .failure(URLDispatcherError.longRequestLimit(endpoint: record.endpoint, limit: limit))
+                case .accepted(let decision):
+                    var effects = Effects()
+                    state.grant(decision, at: record.endpoint, now: now, into: &effects)
+                    if state.requests[record.id]?.life.isQueued == true { effects.armQueueTimer = (record, queueDeadline) }
+                    return .success(effects)
+                }
             }
         }
         switch outcome {
@@ -167,91 +150,84 @@ final class URLDispatcherCore: Sendable {
             Log.log(.urlDispatcher, "refused a request to \(record.endpoint): \(error)")
             return error
         case .success(let effects):
-            perform(effects)
-            armQueueTimeout(record, submittedAt: now)
+            perform(effects, onTimer: false)
             return nil
         }
     }
 
-    private func armQueueTimeout(_ record: RequestRecord, submittedAt: Duration) {
-        guard state.withLock({ _ in record.phase == .queued }) else { return }
-        let deadline = origin + submittedAt + record.queueTimeout
-        guard let handle = try? TimerThread.shared.schedule(at: deadline, { [self] in
-            end(record, outcome: .timedOut,
-                error: URLDispatcherError.timedOut(endpoint: record.endpoint, after: record.queueTimeout, phase: .queued),
-                onlyIf: .queued, onTimer: true)
-        }) else { return }
-        let keep = state.withLock { _ -> Bool in
-            guard record.phase == .queued else { return false }
-            record.queueTimer = handle
-            return true
+    // MARK: - Carrying out
+
+    /// Hands `event` to request `id`'s machine under the lock, settles its answer on the books,
+    /// and carries the rest out after the lock. Nothing if the request is over and forgotten.
+    private func handle(_ id: Int, onTimer: Bool, _ event: (inout Life) -> Life.EndAction) {
+        let now = now()
+        let effects = state.withLock { state -> Effects in
+            var effects = Effects()
+            guard state.requests[id] != nil else { return effects }
+            state.settle(event(&state.requests[id]!.life), of: id, now: now, into: &effects)
+            return effects
         }
-        if !keep { handle.cancel() }
+        perform(effects, onTimer: onTimer)
     }
 
-    // MARK: - Deciding and doing
-
-    /// Marks the requests `decision` starts as running and collects what to do outside the lock.
-    private static func apply(_ decision: EndpointSlots<Int>.Decision, to endpoint: URLDispatcher.Endpoint,
-                              in state: inout State, now: Duration) -> Effects {
-        var effects = Effects()
-        for id in decision.start {
-            guard let record = state.records[id] else { continue }
-            record.phase = .running
-            record.startedAt = now
-            record.lastActivity = now
-            if let timer = record.queueTimer {
-                effects.cancelTimers.append(timer)
-                record.queueTimer = nil
-            }
-            effects.start.append(record)
-        }
-        if let wake = decision.wakeAt { effects.wake = (endpoint, wake) }
-        return effects
-    }
-
-    private func perform(_ effects: Effects) {
+    /// Does what the lock left to do. `onTimer`: this is a timer call on ``TimerThread/shared``,
+    /// whose completions for a delegate go to the delegate queue.
+    private func perform(_ effects: Effects, onTimer: Bool) {
         for timer in effects.cancelTimers { timer.cancel() }
-        if let (endpoint, at) = effects.wake {
+        for (endpoint, at) in effects.wakes {
             _ = try? TimerThread.shared.schedule(at: origin + at) { [self] in wake(endpoint) }
         }
         for record in effects.start { startTransfer(record) }
+        if let (record, deadline) = effects.armQueueTimer { armQueueTimer(record, at: deadline) }
+        for (record, transfer) in effects.cancelTransfers { cancelTransfer(transfer, of: record, onTimer: onTimer) }
+        for (record, ending) in effects.completions {
+            deliver(.completion(Self.error(ending, of: record)), to: record, onTimer: onTimer)
+        }
     }
 
     private func wake(_ endpoint: URLDispatcher.Endpoint) {
         let now = now()
         let effects = state.withLock { state -> Effects in
-            guard var entry = state.endpoints[endpoint] else { return Effects() }
-            let decision = entry.slots.wake(now: now)
-            state.endpoints[endpoint] = entry
-            return Self.apply(decision, to: endpoint, in: &state, now: now)
+            var effects = Effects()
+            guard let decision = state.endpoints[endpoint]?.slots.wake(now: now) else { return effects }
+            state.grant(decision, at: endpoint, now: now, into: &effects)
+            return effects
         }
-        perform(effects)
+        perform(effects, onTimer: true)
+    }
+
+    private func armQueueTimer(_ record: RequestRecord, at deadline: Duration) {
+        guard let handle = try? TimerThread.shared.schedule(at: origin + deadline, { [self] in
+            handle(record.id, onTimer: true) { $0.queueTimerFired() }
+        }) else { return }
+        let unneeded = state.withLock { state -> TimerHandle? in
+            state.requests[record.id] == nil ? handle : state.requests[record.id]!.life.queueTimerArmed(handle)
+        }
+        unneeded?.cancel()
     }
 
     /// Creates and resumes the transfer of a request that got its slot, with its timeout armed first.
     ///
-    /// The task is made and registered in one step, under the lock, and only for a request still
-    /// running: a request ended meanwhile (cancelled, timed out, disposed) gets no task at all, and
+    /// The task is made and registered in one step, under the lock, and only for a request that
+    /// awaits it: a request ended meanwhile (cancelled, timed out, disposed) gets no task at all, and
     /// a task, once made, is known to whoever ends the request, who cancels it. A task made and
     /// neither resumed nor cancelled would keep the session from ever finishing its invalidation.
-    /// No task is made after ``dispose()``: it ends every running request before it invalidates
-    /// the session, and no request starts after it.
+    /// No task is made after ``dispose()``: it ends every request before it invalidates the session.
     private func startTransfer(_ record: RequestRecord) {
         var request = record.request
         request.timeoutInterval = Self.sessionTimeout
         request.cachePolicy = .reloadIgnoringLocalCacheData
         request.url = request.url.map(Self.lowercasingScheme)
-        let task = state.withLock { state -> URLSessionDataTask? in
-            guard record.phase == .running else { return nil }
+        let made = state.withLock { state -> (URLSessionDataTask, Life.TimeoutArm)? in
+            guard state.requests[record.id]?.life.awaitsTransfer == true else { return nil }
             let task = session.dataTask(with: request)
-            record.task = task
-            state.tasks[task.taskIdentifier] = record
-            return task
+            let timeout = state.requests[record.id]!.life.transferCreated(task)
+            state.requests[record.id]!.transferID = task.taskIdentifier
+            state.transfers[task.taskIdentifier] = record.id
+            return (task, timeout)
         }
-        guard let task else { return }
-        let phase: URLDispatcherError.TimeoutPhase = record.isLong ? .headers : .total
-        armTimeout(record, at: record.startedAt + record.timeout, phase: phase)
+        guard let (task, timeout) = made else { return }
+        armTimeout(record, timeout)
         task.resume()
         logSoon("started \(record.request.httpMethod ?? "GET") \(record.request.url?.absoluteString ?? "?")")
     }
@@ -264,205 +240,83 @@ final class URLDispatcherCore: Sendable {
         return components.url ?? url
     }
 
-    /// Logs `message` from the delegate queue: for records made where a log delegate must not run
-    /// (the shared timer thread).
-    private func logSoon(_ message: @autoclosure () -> String) {
-        guard Log.isEnabled(.urlDispatcher) else { return }
-        let text = message()
-        delegateQueue.addOperation { Log.log(.urlDispatcher, text) }
-    }
-
-    /// Delivers `event` to `record`'s owner: here, unless this is a timer call and the owner is
-    /// user code (a delegate), which then hears it on the delegate queue, as ordinary events.
-    private func deliver(_ event: RequestEvent, to record: RequestRecord, onTimer: Bool) {
-        if onTimer, record.callsUserCode {
-            delegateQueue.addOperation { record.post(event) }
-        } else {
-            record.post(event)
-        }
-    }
-
-    private func armTimeout(_ record: RequestRecord, at deadline: Duration, phase: URLDispatcherError.TimeoutPhase) {
-        guard let handle = try? TimerThread.shared.schedule(at: origin + deadline, { [self] in
-            timeoutFired(record, phase: phase)
+    private func armTimeout(_ record: RequestRecord, _ timeout: Life.TimeoutArm) {
+        guard let handle = try? TimerThread.shared.schedule(at: origin + timeout.deadline, { [self] in
+            timeoutFired(record, phase: timeout.phase)
         }) else { return }
-        let (keep, replaced) = state.withLock { _ -> (Bool, TimerHandle?) in
-            guard record.phase == .running else { return (false, nil) }
-            let replaced = record.timeoutTimer
-            record.timeoutTimer = handle
-            return (true, replaced)
+        let unneeded = state.withLock { state -> TimerHandle? in
+            state.requests[record.id] == nil ? handle : state.requests[record.id]!.life.timeoutTimerArmed(handle)
         }
-        if !keep { handle.cancel() }
-        replaced?.cancel()
+        unneeded?.cancel()
     }
 
-    private func timeoutFired(_ record: RequestRecord, phase armedPhase: URLDispatcherError.TimeoutPhase) {
-        enum Verdict { case ignore, rearm(Duration), expire(URLDispatcherError.TimeoutPhase) }
+    private func timeoutFired(_ record: RequestRecord, phase: URLDispatcherError.TimeoutPhase) {
         let now = now()
-        let verdict = state.withLock { _ -> Verdict in
-            guard record.phase == .running else { return .ignore }
-            // A long request past its headers has only the idle timeout, whichever timer fired
-            // (a headers timer can race with the headers that replace it).
-            guard record.isLong, record.gotHeaders else { return .expire(armedPhase) }
-            let due = record.lastActivity + record.idleTimeout
-            return due > now ? .rearm(due) : .expire(.idle)
+        let (rearm, expired, effects) = state.withLock { state -> (Life.TimeoutArm?, RequestEnding?, Effects) in
+            var effects = Effects()
+            switch state.requests[record.id]?.life.timeoutFired(phase, now: now) ?? .ignore {
+            case .ignore:
+                return (nil, nil, effects)
+            case .rearm(let timeout):
+                return (timeout, nil, effects)
+            case .expire(let action):
+                state.settle(action, of: record.id, now: now, into: &effects)
+                guard case .cancelTransfer(_, let ending, _) = action else { return (nil, nil, effects) }
+                return (nil, ending, effects)
+            }
         }
-        switch verdict {
-        case .ignore:
-            return
-        case .rearm(let due):
-            armTimeout(record, at: due, phase: .idle)
-        case .expire(let phase):
-            let after = phase == .idle ? record.idleTimeout : record.timeout
-            let ended = end(record, outcome: .timedOut,
-                            error: URLDispatcherError.timedOut(endpoint: record.endpoint, after: after, phase: phase),
-                            onlyIf: .running, onTimer: true)
-            if ended { logSoon("timed out after \(after.readable) \(phase): \(record.endpoint)") }
+        if let rearm { armTimeout(record, rearm) }
+        perform(effects, onTimer: true)
+        if let expired { logSoon("request to \(record.endpoint) \(expired)") }
+    }
+
+    /// Cancels the transfer of a request that has ended for its owner, and arms the graces after
+    /// which its owner hears the ending (``cancelGrace``) and its slot comes back (``slotGrace``),
+    /// whichever comes first of them and the session's report that the cancel landed.
+    private func cancelTransfer(_ transfer: URLSessionDataTask, of record: RequestRecord, onTimer: Bool) {
+        transfer.cancel()
+        let callerGrace = try? TimerThread.shared.schedule(after: Self.cancelGrace) { [self] in
+            handle(record.id, onTimer: true) { $0.callerGraceEnded() }
         }
+        let slotGrace = try? TimerThread.shared.schedule(after: Self.slotGrace) { [self] in
+            handle(record.id, onTimer: true) { $0.slotGraceEnded() }
+        }
+        if callerGrace == nil || slotGrace == nil { handle(record.id, onTimer: onTimer) { $0.slotGraceEnded() } }
     }
 
     // MARK: - Ending
 
-    /// Ends `record` once: frees its slot (or its place in the queue), cancels its timers and its
-    /// transfer, starts who may start, then delivers the completion. Returns whether this call ended it.
-    ///
-    /// A running transfer that must be cancelled ends in two steps. At once the request is over for
-    /// us: no event of it is delivered any more. Its slot comes back and its completion goes out once
-    /// the session reports the cancelled task complete; the completion after ``cancelGrace`` at the
-    /// latest, the slot after ``slotGrace``.
-    /// FoundationNetworking cancels asynchronously, and traps ("a task that is not in the registry")
-    /// if the transfer fails in between, say because the server closes the connection; waiting for
-    /// the cancel to land before telling the caller keeps a caller that then shuts its server down
-    /// out of that window, and means the server has seen its connection close before the slot is
-    /// used again.
-    ///
-    /// - Parameters:
-    ///   - cancelsTransfer: Whether an ending with an error cancels the session task; not when the
-    ///     session itself reported the task complete.
-    ///   - onTimer: Whether this is a timer call on ``TimerThread/shared``: a delegate then gets
-    ///     its completion on the delegate queue. The grace timers' completions always go there.
-    @discardableResult
-    func end(_ record: RequestRecord, outcome: EndpointSlots<Int>.Outcome, error: (any Error)?,
-             onlyIf required: RequestRecord.Phase? = nil, cancelsTransfer: Bool = true, onTimer: Bool = false) -> Bool {
-        let now = now()
-        let result = state.withLock { state -> (Effects, URLSessionDataTask?)? in
-            guard record.phase == .queued || record.phase == .running else { return nil }
-            if let required, record.phase != required { return nil }
-            record.phase = .ended
-            state.records[record.id] = nil
-            let task = record.task
-            if let task { state.tasks[task.taskIdentifier] = nil }
-            record.task = nil
-            var effects = Effects()
-            effects.cancelTimers = [record.queueTimer, record.timeoutTimer].compactMap { $0 }
-            record.queueTimer = nil
-            record.timeoutTimer = nil
-            if let task, error != nil, cancelsTransfer {
-                record.ending = (outcome, error)
-                state.cancelling[task.taskIdentifier] = record
-                return (effects, task)
-            }
-            effects.merge(Self.release(record, outcome: outcome, in: &state, now: now))
-            return (effects, nil)
-        }
-        guard let (effects, cancelling) = result else { return false }
-        perform(effects)
-        if let cancelling {
-            cancelling.cancel()
-            let identifier = cancelling.taskIdentifier
-            let callerGrace = try? TimerThread.shared.schedule(after: Self.cancelGrace) { [self] in
-                deliver(.completion(error), to: record, onTimer: true)
-            }
-            let slotGrace = try? TimerThread.shared.schedule(after: Self.slotGrace) { [self] in cancelLanded(identifier, onTimer: true) }
-            if callerGrace == nil || slotGrace == nil { cancelLanded(identifier, onTimer: onTimer) }
-        } else {
-            deliver(.completion(error), to: record, onTimer: onTimer)
-        }
-        return true
-    }
-
-    /// The longest a cancelled transfer holds its caller's completion while the session carries the
-    /// cancel out (it takes about a millisecond): a timeout still costs at most 50 ms more.
-    static let cancelGrace = Duration.milliseconds(25)
-
-    /// The longest a cancelled transfer holds its slot while the session carries the cancel out: the
-    /// slot comes back when the connection is closed, so the server never sees one request too many.
-    static let slotGrace = Duration.seconds(1)
-
-    /// The cancel of the task `identifier` has landed (the session reported it complete) or its slot
-    /// grace is over (`onTimer`): free the slot and deliver the completion (if the caller's grace has not).
-    private func cancelLanded(_ identifier: Int, onTimer: Bool = false) {
-        let now = now()
-        let landed = state.withLock { state -> (RequestRecord, Effects)? in
-            guard let record = state.cancelling.removeValue(forKey: identifier) else { return nil }
-            let outcome = record.ending?.outcome ?? .failed
-            return (record, Self.release(record, outcome: outcome, in: &state, now: now))
-        }
-        guard let (record, effects) = landed else { return }
-        perform(effects)
-        let error = state.withLock { _ in record.ending?.error }
-        deliver(.completion(error), to: record, onTimer: onTimer)
-    }
-
-    /// Gives `record`'s slot (or queue place) back to its endpoint; returns who starts in its place.
-    private static func release(_ record: RequestRecord, outcome: EndpointSlots<Int>.Outcome,
-                                in state: inout State, now: Duration) -> Effects {
-        guard var entry = state.endpoints[record.endpoint] else { return Effects() }
-        let ending = entry.slots.end(record.id, outcome: outcome, now: now)
-        state.endpoints[record.endpoint] = entry
-        guard case .released(let decision)? = ending else { return Effects() }
-        return apply(decision, to: record.endpoint, in: &state, now: now)
-    }
-
     /// Cancels `record`: out of the queue at once, or its transfer cancelled; the owner gets
     /// `CancellationError`. Before it was submitted, it is refused when it is.
     func cancel(_ record: RequestRecord) {
-        let early = state.withLock { _ -> Bool in
-            guard record.phase == .new else { return false }
-            record.cancelledEarly = true
-            return true
-        }
-        if !early { end(record, outcome: .failed, error: CancellationError()) }
+        handle(record.id, onTimer: false) { $0.cancel() }
     }
 
     func dispose() {
-        // Queued requests leave first, all at once, so that no running request's end can start one.
-        let taken = state.withLock { state -> (queued: [RequestRecord], running: [RequestRecord], timers: [TimerHandle])? in
+        let now = now()
+        let effects = state.withLock { state -> Effects? in
             guard !state.disposed else { return nil }
             state.disposed = true
-            var queued: [RequestRecord] = []
-            var timers: [TimerHandle] = []
-            for endpoint in Array(state.endpoints.keys) {
-                for id in state.endpoints[endpoint]!.slots.removeAllQueued() {
-                    guard let record = state.records.removeValue(forKey: id) else { continue }
-                    record.phase = .ended
-                    timers += [record.queueTimer, record.timeoutTimer].compactMap { $0 }
-                    record.queueTimer = nil
-                    record.timeoutTimer = nil
-                    queued.append(record)
-                }
+            // The queues empty first, all at once, so that no slot given back below starts a request.
+            for endpoint in Array(state.endpoints.keys) { _ = state.endpoints[endpoint]!.slots.removeAllQueued() }
+            var effects = Effects()
+            for id in state.requests.keys.sorted() {
+                state.settle(state.requests[id]!.life.dispose(), of: id, now: now, into: &effects)
             }
-            let running = state.records.values.sorted { $0.id < $1.id }
-            return (queued, running, timers)
+            return effects
         }
-        guard let taken else { return }
-        for timer in taken.timers { timer.cancel() }
-        for record in taken.queued { record.post(.completion(URLDispatcherError.disposed)) }
-        for record in taken.running { end(record, outcome: .failed, error: URLDispatcherError.disposed) }
+        guard let effects else { return }
+        perform(effects, onTimer: false)
         // Every running transfer is cancelled above, by its own request, and no task is made from
         // now on (see startTransfer). `invalidateAndCancel()` would cancel once more every task
         // the session still lists, those whose completion is on its way included, and
         // FoundationNetworking traps when a cancel races a completion ("a task that is not in the
         // registry").
         session.finishTasksAndInvalidate()
-        Log.log(.urlDispatcher, "disposed: \(taken.queued.count) queued and \(taken.running.count) running requests failed")
+        Log.log(.urlDispatcher, "disposed: \(effects.completions.count + effects.cancelTransfers.count) requests failed")
     }
 
     // MARK: - Session events (on the session's delegate queue)
-
-    private func record(for task: URLSessionTask) -> RequestRecord? {
-        state.withLock { $0.tasks[task.taskIdentifier] }
-    }
 
     /// Headers came. `allow` lets the transfer go on: FoundationNetworking holds the body until it is
     /// called.
@@ -473,95 +327,88 @@ final class URLDispatcherCore: Sendable {
     /// after a cancel ("not waiting for it"), and a `.cancel` disposition on top of a cancel completes
     /// the task twice ("not in the registry").
     func received(_ response: URLResponse, for task: URLSessionTask, allow: () -> Void) {
-        guard let record = record(for: task) else { return }
-        guard let http = response as? HTTPURLResponse else {
-            end(record, outcome: .failed, error: URLDispatcherError.notHTTP(endpoint: record.endpoint))
-            return
-        }
+        let http = response as? HTTPURLResponse
         let now = now()
-        let pause = retryAfterPause(http, endpoint: record.endpoint, now: now)
-        let effects = state.withLock { state -> Effects? in
-            guard record.phase == .running else { return nil }
-            record.gotHeaders = true
-            record.lastActivity = now
-            allow()
-            guard let pause, var entry = state.endpoints[record.endpoint] else { return Effects() }
-            let decision = entry.slots.pause(until: now + pause, now: now)
-            state.endpoints[record.endpoint] = entry
-            return Self.apply(decision, to: record.endpoint, in: &state, now: now)
+        let answer = state.withLock { state -> (RequestRecord, Life.TimeoutArm?, RetryAfter.Reading?, Effects)? in
+            guard let id = state.transfers[task.taskIdentifier], let record = state.requests[id]?.record else { return nil }
+            var effects = Effects()
+            switch state.requests[id]!.life.responseReceived(isHTTP: http != nil, now: now) {
+            case .ignore:
+                return nil
+            case .reject(let action):
+                state.settle(action, of: id, now: now, into: &effects)
+                return (record, nil, nil, effects)
+            case .allow(let idleTimeout):
+                allow()
+                let limits = state.endpoints[record.endpoint]?.limits ?? defaultLimits
+                let reading = http.flatMap { RetryAfter.read($0, limits: limits, now: Date()) }
+                if case .pause(let pause)? = reading, pause > .zero {
+                    let decision = state.endpoints[record.endpoint]!.slots.pause(until: now + pause, now: now)
+                    state.grant(decision, at: record.endpoint, now: now, into: &effects)
+                }
+                return (record, idleTimeout, reading, effects)
+            }
         }
-        guard let effects else { return }
-        if let pause {
-            Log.log(.urlDispatcher, "\(record.endpoint) answered \(http.statusCode) with Retry-After: paused for \(pause.readable)")
+        guard let (record, idleTimeout, reading, effects) = answer else { return }
+        if let http, let reading {
+            let value = http.value(forHTTPHeaderField: "Retry-After") ?? ""
+            switch reading {
+            case .pause(let pause) where pause > .zero:
+                Log.log(.urlDispatcher, "\(record.endpoint) answered \(http.statusCode) with Retry-After: paused for \(pause.readable)")
+            case .pause:
+                break
+            case .invalid(let reason):
+                Log.log(.urlDispatcher, "\(record.endpoint) answered \(http.statusCode) with Retry-After \"\(value)\", \(reason): ignored")
+            }
         }
-        perform(effects)
-        if record.isLong { armTimeout(record, at: now + record.idleTimeout, phase: .idle) }
-        record.post(.response(http))
+        perform(effects, onTimer: false)
+        if let idleTimeout { armTimeout(record, idleTimeout) }
+        if let http { record.mailbox.post(.response(http)) }
     }
 
     func received(_ data: Data, for task: URLSessionTask) {
-        guard let record = record(for: task) else { return }
         let now = now()
-        let running = state.withLock { _ -> Bool in
-            guard record.phase == .running else { return false }
-            record.lastActivity = now
-            return true
+        let record = state.withLock { state -> RequestRecord? in
+            guard let id = state.transfers[task.taskIdentifier], state.requests[id]?.life.dataReceived(now: now) == true else { return nil }
+            return state.requests[id]?.record
         }
-        if running { record.post(.data(data)) }
+        record?.mailbox.post(.data(data))
     }
 
     func completed(_ task: URLSessionTask, error: (any Error)?) {
-        guard let record = record(for: task) else {
-            cancelLanded(task.taskIdentifier)
-            return
-        }
-        end(record, outcome: error == nil ? .completed : .failed, error: error, cancelsTransfer: false)
+        guard let id = state.withLock({ $0.transfers[task.taskIdentifier] }) else { return }
+        handle(id, onTimer: false) { $0.transferCompleted(error: error) }
     }
 
-    /// How long a 429 or 503 with `Retry-After` pauses the endpoint, if it does (see ``RetryAfter``);
-    /// a value that is not a Retry-After is ignored and logged.
-    private func retryAfterPause(_ response: HTTPURLResponse, endpoint: URLDispatcher.Endpoint, now: Duration) -> Duration? {
-        guard response.statusCode == 429 || response.statusCode == 503,
-              let value = response.value(forHTTPHeaderField: "Retry-After") else { return nil }
-        let limits = state.withLock { $0.endpoints[endpoint]?.limits ?? defaultLimits }
-        guard limits.honorRetryAfter else { return nil }
-        switch RetryAfter.read(value, now: Date(), limit: limits.maxRetryAfter) {
-        case .pause(let pause):
-            return pause > .zero ? pause : nil
-        case .invalid(let reason):
-            Log.log(.urlDispatcher, "\(endpoint) answered \(response.statusCode) with Retry-After \"\(value)\", \(reason): ignored")
-            return nil
+    // MARK: - Telling the owner
+
+    /// What the owner of `record` hears for `ending`: `nil` after a whole response, else the error.
+    static func error(_ ending: RequestEnding, of record: RequestRecord) -> (any Error)? {
+        switch ending {
+        case .completed: nil
+        case .failed(let error): error
+        case .cancelled: CancellationError()
+        case .disposed: URLDispatcherError.disposed
+        case .timedOut(let phase, let after): URLDispatcherError.timedOut(endpoint: record.endpoint, after: after, phase: phase)
+        case .notHTTP: URLDispatcherError.notHTTP(endpoint: record.endpoint)
         }
     }
-}
 
-/// The session's delegate: hands every event to the dispatcher's core.
-///
-/// The session keeps it (and through it the core) until the session is invalidated by `dispose()`.
-final class SessionRelay: NSObject, URLSessionDataDelegate, @unchecked Sendable {
-    // Sendable: its only state, `core`, is a Locked.
-    let core = Locked<URLDispatcherCore?>(nil)
-
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
-                    completionHandler: @escaping (URLSession.ResponseDisposition) -> Void) {
-        // Never `.cancel`: see URLDispatcherCore.received(_:for:allow:).
-        core.withLock { $0 }?.received(response, for: dataTask) { completionHandler(.allow) }
-    }
-
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        core.withLock { $0 }?.received(data, for: dataTask)
-    }
-
-    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        core.withLock { $0 }?.completed(task, error: error)
-    }
-
-    func urlSession(_ session: URLSession, didBecomeInvalidWithError error: (any Error)?) {
-        // The core goes out of the lock first, and is released after it.
-        let released = core.withLock { core -> URLDispatcherCore? in
-            defer { core = nil }
-            return core
+    /// Delivers `event` to `record`'s owner: here, unless this is a timer call and the owner is
+    /// user code (a delegate), which then hears it on the delegate queue, as ordinary events.
+    private func deliver(_ event: RequestEvent, to record: RequestRecord, onTimer: Bool) {
+        if onTimer, record.mailbox.callsUserCode {
+            delegateQueue.addOperation { record.mailbox.post(event) }
+        } else {
+            record.mailbox.post(event)
         }
-        _ = released
+    }
+
+    /// Logs `message` from the delegate queue: for records made where a log delegate must not run
+    /// (the shared timer thread).
+    private func logSoon(_ message: @autoclosure () -> String) {
+        guard Log.isEnabled(.urlDispatcher) else { return }
+        let text = message()
+        delegateQueue.addOperation { Log.log(.urlDispatcher, text) }
     }
 }

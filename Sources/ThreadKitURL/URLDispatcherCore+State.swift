@@ -1,0 +1,117 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+@_spi(ThreadKitURL) import ThreadKit
+
+extension URLDispatcherCore {
+    /// One endpoint: its limits and its slots.
+    struct EndpointEntry: Sendable {
+        var limits: URLDispatcher.EndpointLimits
+        var slots: EndpointSlots<Int>
+
+        init(limits: URLDispatcher.EndpointLimits) {
+            self.limits = limits
+            slots = EndpointSlots(maxRequests: limits.maxRequests, maxLongRequests: limits.maxLongRequests, rate: limits.rate)
+        }
+    }
+
+    /// One request the dispatcher knows: from its registration until it is over.
+    struct Request: Sendable {
+        let record: RequestRecord
+        var life: Life
+        /// Its session task's identifier, once the task is made.
+        var transferID: Int?
+    }
+
+    /// The books the core keeps under its lock. Its methods join the two machines: a request's
+    /// ending gives its slot (or queue place) back to its endpoint's slots, and the slots' grants
+    /// start the requests that get one. They read no clock and touch no session or timer: what is
+    /// left to do goes into ``Effects``.
+    struct State: Sendable {
+        var disposed = false
+        var nextID = 0
+        var endpoints: [URLDispatcher.Endpoint: EndpointEntry] = [:]
+        /// The limits set for endpoints, used from their first request on.
+        var limits: [URLDispatcher.Endpoint: URLDispatcher.EndpointLimits] = [:]
+        var requests: [Int: Request] = [:]
+        /// The request of each session task, by the task's identifier.
+        var transfers: [Int: Int] = [:]
+
+        /// The entry of `endpoint`, made with its limits (or `defaultLimits`) on first use.
+        mutating func addEndpoint(_ endpoint: URLDispatcher.Endpoint, defaultLimits: URLDispatcher.EndpointLimits) {
+            if endpoints[endpoint] == nil { endpoints[endpoint] = EndpointEntry(limits: limits[endpoint] ?? defaultLimits) }
+        }
+
+        /// Carries out on the books what request `id`'s machine answered; collects the rest.
+        mutating func settle(_ action: Life.EndAction, of id: Int, now: Duration, into effects: inout Effects) {
+            guard let request = requests[id] else { return }
+            switch action {
+            case .none:
+                return
+            case .end(let ending, let timer):
+                effects.cancelTimers += [timer].compactMap { $0 }
+                forget(request)
+                release(request.record, outcome: ending.outcome, now: now, into: &effects)
+                effects.completions.append((request.record, ending))
+            case .cancelTransfer(let transfer, _, let timer):
+                effects.cancelTimers += [timer].compactMap { $0 }
+                effects.cancelTransfers.append((request.record, transfer))
+            case .releaseSlot(let ending, let deliver):
+                forget(request)
+                release(request.record, outcome: ending.outcome, now: now, into: &effects)
+                if deliver { effects.completions.append((request.record, ending)) }
+            case .deliverCompletion(let ending):
+                effects.completions.append((request.record, ending))
+            }
+        }
+
+        /// Marks the requests `decision` starts as starting, and collects them and the wake-up.
+        mutating func grant(_ decision: EndpointSlots<Int>.Decision, at endpoint: URLDispatcher.Endpoint,
+                            now: Duration, into effects: inout Effects) {
+            for id in decision.start {
+                guard let request = requests[id] else { continue }
+                switch requests[id]!.life.slotGranted(now: now) {
+                case .startTransfer(let queueTimer):
+                    effects.cancelTimers += [queueTimer].compactMap { $0 }
+                    effects.start.append(request.record)
+                }
+            }
+            if let wake = decision.wakeAt { effects.wakes.append((endpoint, wake)) }
+        }
+
+        /// Gives `record`'s slot (or queue place) back to its endpoint, and grants the freed slot.
+        private mutating func release(_ record: RequestRecord, outcome: EndpointSlots<Int>.Outcome,
+                                      now: Duration, into effects: inout Effects) {
+            guard case .released(let decision)? = endpoints[record.endpoint]?.slots.end(record.id, outcome: outcome, now: now) else { return }
+            grant(decision, at: record.endpoint, now: now, into: &effects)
+        }
+
+        /// Drops a request that is over.
+        private mutating func forget(_ request: Request) {
+            requests[request.record.id] = nil
+            if let transferID = request.transferID { transfers[transferID] = nil }
+        }
+    }
+
+    /// What to do after the lock, in this order: cancel timers, arm wake-ups, start transfers, arm a
+    /// queue timeout, cancel transfers (arming their graces), tell owners how their requests ended.
+    struct Effects {
+        var cancelTimers: [TimerHandle] = []
+        var wakes: [(endpoint: URLDispatcher.Endpoint, at: Duration)] = []
+        var start: [RequestRecord] = []
+        var armQueueTimer: (record: RequestRecord, deadline: Duration)?
+        var cancelTransfers: [(record: RequestRecord, transfer: URLSessionDataTask)] = []
+        var completions: [(record: RequestRecord, ending: RequestEnding)] = []
+    }
+}
+
+extension URLDispatcher.Kind {
+    /// The kind as the slots see it.
+    var slotKind: EndpointSlots<Int>.Kind {
+        switch self {
+        case .short: .short
+        case .long(let policy): .long(waits: policy == .wait)
+        }
+    }
+}
