@@ -545,7 +545,7 @@ struct ThrottledQueueRobustnessExitTests {
             }
             _ = done.wait(timeout: .seconds(5))
         }
-        #expect(ThrottledQueueExitTests.stopped(result, saying: "TQ exit run wait", "waitUntilIdle() from inside its own task"))
+        #expect(stopped(result, saying: "TQ exit run wait", "waitUntilIdle() from inside its own task"))
     }
 
     @Test("Issue 7.15: B.sync from A's task on a shared one-thread pool, with B's work queued behind A, stops naming both queues instead of hanging")
@@ -564,7 +564,7 @@ struct ThrottledQueueRobustnessExitTests {
             queued.countDown()
             _ = done.wait(timeout: .seconds(5))
         }
-        #expect(ThrottledQueueExitTests.stopped(
+        #expect(stopped(
             result, saying: "ThrottledQueue 'TQ B'", "ThrottledQueue 'TQ A'", "one-thread ThreadPool 'TQ one'", "would wait forever"))
     }
 

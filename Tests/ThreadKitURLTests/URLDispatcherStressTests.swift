@@ -66,7 +66,7 @@ extension URLIntegrationTests {
                 let operation = try dispatcher.dispatch(server.request("/stream?chunks=5&interval=20"), kind: .long(), delegate: delegate)
                 #expect(operation.endpoint == server.endpoint)
                 #expect(operation.kind == .long(whenFull: .reject))
-                #expect(try await onNewThread { delegate.waitForCompletion() })
+                #expect(try await onNewThread(limit: .seconds(30)) { delegate.waitForCompletion() })
                 let (events, problems) = delegate.recorded
                 #expect(problems.isEmpty, "\(problems)")
                 #expect(events.first == "response")
@@ -93,7 +93,7 @@ extension URLIntegrationTests {
                 #expect(await eventually { streaming.recorded.events.count > 3 })
                 running.cancel()
                 running.cancel()
-                #expect(try await onNewThread { streaming.waitForCompletion() })
+                #expect(try await onNewThread(limit: .seconds(30)) { streaming.waitForCompletion() })
                 try await Task.sleep(for: .milliseconds(50))
                 let (events, problems) = streaming.recorded
                 #expect(problems.isEmpty, "\(problems)")

@@ -39,7 +39,7 @@ extension URLIntegrationTests {
     @Test func aSyncRequestTimesOutToo() async throws {
         try await withServer { server in
             try await withDispatcher { dispatcher in
-                let outcome = try await onNewThread { () -> (Duration, (any Error)?) in
+                let outcome = try await onNewThread(limit: .seconds(30)) { () -> (Duration, (any Error)?) in
                     let start = ContinuousClock.now
                     do {
                         _ = try dispatcher.dataSync(for: server.request("/hang"), timeout: .milliseconds(200))
