@@ -14,7 +14,7 @@ import Testing
 struct FarOutTimeExitTests {
     // MARK: TimerThread
 
-    @Test("issue 12: TimerThread.schedule(after:) with a far-out delay is pending, never runs, and cancels")
+    @Test("TimerThread.schedule(after:) with a far-out delay is pending, never runs, and cancels")
     func timerScheduleAfter() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -32,7 +32,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: TimerThread.schedule(at:) with a far-future instant is pending; a far-past one runs at once")
+    @Test("TimerThread.schedule(at:) with a far-future instant is pending; a far-past one runs at once")
     func timerScheduleAt() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -52,7 +52,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: TimerThread.schedule(every:) with a far-out interval is pending and never runs, at either spacing")
+    @Test("TimerThread.schedule(every:) with a far-out interval is pending and never runs, at either spacing")
     func timerScheduleEvery() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -70,7 +70,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: TimerThread.schedule(every:startingAfter:) with a far-out first delay is pending and never runs")
+    @Test("TimerThread.schedule(every:startingAfter:) with a far-out first delay is pending and never runs")
     func timerScheduleEveryStartingAfter() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -88,7 +88,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: a far-out interval starting at once runs once, then is pending for ever, at either spacing")
+    @Test("A far-out interval starting at once runs once, then is pending for ever, at either spacing")
     func timerScheduleEveryFarOutAfterAFirstRun() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -109,7 +109,7 @@ struct FarOutTimeExitTests {
 
     // MARK: ThreadPool
 
-    @Test("issue 12: ScheduledTask.wait(timeout:) with a far-out timeout waits as long as it takes")
+    @Test("ScheduledTask.wait(timeout:) with a far-out timeout waits as long as it takes")
     func scheduledTaskWait() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -124,7 +124,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: ThreadPool.init with a far-out keepAlive and collectionInterval keeps its idle thread")
+    @Test("ThreadPool.init with a far-out keepAlive and collectionInterval keeps its idle thread")
     func threadPoolInit() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -138,7 +138,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: ThreadPool.awaitTermination(timeout:) with a far-out timeout returns true once the pool ends")
+    @Test("ThreadPool.awaitTermination(timeout:) with a far-out timeout returns true once the pool ends")
     func threadPoolAwaitTermination() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -152,7 +152,7 @@ struct FarOutTimeExitTests {
 
     // MARK: ThrottledQueue
 
-    @Test("issue 12: ThrottledQueue.init(interval:) with a far-out interval runs its first task, then holds the next")
+    @Test("ThrottledQueue.init(interval:) with a far-out interval runs its first task, then holds the next")
     func throttledQueueInit() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -167,7 +167,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: setting ThrottledQueue.interval to a far-out value")
+    @Test("Setting ThrottledQueue.interval to a far-out value")
     func throttledQueueIntervalSetter() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -183,7 +183,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: ThrottledQueue.async(interval:) and sync(interval:) with a far-out gap")
+    @Test("ThrottledQueue.async(interval:) and sync(interval:) with a far-out gap")
     func throttledQueueExplicitIntervals() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -201,7 +201,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: ThrottledQueue.pause(for:) with a far-out duration, then resume()")
+    @Test("ThrottledQueue.pause(for:) with a far-out duration, then resume()")
     func throttledQueuePauseFor() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -216,7 +216,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: ThrottledQueue.pause(until:) with a far-future instant, then resume()")
+    @Test("ThrottledQueue.pause(until:) with a far-future instant, then resume()")
     func throttledQueuePauseUntil() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -237,7 +237,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: RateLimit.rate(_:per:) with a far-out window lets the first starts through, then holds")
+    @Test("RateLimit.rate(_:per:) with a far-out window lets the first starts through, then holds")
     func rateLimit() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()

@@ -248,7 +248,8 @@ struct ThrottleScheduleTests {
         #expect(schedule.nextStart() == .startAt(setting.next(afterStart: shorter, end: shorter, gap: gapAfterSecond)))
     }
 
-    @Test(".none keeps each gap as it was at submission, unlike .defaultOnly (AHDispatch: .none behaved like .defaultOnly)")
+    // In AHDispatch, .none behaved like .defaultOnly.
+    @Test(".none keeps each gap as it was at submission, unlike .defaultOnly")
     func noneDiffersFromDefaultOnly() {
         var none = Schedule(interval: .milliseconds(100), monitor: .concurrent, mutability: .none, limit: nil)
         var defaultOnly = Schedule(interval: .milliseconds(100), monitor: .concurrent, mutability: .defaultOnly, limit: nil)

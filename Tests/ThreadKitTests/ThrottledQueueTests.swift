@@ -223,7 +223,8 @@ struct ThrottledQueueTests {
         Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(100), count: 3), monitor: .serial, submitted: Self.submitted(window, count: 3))
     }
 
-    @Test("AHDispatch: serial monitor always waits 1 s; execution time floored to whole seconds — ours: exact times")
+    // AHDispatch's serial monitor always waited 1 s and floored execution times to whole seconds.
+    @Test(".serial waits exactly the gap after each end: not a whole second, not floored to whole seconds")
     func serialGapIsExact() async throws {
         // A 30 ms gap after a 15 ms task, then after a 150 ms one: the next start is the end plus
         // 30 ms, not a whole second later, and the execution time is not floored to zero seconds
@@ -306,7 +307,8 @@ struct ThrottledQueueTests {
         Self.expectThrottled(runs, gaps: gaps, submitted: Self.submitted(before...after, count: 4))
     }
 
-    @Test("AHDispatch: .none behaves like .defaultOnly — ours: .none keeps the gaps captured at submission")
+    // In AHDispatch, .none behaved like .defaultOnly.
+    @Test(".none keeps the gaps captured at submission, unlike .defaultOnly")
     func noneKeepsGapsCapturedAtSubmission() async throws {
         let none = ThrottledQueue(label: "TQ none", interval: .milliseconds(300), mutability: .none)
         let defaultOnly = ThrottledQueue(label: "TQ defaultOnly", interval: .milliseconds(300), mutability: .defaultOnly)
@@ -506,7 +508,8 @@ struct ThrottledQueueTests {
         Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(50), count: 4), submitted: Self.submitted(before...after, count: 4))
     }
 
-    @Test("AHDispatch: sync from main deadlocks, the gap needs the main queue — ours: sync from the test's own thread, no run loop")
+    // In AHDispatch, sync from the main thread deadlocked: waiting out the gap needed the main queue.
+    @Test("sync from a thread with no run loop (the test's own) waits out the gap and returns")
     func syncNeedsNoMainQueue() throws {
         // Called on the test's own thread (a cooperative-pool thread with no run loop), twice so
         // that the second waits out a gap.
@@ -520,7 +523,8 @@ struct ThrottledQueueTests {
 
     // MARK: - Independence
 
-    @Test("AHDispatch 0.9.1: two global locks serialise all queues — ours: two queues of 100 ms × 5 tasks finish in about 400 ms")
+    // AHDispatch 0.9.1 serialised all queues behind two global locks.
+    @Test("Two queues throttle independently: 5 tasks 100 ms apart on each finish in 400 ms, not 800")
     func twoQueuesAreIndependent() async throws {
         let queues = [ThrottledQueue(label: "TQ pair A", interval: .milliseconds(100)), ThrottledQueue(label: "TQ pair B", interval: .milliseconds(100))]
         let recorders = [RunRecorder(), RunRecorder()]
@@ -823,7 +827,8 @@ struct ThrottledQueueTests {
     // MARK: - Threads
 
     #if os(Linux)
-    @Test("AHDispatch: the gap is a busy spin — ours: waiting out a 1 s gap is a timed wait that uses no CPU")
+    // AHDispatch waited out the gap in a busy spin.
+    @Test("Waiting out a 1 s gap is a timed wait that uses no CPU")
     func gapUsesNoCPU() async throws {
         let queue = ThrottledQueue(label: "TQ cpu", interval: .seconds(1))
         let atEnd = LockedValue<(ThreadUsage, ObjectIdentifier, Instant)?>(nil)
@@ -911,7 +916,8 @@ struct ThrottledQueueTests {
         pool.dispose()
     }
 
-    @Test("AHDispatch: foreign queues and nil blocks silently ignored — ours: the type system rules them out; every accepted closure runs exactly once")
+    // AHDispatch silently ignored foreign queues and nil blocks.
+    @Test("Every accepted closure runs exactly once, in order: the types admit no foreign queue and no nil block")
     func everyAcceptedClosureRunsOnce() async throws {
         let queue = ThrottledQueue(label: "TQ exactly once", interval: .zero)
         // The only things a queue accepts are non-optional closures: there is no queue parameter
