@@ -49,6 +49,22 @@ func withDispatcher<T: Sendable>(_ limits: URLDispatcher.EndpointLimits = .init(
     return try await body(dispatcher)
 }
 
+/// A loopback server (answering with `handler`) and a dispatcher with `limits`, for the length of
+/// `body`, which fails with ``TestTimedOut`` if it takes longer than `limit`: the frame of every
+/// test that sends requests.
+func withServerAndDispatcher<T: Sendable>(
+    _ limits: URLDispatcher.EndpointLimits = .init(),
+    handler: @escaping @Sendable (LoopbackHTTPServer.Request) -> LoopbackHTTPServer.Reply = LoopbackHTTPServer.Reply.route,
+    within limit: Duration = .seconds(30),
+    _ body: @escaping @Sendable (LoopbackHTTPServer, URLDispatcher) async throws -> T
+) async throws -> T {
+    try await withServer(handler) { server in
+        try await withDispatcher(limits) { dispatcher in
+            try await bounded(limit) { try await body(server, dispatcher) }
+        }
+    }
+}
+
 extension LoopbackHTTPServer {
     /// A request for `pathAndQuery` on this server.
     func request(_ pathAndQuery: String) -> URLRequest { URLRequest(url: url(pathAndQuery)) }

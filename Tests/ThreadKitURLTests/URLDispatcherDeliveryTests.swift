@@ -57,50 +57,42 @@ extension URLIntegrationTests {
     }
 
     @Test func aSlowCompletionForAQueueTimeoutDelaysNoTimer() async throws {
-        try await withServer { server in
-            try await withDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { dispatcher in
-                try await bounded {
-                    let blocker = Task { try? await dispatcher.data(for: server.request("/hang"), timeout: .seconds(10)) }
-                    #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
-                    let delegate = SlowDelegate(completionTakes: .seconds(2))
-                    var request = server.request("/never")
-                    request.timeoutInterval = 0.2
-                    _ = try dispatcher.dispatch(request, delegate: delegate)
-                    let late = try await Self.lateness(ofSharedTimerCallDueAfter: .milliseconds(600))
-                    #expect(late < .seconds(1), "a timer call due while a completion ran came \(late) late")
-                    #expect(await eventually { delegate.completion != nil })
-                    #expect((delegate.completion?.error as? URLDispatcherError)
-                            == .timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: .queued))
-                    blocker.cancel()
-                    _ = await blocker.value
-                }
-                #expect(!server.arrivals.contains { $0.target == "/never" })
-            }
+        try await withServerAndDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { server, dispatcher in
+            let blocker = Task { try? await dispatcher.data(for: server.request("/hang"), timeout: .seconds(10)) }
+            #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
+            let delegate = SlowDelegate(completionTakes: .seconds(2))
+            var request = server.request("/never")
+            request.timeoutInterval = 0.2
+            _ = try dispatcher.dispatch(request, delegate: delegate)
+            let late = try await Self.lateness(ofSharedTimerCallDueAfter: .milliseconds(600))
+            #expect(late < .seconds(1), "a timer call due while a completion ran came \(late) late")
+            #expect(await eventually { delegate.completion != nil })
+            #expect((delegate.completion?.error as? URLDispatcherError)
+                    == .timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: .queued))
+            blocker.cancel()
+            _ = await blocker.value
+            #expect(!server.arrivals.contains { $0.target == "/never" })
         }
     }
 
     @Test func aSlowCompletionAfterACancelsGraceDelaysNoTimer() async throws {
-        try await withServer { server in
-            try await withDispatcher { dispatcher in
-                try await bounded {
-                    // Holds the delegate queue for 2 s from its first chunk: the cancel below cannot
-                    // be reported complete meanwhile, so its completion waits for the grace to end.
-                    let holder = SlowDelegate(firstDataTakes: .seconds(2))
-                    let holding = try dispatcher.dispatch(server.request("/stream?interval=10"), kind: .long(), delegate: holder)
-                    #expect(await eventually { holder.hasReceivedData })
-                    let delegate = SlowDelegate(completionTakes: .seconds(2))
-                    var request = server.request("/hang")
-                    request.timeoutInterval = 0.2
-                    _ = try dispatcher.dispatch(request, delegate: delegate)
-                    let late = try await Self.lateness(ofSharedTimerCallDueAfter: .milliseconds(700))
-                    #expect(late < .seconds(1), "a timer call due while a completion ran came \(late) late")
-                    #expect(await eventually { delegate.completion != nil })
-                    #expect((delegate.completion?.error as? URLDispatcherError)
-                            == .timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: .total))
-                    holding.cancel()
-                    #expect(await eventually { holder.completion != nil })
-                }
-            }
+        try await withServerAndDispatcher { server, dispatcher in
+            // Holds the delegate queue for 2 s from its first chunk: the cancel below cannot
+            // be reported complete meanwhile, so its completion waits for the grace to end.
+            let holder = SlowDelegate(firstDataTakes: .seconds(2))
+            let holding = try dispatcher.dispatch(server.request("/stream?interval=10"), kind: .long(), delegate: holder)
+            #expect(await eventually { holder.hasReceivedData })
+            let delegate = SlowDelegate(completionTakes: .seconds(2))
+            var request = server.request("/hang")
+            request.timeoutInterval = 0.2
+            _ = try dispatcher.dispatch(request, delegate: delegate)
+            let late = try await Self.lateness(ofSharedTimerCallDueAfter: .milliseconds(700))
+            #expect(late < .seconds(1), "a timer call due while a completion ran came \(late) late")
+            #expect(await eventually { delegate.completion != nil })
+            #expect((delegate.completion?.error as? URLDispatcherError)
+                    == .timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: .total))
+            holding.cancel()
+            #expect(await eventually { holder.completion != nil })
         }
     }
 }

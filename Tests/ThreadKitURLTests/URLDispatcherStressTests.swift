@@ -124,20 +124,16 @@ extension URLIntegrationTests {
 extension URLIntegrationTests {
 @Suite struct URLDispatcherStressTests {
     @Test func brokenResponsesFailAndFreeTheirSlots() async throws {
-        try await withServer { server in
-            try await withDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { dispatcher in
-                try await bounded {
-                    for path in ["/close", "/malformed", "/close", "/malformed"] {
-                        await #expect(throws: (any Error).self) {
-                            try await dispatcher.data(for: server.request(path), timeout: .seconds(5))
-                        }
-                    }
-                    let (_, response) = try await dispatcher.data(for: server.request("/"), timeout: .seconds(5))
-                    #expect(response.statusCode == 200)
+        try await withServerAndDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { server, dispatcher in
+            for path in ["/close", "/malformed", "/close", "/malformed"] {
+                await #expect(throws: (any Error).self) {
+                    try await dispatcher.data(for: server.request(path), timeout: .seconds(5))
                 }
-                let statistics = dispatcher.statistics(for: server.endpoint)
-                #expect(statistics.failed == 4 && statistics.completed == 1 && statistics.running == 0)
             }
+            let (_, response) = try await dispatcher.data(for: server.request("/"), timeout: .seconds(5))
+            #expect(response.statusCode == 200)
+            let statistics = dispatcher.statistics(for: server.endpoint)
+            #expect(statistics.failed == 4 && statistics.completed == 1 && statistics.running == 0)
         }
     }
 
