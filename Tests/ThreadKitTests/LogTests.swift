@@ -685,6 +685,18 @@ final class GateDelegate: LogDelegate {
         if let clock { lastTick.store(clock.increment(), ordering: .relaxed) }
     }
 
+    /// Makes this delegate `Log.delegate`, with its source enabled. Call what it returns on the way
+    /// out (`defer`): it lets a held record go, disables the source and clears the delegate.
+    func install() -> () -> Void {
+        Log.delegate = self
+        Log.enable(source)
+        return { [self] in
+            release.countDown()
+            Log.disable(source)
+            Log.delegate = nil
+        }
+    }
+
     /// Every call so far, in order.
     var all: [Call] { calls.values }
     /// The messages of `source`'s records, in the order delivered.
@@ -761,11 +773,8 @@ extension LogDelegateTests {
     func oneCallDeliversABoundedNumberOfRecords() async throws {
         let source = uniqueSource("bounded")
         let delegate = GateDelegate(source: source, holdOn: "first")
-        Log.delegate = delegate
-        defer { Log.delegate = nil }
-        Log.enable(source)
-        defer { Log.disable(source) }
-        defer { delegate.release.countDown() }
+        let uninstall = delegate.install()
+        defer { uninstall() }
 
         let caller = KernelThreads.uniqueName("LogCaller")
         let callerReturned = Latch()
@@ -796,11 +805,8 @@ extension LogDelegateTests {
     func theBacklogIsBoundedAndDropsAreCounted() async throws {
         let source = uniqueSource("backlog")
         let delegate = GateDelegate(source: source, holdOn: "first")
-        Log.delegate = delegate
-        defer { Log.delegate = nil }
-        Log.enable(source)
-        defer { Log.disable(source) }
-        defer { delegate.release.countDown() }
+        let uninstall = delegate.install()
+        defer { uninstall() }
 
         startThread(named: "LogBacklog") { Log.log(source, "first") }
         #expect(await eventually { delegate.entered.isOpen })
@@ -832,11 +838,8 @@ extension LogDelegateTests {
         let clock = Counter()
         let old = GateDelegate(source: source, holdOn: "first", clock: clock)
         let new = GateDelegate(source: source, clock: clock)
-        Log.delegate = old
-        defer { Log.delegate = nil }
-        Log.enable(source)
-        defer { Log.disable(source) }
-        defer { old.release.countDown() }
+        let uninstall = old.install()
+        defer { uninstall() }
 
         startThread(named: "LogSwapFirst") { Log.log(source, "first") }
         #expect(await eventually { old.entered.isOpen })
@@ -870,11 +873,8 @@ extension LogDelegateTests {
             Log.delegate = new  // on the deliverer's own thread: returns at once
             Log.log(record.source, "logged after the switch")
         }
-        Log.delegate = old
-        defer { Log.delegate = nil }
-        Log.enable(source)
-        defer { Log.disable(source) }
-        defer { old.release.countDown() }
+        let uninstall = old.install()
+        defer { uninstall() }
 
         let returned = Latch()
         startThread(named: "LogHandOver") {
