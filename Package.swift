@@ -24,8 +24,11 @@ let package = Package(
         .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
         .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom", "ToolHarness"]),
         .executableTarget(name: "threadkit-soak", dependencies: ["ThreadKit", "SeededRandom", "ToolHarness"]),
-        .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "SeededRandom"]),
-        .testTarget(name: "ThreadKitURLTests", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom"]),
+        // What the two test targets share: counting and waiting across threads, kernel threads,
+        // refused thread starts, exit-test checks (not a product).
+        .target(name: "ThreadKitTestSupport", path: "Tests/ThreadKitTestSupport"),
+        .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "SeededRandom", "ThreadKitTestSupport"]),
+        .testTarget(name: "ThreadKitURLTests", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom", "ThreadKitTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -79,16 +79,6 @@ struct DeadlockExitTests {
             precondition(value == 42)
         }
     }
-
-    private func expectMessage(_ result: ExitTest.Result?, contains expected: [String]) {
-        #if DEBUG
-        guard let result else { return }
-        let output = String(decoding: result.standardErrorContent, as: UTF8.self)
-        for part in expected {
-            #expect(output.contains(part), "standard error was: \(output)")
-        }
-        #endif
-    }
 }
 
 enum DeadlockScenario {
@@ -131,7 +121,7 @@ struct OwnWaitsDeadlockExitTests {
             DeadlockScenario.sleepForever()
         }
         #if DEBUG
-        let output = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+        let output = standardError(of: result) ?? ""
         #expect(output.contains(#"deadlock: thread "single Thread1" holds ThreadPool "single" and waits for DedicatedThread "db", held by thread "db", which waits for "single""#), "standard error was: \(output)")
         #endif
     }
@@ -164,7 +154,7 @@ struct OwnWaitsDeadlockExitTests {
             DeadlockScenario.sleepForever()
         }
         #if DEBUG
-        let output = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+        let output = standardError(of: result) ?? ""
         #expect(output.contains("deadlock: thread"), "standard error was: \(output)")
         #expect(output.contains(#"waits for ThrottledQueue "cache""#), "standard error was: \(output)")
         #expect(output.contains(#"which waits for "api""#), "standard error was: \(output)")
@@ -190,7 +180,7 @@ struct OwnWaitsDeadlockExitTests {
             DeadlockScenario.sleepForever()
         }
         #if DEBUG
-        let output = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+        let output = standardError(of: result) ?? ""
         #expect(output.contains(#"deadlock: thread "db" holds DedicatedThread "db" and waits for ThrottledQueue "api", held by thread "runner Thread1", which waits for "db""#), "standard error was: \(output)")
         #endif
     }
@@ -208,7 +198,7 @@ struct TransitiveHoldExitTests {
             DeadlockScenario.sleepForever()
         }
         #if DEBUG
-        let output = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+        let output = standardError(of: result) ?? ""
         #expect(output.contains("ThrottledQueue 'api': waitUntilIdle() from inside its own task would wait forever"), "standard error was: \(output)")
         #endif
     }

@@ -454,14 +454,4 @@ struct DedicatedThreadExitTests {
         }
     }
     #endif
-
-    private func expectMessage(_ result: ExitTest.Result?, contains expected: [String]) {
-        #if DEBUG
-        guard let result else { return }
-        let output = String(decoding: result.standardErrorContent, as: UTF8.self)
-        for part in expected {
-            #expect(output.contains(part), "standard error was: \(output)")
-        }
-        #endif
-    }
 }

@@ -129,7 +129,7 @@ struct ExecutionChainSelfWaitExitTests {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             Self.stepWaitsForItsOwnChain(waitingForLaterLink: false)
         }
-        #expect(ThrottledQueueExitTests.stopped(result, saying: Self.message))
+        #expect(stopped(result, saying: Self.message))
     }
 
     @Test("wait() from inside a step for a link after it stops with a deadlock message instead of hanging")
@@ -137,6 +137,6 @@ struct ExecutionChainSelfWaitExitTests {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             Self.stepWaitsForItsOwnChain(waitingForLaterLink: true)
         }
-        #expect(ThrottledQueueExitTests.stopped(result, saying: Self.message))
+        #expect(stopped(result, saying: Self.message))
     }
 }

@@ -14,25 +14,16 @@ import Testing
 struct FarOutTimeExitTests {
     // MARK: TimerThread
 
-    @Test("issue 12: TimerThread.schedule(after:) with a far-out delay is pending, never runs, and cancels")
+    @Test("TimerThread.schedule(after:) with a far-out delay is pending, never runs, and cancels")
     func timerScheduleAfter() async {
         await #expect(processExitsWith: .success) {
-            FarOut.ageTheConversion()
-            let timer = TimerThread(name: "FarAfter")
-            let ran = Counter()
-            let handles = try! [FarOut.huge, FarOut.largest, FarOut.huge + FarOut.huge + FarOut.huge].map { delay in
-                try timer.schedule(after: delay) { ran.increment() }
+            FarOut.expectPendingNeverRunning(timerNamed: "FarAfter") { timer, call in
+                try [FarOut.huge, FarOut.largest, FarOut.huge + FarOut.huge + FarOut.huge].map { try timer.schedule(after: $0, call) }
             }
-            FarOut.settle(timer)
-            precondition(ran.value == 0)
-            precondition(timer.pendingCount == 3)
-            precondition(handles.allSatisfy { $0.cancel() })
-            precondition(timer.pendingCount == 0)
-            precondition(timer.dispose() == 0)
         }
     }
 
-    @Test("issue 12: TimerThread.schedule(at:) with a far-future instant is pending; a far-past one runs at once")
+    @Test("TimerThread.schedule(at:) with a far-future instant is pending; a far-past one runs at once")
     func timerScheduleAt() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -52,43 +43,26 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: TimerThread.schedule(every:) with a far-out interval is pending and never runs, at either spacing")
+    @Test("TimerThread.schedule(every:) with a far-out interval is pending and never runs, at either spacing")
     func timerScheduleEvery() async {
         await #expect(processExitsWith: .success) {
-            FarOut.ageTheConversion()
-            let timer = TimerThread(name: "FarEvery")
-            let ran = Counter()
-            let handles = try! [TimerThread.Spacing.fixedRate, .fixedDelay].map { spacing in
-                try timer.schedule(every: FarOut.huge, spacing: spacing) { ran.increment() }
+            FarOut.expectPendingNeverRunning(timerNamed: "FarEvery") { timer, call in
+                try [TimerThread.Spacing.fixedRate, .fixedDelay].map { try timer.schedule(every: FarOut.huge, spacing: $0, call) }
             }
-            FarOut.settle(timer)
-            precondition(ran.value == 0)
-            precondition(!handles.contains { $0.hasFired })
-            precondition(timer.pendingCount == 2)
-            precondition(handles.allSatisfy { $0.cancel() })
-            precondition(timer.dispose() == 0)
         }
     }
 
-    @Test("issue 12: TimerThread.schedule(every:startingAfter:) with a far-out first delay is pending and never runs")
+    @Test("TimerThread.schedule(every:startingAfter:) with a far-out first delay is pending and never runs")
     func timerScheduleEveryStartingAfter() async {
         await #expect(processExitsWith: .success) {
-            FarOut.ageTheConversion()
-            let timer = TimerThread(name: "FarFirst")
-            let ran = Counter()
-            let rate = try! timer.schedule(every: .milliseconds(1), startingAfter: FarOut.huge) { ran.increment() }
-            let delay = try! timer.schedule(every: .milliseconds(1), startingAfter: FarOut.huge + FarOut.huge, spacing: .fixedDelay) {
-                ran.increment()
+            FarOut.expectPendingNeverRunning(timerNamed: "FarFirst") { timer, call in
+                [try timer.schedule(every: .milliseconds(1), startingAfter: FarOut.huge, call),
+                 try timer.schedule(every: .milliseconds(1), startingAfter: FarOut.huge + FarOut.huge, spacing: .fixedDelay, call)]
             }
-            FarOut.settle(timer)
-            precondition(ran.value == 0)
-            precondition(timer.pendingCount == 2)
-            precondition(rate.cancel() && delay.cancel())
-            precondition(timer.dispose() == 0)
         }
     }
 
-    @Test("issue 12: a far-out interval starting at once runs once, then is pending for ever, at either spacing")
+    @Test("A far-out interval starting at once runs once, then is pending for ever, at either spacing")
     func timerScheduleEveryFarOutAfterAFirstRun() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -109,7 +83,7 @@ struct FarOutTimeExitTests {
 
     // MARK: ThreadPool
 
-    @Test("issue 12: ScheduledTask.wait(timeout:) with a far-out timeout waits as long as it takes")
+    @Test("ScheduledTask.wait(timeout:) with a far-out timeout waits as long as it takes")
     func scheduledTaskWait() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -124,7 +98,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: ThreadPool.init with a far-out keepAlive and collectionInterval keeps its idle thread")
+    @Test("ThreadPool.init with a far-out keepAlive and collectionInterval keeps its idle thread")
     func threadPoolInit() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -138,7 +112,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: ThreadPool.awaitTermination(timeout:) with a far-out timeout returns true once the pool ends")
+    @Test("ThreadPool.awaitTermination(timeout:) with a far-out timeout returns true once the pool ends")
     func threadPoolAwaitTermination() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -152,83 +126,57 @@ struct FarOutTimeExitTests {
 
     // MARK: ThrottledQueue
 
-    @Test("issue 12: ThrottledQueue.init(interval:) with a far-out interval runs its first task, then holds the next")
+    @Test("ThrottledQueue.init(interval:) with a far-out interval runs its first task, then holds the next")
     func throttledQueueInit() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
             let queue = ThrottledQueue(label: "FarInit", interval: FarOut.huge)
-            let first = Latch()
-            try! queue.async { first.countDown() }
-            FarOut.expectOpens(first, "the first task")
-            try! queue.async { preconditionFailure("a task ran before a far-out gap ended") }
-            FarOut.pause()
-            precondition(queue.pendingCount == 1)
-            precondition(queue.cancelAll() == 1)
+            FarOut.expectRunsThenHolds(queue)
         }
     }
 
-    @Test("issue 12: setting ThrottledQueue.interval to a far-out value")
+    @Test("Setting ThrottledQueue.interval to a far-out value")
     func throttledQueueIntervalSetter() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
             let queue = ThrottledQueue(label: "FarSet", interval: .milliseconds(1))
             queue.interval = FarOut.huge
             precondition(queue.interval == FarOut.huge)
-            let first = Latch()
-            try! queue.async { first.countDown() }
-            FarOut.expectOpens(first, "the first task")
-            try! queue.async { preconditionFailure("a task ran before a far-out gap ended") }
-            FarOut.pause()
-            precondition(queue.cancelAll() == 1)
+            FarOut.expectRunsThenHolds(queue)
         }
     }
 
-    @Test("issue 12: ThrottledQueue.async(interval:) and sync(interval:) with a far-out gap")
+    @Test("ThrottledQueue.async(interval:) and sync(interval:) with a far-out gap")
     func throttledQueueExplicitIntervals() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
             let queue = ThrottledQueue(label: "FarExplicit", interval: .zero)
             precondition(queue.sync(interval: .zero) { 1 } == 1)
-            let first = Latch()
-            try! queue.async(interval: FarOut.huge) { first.countDown() }
-            FarOut.expectOpens(first, "the first task")
-            try! queue.async { preconditionFailure("a task ran before a far-out gap ended") }
-            FarOut.pause()
-            precondition(queue.cancelAll() == 1)
+            FarOut.expectRunsThenHolds(queue) { try queue.async(interval: FarOut.huge, $0) }
 
             let other = ThrottledQueue(label: "FarSync", interval: .zero)
             precondition(other.sync(interval: FarOut.huge) { 2 } == 2)
         }
     }
 
-    @Test("issue 12: ThrottledQueue.pause(for:) with a far-out duration, then resume()")
+    @Test("ThrottledQueue.pause(for:) with a far-out duration, then resume()")
     func throttledQueuePauseFor() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
             let queue = ThrottledQueue(label: "FarPauseFor", interval: .zero)
             queue.pause(for: FarOut.huge)
-            let ran = Latch()
-            try! queue.async { ran.countDown() }
-            FarOut.pause()
-            precondition(!ran.isOpen)
-            queue.resume()
-            FarOut.expectOpens(ran, "the task after resume()")
+            FarOut.expectHeldUntilResumed(queue)
         }
     }
 
-    @Test("issue 12: ThrottledQueue.pause(until:) with a far-future instant, then resume()")
+    @Test("ThrottledQueue.pause(until:) with a far-future instant, then resume()")
     func throttledQueuePauseUntil() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
             let queue = ThrottledQueue(label: "FarPauseUntil", interval: .zero)
             queue.pause(until: .now + FarOut.largest)
             queue.pause(until: .now + FarOut.largest + FarOut.largest)
-            let ran = Latch()
-            try! queue.async { ran.countDown() }
-            FarOut.pause()
-            precondition(!ran.isOpen)
-            queue.resume()
-            FarOut.expectOpens(ran, "the task after resume()")
+            FarOut.expectHeldUntilResumed(queue)
             // A far-past instant is no pause at all.
             queue.pause(until: .now - FarOut.largest)
             let next = Latch()
@@ -237,7 +185,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("issue 12: RateLimit.rate(_:per:) with a far-out window lets the first starts through, then holds")
+    @Test("RateLimit.rate(_:per:) with a far-out window lets the first starts through, then holds")
     func rateLimit() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -245,13 +193,7 @@ struct FarOutTimeExitTests {
             precondition(limit.window == FarOut.huge)
             _ = limit.description
             let queue = ThrottledQueue(label: "FarRate", interval: .zero, limit: limit)
-            let two = Latch(count: 2)
-            try! queue.async { two.countDown() }
-            try! queue.async { two.countDown() }
-            FarOut.expectOpens(two, "the first two starts")
-            try! queue.async { preconditionFailure("a third start inside a far-out window") }
-            FarOut.pause()
-            precondition(queue.cancelAll() == 1)
+            FarOut.expectRunsThenHolds(queue, first: 2)
         }
     }
 
@@ -311,6 +253,48 @@ enum FarOut {
         let sentinel = Latch()
         _ = try! timer.schedule(after: .milliseconds(50)) { sentinel.countDown() }
         expectOpens(sentinel, "the sentinel call")
+    }
+
+    /// On a new timer named `name`, makes the calls `schedule` makes (each running the call it is
+    /// given) and checks that they are pending, never run, and cancel.
+    static func expectPendingNeverRunning(
+        timerNamed name: String, _ schedule: (TimerThread, @escaping @Sendable () -> Void) throws -> [TimerHandle]
+    ) {
+        ageTheConversion()
+        let timer = TimerThread(name: name)
+        let ran = Counter()
+        let handles = try! schedule(timer) { ran.increment() }
+        settle(timer)
+        precondition(ran.value == 0)
+        precondition(!handles.contains { $0.hasFired })
+        precondition(timer.pendingCount == handles.count)
+        precondition(handles.allSatisfy { $0.cancel() })
+        precondition(timer.pendingCount == 0)
+        precondition(timer.dispose() == 0)
+    }
+
+    /// Submits `count` tasks through `submit` (by default `async`), expects them to run, and then
+    /// expects the task after them to be held by the far-out gap or window until it is cancelled.
+    static func expectRunsThenHolds(
+        _ queue: ThrottledQueue, first count: Int = 1, submit: ((@escaping @Sendable () -> Void) throws -> Void)? = nil
+    ) {
+        let ran = Latch(count: count)
+        for _ in 0..<count { try! (submit ?? { try queue.async($0) }) { ran.countDown() } }
+        expectOpens(ran, "the first \(count) task(s)")
+        try! queue.async { preconditionFailure("a task ran before a far-out gap or window ended") }
+        pause()
+        precondition(queue.pendingCount == 1)
+        precondition(queue.cancelAll() == 1)
+    }
+
+    /// Submits a task to `queue`, which is paused, expects it to wait, then to run once resumed.
+    static func expectHeldUntilResumed(_ queue: ThrottledQueue) {
+        let ran = Latch()
+        try! queue.async { ran.countDown() }
+        pause()
+        precondition(!ran.isOpen)
+        queue.resume()
+        expectOpens(ran, "the task after resume()")
     }
 
     /// Blocks the child's thread a little, for work that must not happen to get its chance.

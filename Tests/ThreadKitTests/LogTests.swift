@@ -384,7 +384,7 @@ private func waitInChild(timeout: Duration = .seconds(10), _ condition: () -> Bo
 }
 
 extension LogSourceTests {
-    @Test("23: a newline in a message cannot forge a console line: control characters are escaped on the console")
+    @Test("A newline in a message cannot forge a console line: control characters are escaped on the console")
     func consoleEscapesControlCharacters() {
         let forged = Log.Record(
             source: Log.Source("Billing"), message: "paid 3 €\nmain Billing: refunded 3000 €",
@@ -405,7 +405,7 @@ extension LogSourceTests {
         #expect(ConsoleLog.line(for: plain) == #"main Billing: C:\new "quoted" ünïcödé 🧵"# + "\n")
     }
 
-    @Test("23: on standard error, a message with newlines stays one line")
+    @Test("On standard error, a message with newlines stays one line")
     func consoleWritesOneLinePerRecord() async throws {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             let source = Log.Source("LogForgeChild")
@@ -418,7 +418,7 @@ extension LogSourceTests {
         #expect(lines == [#"LogForgeThread LogForgeChild: paid\nLogForgeThread LogForgeChild: forged\r\n"#])
     }
 
-    @Test("25: the console writer waits out EAGAIN on a full non-blocking descriptor instead of cutting the line")
+    @Test("The console writer waits out EAGAIN on a full non-blocking descriptor instead of cutting the line")
     func consoleWriterWaitsOutEAGAIN() async throws {
         let (readEnd, writeEnd) = fullPipe()
         defer {
@@ -446,7 +446,7 @@ extension LogSourceTests {
 }
 
 extension LogDelegateTests {
-    @Test("23: the delegate gets a message with a newline as it was logged; only the console escapes it")
+    @Test("The delegate gets a message with a newline as it was logged; only the console escapes it")
     func delegateGetsTheUnescapedMessage() async throws {
         try await Self.withRecordingDelegate("newline") { source, delegate in
             Log.log(source, "one\ntwo\r\u{1B}[2K")
@@ -457,7 +457,7 @@ extension LogDelegateTests {
         }
     }
 
-    @Test("25: the console writer retries a write interrupted by a signal (EINTR) instead of dropping the line")
+    @Test("The console writer retries a write interrupted by a signal (EINTR) instead of dropping the line")
     func consoleWriterRetriesEINTR() async {
         // In a child process: it installs a signal handler.
         await #expect(processExitsWith: .success) {
@@ -542,7 +542,7 @@ private let packageRoot = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
 extension LogSourceTests {
-    @Test("24: Log.Source(name) and Log.log(.init(name), …) find a name already in use without the registry's lock")
+    @Test("Log.Source(name) and Log.log(.init(name), …) find a name already in use without the registry's lock")
     func knownSourceNamesNeedNoLock() async throws {
         let known = "LogTests.known.\(UUID().uuidString)"
         let source = Log.Source(known)
@@ -591,7 +591,7 @@ extension LogSourceTests {
         #expect(newNameCreated)
     }
 
-    @Test("24: threads naming thousands of sources at once agree on one switch per name")
+    @Test("Threads naming thousands of sources at once agree on one switch per name")
     func registryGivesOneSwitchPerName() async {
         let prefix = "LogTests.many.\(UUID().uuidString)."
         let names = (0..<3_000).map { "\(prefix)\($0)" }
@@ -618,7 +618,7 @@ extension LogSourceTests {
         Log.disable(source)
     }
 
-    @Test("24: Log.log(.init(name), …) is cheap to write, but the docs log to a stored source")
+    @Test("Log.log(.init(name), …) is cheap to write, but the docs log to a stored source")
     func docsLogToAStoredSource() throws {
         for path in ["README.md", "Docs/Log.md", "Sources/ThreadKit/Log/Log.swift"] {
             let text = try String(contentsOf: packageRoot.appendingPathComponent(path), encoding: .utf8)
@@ -685,6 +685,18 @@ final class GateDelegate: LogDelegate {
         if let clock { lastTick.store(clock.increment(), ordering: .relaxed) }
     }
 
+    /// Makes this delegate `Log.delegate`, with its source enabled. Call what it returns on the way
+    /// out (`defer`): it lets a held record go, disables the source and clears the delegate.
+    func install() -> () -> Void {
+        Log.delegate = self
+        Log.enable(source)
+        return { [self] in
+            release.countDown()
+            Log.disable(source)
+            Log.delegate = nil
+        }
+    }
+
     /// Every call so far, in order.
     var all: [Call] { calls.values }
     /// The messages of `source`'s records, in the order delivered.
@@ -715,7 +727,7 @@ final class LogsInDeinit: LogDelegate {
 }
 
 extension LogDelegateTests {
-    @Test("20: replacing a delegate whose deinit logs hangs neither the setter nor other loggers")
+    @Test("Replacing a delegate whose deinit logs hangs neither the setter nor other loggers")
     func replacingADelegateWhoseDeinitLogs() async {
         // In a child process: on failure the log's lock stays taken for good.
         await #expect(processExitsWith: .success) {
@@ -757,15 +769,12 @@ extension LogDelegateTests {
         }
     }
 
-    @Test("21: one Log.log call delivers its own record and at most 100 queued by others; the delivery thread delivers the rest")
+    @Test("One Log.log call delivers its own record and at most 100 queued by others; the delivery thread delivers the rest")
     func oneCallDeliversABoundedNumberOfRecords() async throws {
         let source = uniqueSource("bounded")
         let delegate = GateDelegate(source: source, holdOn: "first")
-        Log.delegate = delegate
-        defer { Log.delegate = nil }
-        Log.enable(source)
-        defer { Log.disable(source) }
-        defer { delegate.release.countDown() }
+        let uninstall = delegate.install()
+        defer { uninstall() }
 
         let caller = KernelThreads.uniqueName("LogCaller")
         let callerReturned = Latch()
@@ -792,15 +801,12 @@ extension LogDelegateTests {
         #expect(delegate.overlaps == 0)
     }
 
-    @Test("21: over 32,768 waiting records, records are dropped, counted exactly, and the count is logged once")
+    @Test("Over 32,768 waiting records, records are dropped, counted exactly, and the count is logged once")
     func theBacklogIsBoundedAndDropsAreCounted() async throws {
         let source = uniqueSource("backlog")
         let delegate = GateDelegate(source: source, holdOn: "first")
-        Log.delegate = delegate
-        defer { Log.delegate = nil }
-        Log.enable(source)
-        defer { Log.disable(source) }
-        defer { delegate.release.countDown() }
+        let uninstall = delegate.install()
+        defer { uninstall() }
 
         startThread(named: "LogBacklog") { Log.log(source, "first") }
         #expect(await eventually { delegate.entered.isOpen })
@@ -826,17 +832,14 @@ extension LogDelegateTests {
         #expect(delivered.count >= 32_768 - 5)
     }
 
-    @Test("22: a record goes to the delegate in force when it was logged; the setter waits for its delivery, and the old delegate is never called once the setter returned")
+    @Test("A record goes to the delegate in force when it was logged; the setter waits for its delivery, and the old delegate is never called once the setter returned")
     func recordsGoToTheDelegateInForceWhenLogged() async throws {
         let source = uniqueSource("swap")
         let clock = Counter()
         let old = GateDelegate(source: source, holdOn: "first", clock: clock)
         let new = GateDelegate(source: source, clock: clock)
-        Log.delegate = old
-        defer { Log.delegate = nil }
-        Log.enable(source)
-        defer { Log.disable(source) }
-        defer { old.release.countDown() }
+        let uninstall = old.install()
+        defer { uninstall() }
 
         startThread(named: "LogSwapFirst") { Log.log(source, "first") }
         #expect(await eventually { old.entered.isOpen })
@@ -861,7 +864,7 @@ extension LogDelegateTests {
         #expect(Log.delegate === new)
     }
 
-    @Test("22: a delegate that sets Log.delegate from inside log() does not deadlock; records queued for it still reach it, later ones the new delegate")
+    @Test("A delegate that sets Log.delegate from inside log() does not deadlock; records queued for it still reach it, later ones the new delegate")
     func delegateSetFromInsideLog() async throws {
         let source = uniqueSource("handover")
         let new = GateDelegate(source: source)
@@ -870,11 +873,8 @@ extension LogDelegateTests {
             Log.delegate = new  // on the deliverer's own thread: returns at once
             Log.log(record.source, "logged after the switch")
         }
-        Log.delegate = old
-        defer { Log.delegate = nil }
-        Log.enable(source)
-        defer { Log.disable(source) }
-        defer { old.release.countDown() }
+        let uninstall = old.install()
+        defer { uninstall() }
 
         let returned = Latch()
         startThread(named: "LogHandOver") {
@@ -894,7 +894,7 @@ extension LogDelegateTests {
 /// A ``LogDelivery`` of its own per test, with small bounds, so that counts are exact whatever other
 /// tests log through ``Log`` meanwhile.
 @Suite struct LogDeliveryTests {
-    @Test("21: a caller delivers its own record and at most its budget; the delivery thread delivers the rest, then exits when idle")
+    @Test("A caller delivers its own record and at most its budget; the delivery thread delivers the rest, then exits when idle")
     func callerBudgetAndDeliveryThread() async throws {
         let workerName = KernelThreads.uniqueName("LogDlv")
         let delivery = LogDelivery(limits: .init(
@@ -927,7 +927,7 @@ extension LogDelegateTests {
         }
     }
 
-    @Test("21: records that find the backlog full are dropped, and one notice per source says exactly how many")
+    @Test("Records that find the backlog full are dropped, and one notice per source says exactly how many")
     func dropsAreCountedPerSource() async throws {
         let delivery = LogDelivery(limits: .init(
             maxBacklog: 20, callerBudget: 1_000, workerKeepAlive: .seconds(1), workerName: KernelThreads.uniqueName("LogDlv")))
@@ -957,7 +957,7 @@ extension LogDelegateTests {
         #expect(delegate.all.suffix(10).map(\.record.message) == (0..<10).map { "later \($0)" })
     }
 
-    @Test("22: after the setter returns, a record logged under the old delegate is never handed to the new one")
+    @Test("After the setter returns, a record logged under the old delegate is never handed to the new one")
     func setterWaitsForRecordsOfTheOldDelegate() async throws {
         let delivery = LogDelivery(limits: .init(
             maxBacklog: 1_000, callerBudget: 2, workerKeepAlive: .seconds(1), workerName: KernelThreads.uniqueName("LogDlv")))
@@ -999,7 +999,7 @@ extension LogDelegateTests {
 // MARK: - 26: the swift-log adapter
 
 extension LogSourceTests {
-    @Test("26: the swift-log adapter in Docs/Log.md logs at a level a default swift-log Logger prints")
+    @Test("The swift-log adapter in Docs/Log.md logs at a level a default swift-log Logger prints")
     func swiftLogAdapterPrintsByDefault() throws {
         let guide = try String(contentsOf: packageRoot.appendingPathComponent("Docs/Log.md"), encoding: .utf8)
         let blocks = guide.components(separatedBy: "```").enumerated().filter { $0.offset % 2 == 1 }.map(\.element)

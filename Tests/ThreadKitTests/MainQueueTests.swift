@@ -143,7 +143,7 @@ struct MainQueueExitTests {
             DeadlockScenario.sleepForever()
         }
         #if DEBUG
-        let output = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+        let output = standardError(of: result) ?? ""
         #expect(output.contains(#"deadlock: thread "db" holds DedicatedThread "db" and waits for the main queue, held by thread"#), "standard error was: \(output)")
         #expect(output.contains(#"which waits for "db""#), "standard error was: \(output)")
         #endif
@@ -169,7 +169,7 @@ struct MainQueueExitTests {
             DeadlockScenario.sleepForever()
         }
         #if DEBUG
-        let output = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+        let output = standardError(of: result) ?? ""
         #expect(output.contains(#"holds the main queue and waits for DispatchQueue "serial""#), "standard error was: \(output)")
         #expect(output.contains(#"which waits for the main queue"#), "standard error was: \(output)")
         #endif

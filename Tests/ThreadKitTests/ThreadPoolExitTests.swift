@@ -7,17 +7,6 @@ import Testing
 /// threads reading its pipes, and this machine has only two of them.
 @Suite("ThreadPool preconditions", .serialized)
 struct ThreadPoolExitTests {
-    /// Checks, in debug builds where precondition messages are kept, that standard error says `expected`.
-    private func expectMessage(_ result: ExitTest.Result?, contains expected: [String]) {
-        #if DEBUG
-        guard let result else { return }
-        let output = String(decoding: result.standardErrorContent, as: UTF8.self)
-        for part in expected {
-            #expect(output.contains(part), "standard error was: \(output)")
-        }
-        #endif
-    }
-
     @Test("size 0 stops")
     func sizeZero() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

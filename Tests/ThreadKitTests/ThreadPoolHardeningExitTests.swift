@@ -14,7 +14,7 @@ import Glibc
 @Suite("ThreadPool hardening, in processes of their own", .serialized)
 struct ThreadPoolHardeningExitTests {
     #if os(Linux)
-    @Test("3. A thread that cannot start is an error, not a lost task; the pool recovers once threads can start")
+    @Test("A thread that cannot start is an error, not a lost task; the pool recovers once threads can start")
     func threadStartFailure() async {
         await #expect(processExitsWith: .success) {
             let pool = ThreadPool(name: "NoRoom", size: 1)
@@ -41,7 +41,7 @@ struct ThreadPoolHardeningExitTests {
         }
     }
 
-    @Test("3. A thread that cannot start while others run leaves its task queued for them")
+    @Test("A thread that cannot start while others run leaves its task queued for them")
     func threadStartFailureWithThreadsRunning() async {
         await #expect(processExitsWith: .success) {
             let pool = ThreadPool(name: "NoRoom2", size: 2)
@@ -62,7 +62,7 @@ struct ThreadPoolHardeningExitTests {
     }
     #endif
 
-    @Test("7. awaitTermination returns true only after the exiting threads are done with the log delegate")
+    @Test("awaitTermination returns true only after the exiting threads are done with the log delegate")
     func awaitTerminationWaitsForExitLogs() async {
         await #expect(processExitsWith: .success) {
             final class SlowDelegate: LogDelegate, @unchecked Sendable {

@@ -46,7 +46,7 @@ struct ThreadPoolHardeningTests {
         return (task, gate, WeakReference(pool))
     }
 
-    @Test("1. cancel() stays memory-safe when the pool's last thread exits and frees the pool meanwhile")
+    @Test("cancel() stays memory-safe when the pool's last thread exits and frees the pool meanwhile")
     func cancelRacingTheLastThreadOfADroppedPool() async {
         let rounds = 300
         let outcome = await onNewThread { () -> (ran: Int, cancelled: Int, cancelReturnedTrue: Int, leaked: Int) in
@@ -85,7 +85,7 @@ struct ThreadPoolHardeningTests {
         #expect(outcome.cancelled == outcome.cancelReturnedTrue)
     }
 
-    @Test("1. A handle outlives its pool: cancel, wait and the flags stay safe after the pool is gone")
+    @Test("A handle outlives its pool: cancel, wait and the flags stay safe after the pool is gone")
     func handleOutlivesItsPool() async throws {
         func finishedTaskOfAGonePool() throws -> (ScheduledTask, WeakReference<ThreadPool>) {
             let pool = ThreadPool(name: "HOutlive", size: 1)
@@ -102,7 +102,7 @@ struct ThreadPoolHardeningTests {
         #expect(handle.wait(timeout: .zero))
     }
 
-    @Test("2. disposeNow() releases handed-back closures after unlocking: a capture's deinit may read statistics")
+    @Test("disposeNow() releases handed-back closures after unlocking: a capture's deinit may read statistics")
     func disposeNowReleasesOutsideTheLock() async throws {
         let pool = ThreadPool(name: "HDispNow", size: 1)
         let gate = Latch()
@@ -132,7 +132,7 @@ struct ThreadPoolHardeningTests {
         #expect(pool.awaitTermination(timeout: .seconds(10)))
     }
 
-    @Test("2. cancel() releases the closure after the pool's bookkeeping: a capture's deinit may read statistics")
+    @Test("cancel() releases the closure after the pool's bookkeeping: a capture's deinit may read statistics")
     func cancelReleasesOutsideTheLock() async throws {
         let pool = ThreadPool(name: "HCancRel", size: 1)
         let gate = Latch()
@@ -160,7 +160,7 @@ struct ThreadPoolHardeningTests {
         #expect(pool.awaitTermination(timeout: .seconds(10)))
     }
 
-    @Test("4. run suspends on a full queue under .block: more callers than cores do not stall Swift's threads")
+    @Test("run suspends on a full queue under .block: more callers than cores do not stall Swift's threads")
     func runSuspendsOnAFullQueue() async throws {
         let pool = ThreadPool(name: "HRunBlk", size: 1, queueLimit: 1, whenFull: .block)
         let gate = Latch()
@@ -188,7 +188,7 @@ struct ThreadPoolHardeningTests {
         #expect(pool.awaitTermination(timeout: .seconds(10)))
     }
 
-    @Test("4. run under .runOnCaller suspends for room; the work never runs on the caller's thread")
+    @Test("run under .runOnCaller suspends for room; the work never runs on the caller's thread")
     func runOnCallerPolicySuspendsRun() async throws {
         let pool = ThreadPool(name: "HRunRoc", size: 1, queueLimit: 1, whenFull: .runOnCaller)
         let gate = Latch()
@@ -202,7 +202,7 @@ struct ThreadPoolHardeningTests {
         pool.dispose()
     }
 
-    @Test("4. A run waiting for room can be cancelled; dispose fails the ones still waiting")
+    @Test("A run waiting for room can be cancelled; dispose fails the ones still waiting")
     func runWaitingForRoomCancelAndDispose() async throws {
         let pool = ThreadPool(name: "HRunCan", size: 1, queueLimit: 1, whenFull: .block)
         let gate = Latch()
@@ -222,7 +222,7 @@ struct ThreadPoolHardeningTests {
         #expect(ran.value == 0)
     }
 
-    @Test("5. A .block submission from the pool's own thread onto its full queue runs on the caller")
+    @Test("A .block submission from the pool's own thread onto its full queue runs on the caller")
     func blockFromOwnThreadRunsOnCaller() async throws {
         let pool = ThreadPool(name: "HOwnBlk", size: 1, queueLimit: 1, whenFull: .block)
         let done = Latch()
@@ -241,7 +241,7 @@ struct ThreadPoolHardeningTests {
         #expect(pool.awaitTermination(timeout: .seconds(10)))
     }
 
-    @Test("5. A .block submission from another pool's thread still waits for room")
+    @Test("A .block submission from another pool's thread still waits for room")
     func blockFromAnotherPoolWaits() async throws {
         let pool = ThreadPool(name: "HOthBlk", size: 1, queueLimit: 1, whenFull: .block)
         let other = ThreadPool(name: "HOther", size: 1)
@@ -260,7 +260,7 @@ struct ThreadPoolHardeningTests {
         other.dispose()
     }
 
-    @Test("6. Every thread of a pool with a long name keeps Thread<N> in the kernel, and its whole name for logs")
+    @Test("Every thread of a pool with a long name keeps Thread<N> in the kernel, and its whole name for logs")
     func longPoolNameKeepsThreadNumbers() async throws {
         let pool = ThreadPool(name: "Downloads", size: 3)
         let gate = Latch()
@@ -288,7 +288,7 @@ struct ThreadPoolHardeningTests {
         #expect(pool.awaitTermination(timeout: .seconds(10)))
     }
 
-    @Test("6. A pool whose name starts with a character longer than 15 bytes still names its threads")
+    @Test("A pool whose name starts with a character longer than 15 bytes still names its threads")
     func hugeFirstCharacter() async throws {
         let family = "👨‍👩‍👧‍👦"
         #expect(family.count == 1 && family.utf8.count > 15)
@@ -301,7 +301,7 @@ struct ThreadPoolHardeningTests {
         pool.dispose()
     }
 
-    @Test("8. Retiring many idle threads at once costs a step each, not a search of the idle list")
+    @Test("Retiring many idle threads at once costs a step each, not a search of the idle list")
     func retiringManyIdleThreads() async throws {
         let count = 400
         let pool = ThreadPool(name: "HRetire", size: count, keepAlive: .zero, collectionInterval: .seconds(2))
@@ -324,7 +324,7 @@ struct ThreadPoolHardeningTests {
         #expect(pool.awaitTermination(timeout: .seconds(10)))
     }
 
-    @Test("8. The idle list keeps most-recent-first reuse while removing from anywhere")
+    @Test("The idle list keeps most-recent-first reuse while removing from anywhere")
     func idleListOrder() async throws {
         let pool = ThreadPool(name: "HIdleOrd", size: 3, keepAlive: .seconds(60))
         let gate = Latch()

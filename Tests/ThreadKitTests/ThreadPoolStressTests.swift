@@ -245,8 +245,10 @@ struct ThreadPoolStressTests {
         }
     }
 
+    // The original's dispose stranded queued work forever, and a racing schedule could create a
+    // thread after dispose.
     @Test(
-        "dispose() racing 1, 2, 4, 8 submitters: each submission throws or runs once; no thread outlives the pool (the original's dispose stranded queued work forever, and a racing schedule could create a thread after dispose)",
+        "dispose() racing 1, 2, 4, 8 submitters: each submission throws or runs once; no thread outlives the pool",
         arguments: [1, 2, 4, 8])
     func disposeRace(submitters: Int) async throws {
         let name = "DR\(submitters)"

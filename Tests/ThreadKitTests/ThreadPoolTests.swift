@@ -51,7 +51,8 @@ func foundationThreadName() -> String? {
 
 @Suite("ThreadPool")
 struct ThreadPoolTests {
-    @Test("The original library's test, made strict: 100 tasks of 0–5 ms on 4 threads each run exactly once")
+    // The original library's own test, made strict.
+    @Test("100 tasks of 0–5 ms on 4 threads each run exactly once")
     func hundredRandomTasks() async throws {
         let pool = ThreadPool(name: "Orig", size: 4)
         defer { pool.dispose() }
@@ -105,9 +106,8 @@ struct ThreadPoolTests {
         #expect(await eventually { pool.statistics.completedTasks == 8 * size })
     }
 
-    @Test(
-        "Work-conserving: N tasks that each wait for all N to start all run on N threads (the original's \"is a thread free?\" check raced with enqueue)",
-        arguments: [2, 4, 8])
+    // The original's "is a thread free?" check raced with enqueue.
+    @Test("Work-conserving: N tasks that each wait for all N to start all run on N threads", arguments: [2, 4, 8])
     func workConserving(size: Int) async throws {
         let pool = ThreadPool(name: "WC\(size)", size: size)
         defer { pool.dispose() }
@@ -263,8 +263,8 @@ struct ThreadPoolTests {
         #expect(await eventually { KernelThreads.count(ofPool: "Zero") == 0 })
     }
 
-    @Test(
-        "Under a steady stream of tasks, surplus threads still retire (the original re-armed its collector on every schedule, so it never ran under steady load)")
+    // The original re-armed its collector on every schedule, so it never ran under steady load.
+    @Test("Under a steady stream of tasks, surplus threads still retire")
     func steadyLoadStillCollects() async throws {
         let pool = ThreadPool(
             name: "Stdy", size: 4, keepAlive: .milliseconds(100), collectionInterval: .milliseconds(100))
@@ -294,8 +294,8 @@ struct ThreadPoolTests {
         #expect(await eventually { pool.statistics.threads == 0 })
     }
 
-    @Test(
-        "Idle threads block instead of polling (the original's idle threads polled every 0.5–1.5 s): CPU time and context switches of an idle pool thread, measured inside it")
+    // The original's idle threads polled every 0.5–1.5 s.
+    @Test("Idle threads block instead of polling: CPU time and context switches of an idle pool thread, measured inside it")
     func idleThreadDoesNotPoll() async throws {
         let pool = ThreadPool(name: "Idle", size: 1, keepAlive: .seconds(60))
         defer { pool.dispose() }
@@ -428,7 +428,8 @@ struct ThreadPoolTests {
 
 @Suite("ThreadPool tasks (ScheduledTask)")
 struct ThreadPoolTaskTests {
-    @Test("wait() returns once the task has run (the original's waitForCompletion never returned)")
+    // The original's waitForCompletion never returned.
+    @Test("wait() returns once the task has run")
     func waitReturns() async throws {
         let pool = ThreadPool(name: "Wait", size: 2)
         defer { pool.dispose() }

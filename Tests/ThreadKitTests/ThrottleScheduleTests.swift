@@ -182,6 +182,25 @@ struct ThrottleScheduleTests {
         #expect(schedule.nextStart() == .idle)
     }
 
+    @Test("An explicit interval is the gap after that one task only; the tasks around it take the queue's interval", arguments: [Monitor.concurrent, .serial])
+    func explicitIntervalAppliesToOneTask(monitor: Monitor) {
+        var schedule = Schedule(interval: .milliseconds(40), monitor: monitor, mutability: .all, limit: nil)
+        schedule.submit(1, gap: .milliseconds(400))
+        schedule.submit(2)
+        schedule.submit(3, gap: .zero)
+        schedule.submit(4)
+        var start = at(0)
+        for (item, gap) in [(1, Duration.milliseconds(400)), (2, .milliseconds(40)), (3, .zero), (4, .milliseconds(40))] {
+            #expect(startChecked(&schedule, at: start) == item)
+            let end = start.advanced(by: .milliseconds(5))
+            endChecked(&schedule, at: end)
+            let next = monitor == .concurrent ? max(end, start.advanced(by: gap)) : end.advanced(by: gap)
+            if item < 4 { #expect(schedule.nextStart() == .startAt(next), "the gap after task \(item)") }
+            start = next
+        }
+        #expect(schedule.nextStart() == .idle)
+    }
+
     @Test("Changing the interval while tasks are queued reaches them by mutability; new submissions always", arguments: Setting.all)
     func intervalChangeWhileQueued(setting: Setting) {
         var schedule = setting.makeSchedule()
@@ -248,7 +267,8 @@ struct ThrottleScheduleTests {
         #expect(schedule.nextStart() == .startAt(setting.next(afterStart: shorter, end: shorter, gap: gapAfterSecond)))
     }
 
-    @Test(".none keeps each gap as it was at submission, unlike .defaultOnly (AHDispatch: .none behaved like .defaultOnly)")
+    // In AHDispatch, .none behaved like .defaultOnly.
+    @Test(".none keeps each gap as it was at submission, unlike .defaultOnly")
     func noneDiffersFromDefaultOnly() {
         var none = Schedule(interval: .milliseconds(100), monitor: .concurrent, mutability: .none, limit: nil)
         var defaultOnly = Schedule(interval: .milliseconds(100), monitor: .concurrent, mutability: .defaultOnly, limit: nil)

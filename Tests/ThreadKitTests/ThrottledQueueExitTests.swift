@@ -7,19 +7,12 @@ import Testing
 /// Each body runs in a child process; its standard error is checked for the precondition's message.
 @Suite("ThrottledQueue preconditions")
 struct ThrottledQueueExitTests {
-    /// Whether a child's standard error contains every one of `fragments`.
-    static func stopped(_ result: ExitTest.Result?, saying fragments: String...) -> Bool {
-        guard let result else { return false }
-        let message = String(decoding: result.standardErrorContent, as: UTF8.self)
-        return fragments.allSatisfy { message.contains($0) }
-    }
-
     @Test("A negative interval in init stops")
     func negativeIntervalInInit() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = ThrottledQueue(label: "TQ exit init", interval: .milliseconds(-1))
         }
-        #expect(Self.stopped(result, saying: "TQ exit init", "interval must not be negative", "-0.001 seconds"))
+        #expect(stopped(result, saying: "TQ exit init", "interval must not be negative", "-0.001 seconds"))
     }
 
     @Test("A negative interval set on a queue stops")
@@ -28,7 +21,7 @@ struct ThrottledQueueExitTests {
             let queue = ThrottledQueue(label: "TQ exit setter", interval: .milliseconds(10))
             queue.interval = .milliseconds(-5)
         }
-        #expect(Self.stopped(result, saying: "TQ exit setter", "interval must not be negative", "-0.005 seconds"))
+        #expect(stopped(result, saying: "TQ exit setter", "interval must not be negative", "-0.005 seconds"))
     }
 
     @Test("A negative async(interval:) stops")
@@ -37,7 +30,7 @@ struct ThrottledQueueExitTests {
             let queue = ThrottledQueue(label: "TQ exit async", interval: .milliseconds(10))
             try? queue.async(interval: .seconds(-2)) {}
         }
-        #expect(Self.stopped(result, saying: "TQ exit async", "interval must not be negative", "-2.0 seconds"))
+        #expect(stopped(result, saying: "TQ exit async", "interval must not be negative", "-2.0 seconds"))
     }
 
     @Test("A negative sync(interval:) stops")
@@ -46,7 +39,7 @@ struct ThrottledQueueExitTests {
             let queue = ThrottledQueue(label: "TQ exit sync", interval: .milliseconds(10))
             queue.sync(interval: .milliseconds(-3)) {}
         }
-        #expect(Self.stopped(result, saying: "TQ exit sync", "interval must not be negative", "-0.003 seconds"))
+        #expect(stopped(result, saying: "TQ exit sync", "interval must not be negative", "-0.003 seconds"))
     }
 
     /// In a child process: exits with `code` unless `sync` on `queue`, called now, starts within
@@ -89,7 +82,7 @@ struct ThrottledQueueExitTests {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = RateLimit.rate(0, per: .seconds(1))
         }
-        #expect(Self.stopped(result, saying: "count must be at least 1", "got 0"))
+        #expect(stopped(result, saying: "count must be at least 1", "got 0"))
     }
 
     @Test("RateLimit.rate(1, per: .zero) stops")
@@ -97,7 +90,7 @@ struct ThrottledQueueExitTests {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = RateLimit.rate(1, per: .zero)
         }
-        #expect(Self.stopped(result, saying: "window must be more than zero", "got 0.0 seconds"))
+        #expect(stopped(result, saying: "window must be more than zero", "got 0.0 seconds"))
     }
 
     @Test("waitUntilIdle() from inside the queue's own task stops instead of waiting forever")
@@ -107,7 +100,7 @@ struct ThrottledQueueExitTests {
             try? queue.async { queue.waitUntilIdle() }
             queue.waitUntilIdle()
         }
-        #expect(Self.stopped(result, saying: "TQ exit wait", "waitUntilIdle() from inside its own task"))
+        #expect(stopped(result, saying: "TQ exit wait", "waitUntilIdle() from inside its own task"))
     }
 
     @Test("waitUntilIdle() from inside a sync on the queue stops too")
@@ -116,7 +109,7 @@ struct ThrottledQueueExitTests {
             let queue = ThrottledQueue(label: "TQ exit wait sync", interval: .zero)
             queue.sync { queue.waitUntilIdle() }
         }
-        #expect(Self.stopped(result, saying: "waitUntilIdle() from inside its own task"))
+        #expect(stopped(result, saying: "waitUntilIdle() from inside its own task"))
     }
 
     @Test("ThrottleSchedule.start(at:) before the allowed instant stops")
@@ -129,6 +122,6 @@ struct ThrottledQueueExitTests {
             schedule.end(at: MonotonicInstant(nanoseconds: 1_000_000_000))
             _ = schedule.start(at: MonotonicInstant(nanoseconds: 1_500_000_000))
         }
-        #expect(Self.stopped(result, saying: "before its time"))
+        #expect(stopped(result, saying: "before its time"))
     }
 }

@@ -63,7 +63,7 @@ struct ThrottledQueueRobustnessTests {
 
     // MARK: - Item 11: sync, run and waitUntilIdle from inside run's async work
 
-    @Test("Issue 7.11: sync from inside run's async work runs nested (gap waited, ahead of queued tasks) instead of hanging")
+    @Test("sync from inside run's async work runs nested (gap waited, ahead of queued tasks) instead of hanging")
     func syncInsideRunIsNested() async throws {
         let executor = ThreadPool(name: KernelThreads.uniqueName("TQr"), size: 2)
         defer { executor.dispose() }
@@ -196,7 +196,7 @@ struct ThrottledQueueRobustnessTests {
         #expect(count == 1)
     }
 
-    @Test("Issue 7.11: run from inside run's async work runs nested (gap waited, ahead of queued tasks) instead of hanging")
+    @Test("run from inside run's async work runs nested (gap waited, ahead of queued tasks) instead of hanging")
     func runInsideRunIsNested() async throws {
         let executor = ThreadPool(name: KernelThreads.uniqueName("TQr"), size: 2)
         defer { executor.dispose() }
@@ -232,7 +232,7 @@ struct ThrottledQueueRobustnessTests {
 
     // MARK: - Item 12: closures are released outside the queue's mutex
 
-    @Test("Issue 7.12: a finished task's closure is released outside the queue's mutex: a capture whose deinit touches the queue does not wedge it")
+    @Test("A finished task's closure is released outside the queue's mutex: a capture whose deinit touches the queue does not wedge it")
     func finishedClosureIsReleasedOutsideTheMutex() async throws {
         let queue = ThrottledQueue(label: "TQ release", interval: .milliseconds(1))
         let touched = Latch(), ranAfter = Latch()
@@ -267,7 +267,7 @@ struct ThrottledQueueRobustnessTests {
 
     // MARK: - Item 13: disposeNow() on a shared pool
 
-    @Test("Issue 7.13: disposeNow() on a shared pool loses nothing: accepted work and run waiters still run, later async and run throw, sync and waitUntilIdle return")
+    @Test("disposeNow() on a shared pool loses nothing: accepted work and run waiters still run, later async and run throw, sync and waitUntilIdle return")
     func disposeNowHandsTheWorkerBackToTheQueue() async throws {
         let poolName = KernelThreads.uniqueName("TQdn")
         let label = KernelThreads.uniqueName("TQf")
@@ -315,7 +315,7 @@ struct ThrottledQueueRobustnessTests {
         #expect(await eventually(timeout: .seconds(3)) { KernelThreads.count(ofPool: label) == 0 }, "the queue's own thread did not exit")
     }
 
-    @Test("Issue 7.13: disposeNow() with no work queued: later async throws .disposed and nothing is half-accepted")
+    @Test("disposeNow() with no work queued: later async throws .disposed and nothing is half-accepted")
     func disposeNowOnAnIdleQueue() async throws {
         let poolName = KernelThreads.uniqueName("TQdn")
         let pool = ThreadPool(name: poolName, size: 2)
@@ -342,7 +342,7 @@ struct ThrottledQueueRobustnessTests {
         #expect(ContinuousClock.now - before < .milliseconds(2_500), sourceLocation: sourceLocation)
     }
 
-    @Test("Issue 7.14: cancelAll() wakes the worker, which gives its shared pool thread back at once instead of after the gap")
+    @Test("cancelAll() wakes the worker, which gives its shared pool thread back at once instead of after the gap")
     func cancelAllGivesThePoolThreadBack() async throws {
         let pool = ThreadPool(name: KernelThreads.uniqueName("TQc"), size: 1)
         defer { pool.dispose() }
@@ -355,7 +355,7 @@ struct ThrottledQueueRobustnessTests {
         try await Self.expectThreadFree(in: pool)
     }
 
-    @Test("Issue 7.14: a cancelled run waiter wakes the worker, which gives its shared pool thread back at once")
+    @Test("A cancelled run waiter wakes the worker, which gives its shared pool thread back at once")
     func cancelledRunWaiterGivesThePoolThreadBack() async throws {
         let pool = ThreadPool(name: KernelThreads.uniqueName("TQc"), size: 1)
         defer { pool.dispose() }
@@ -371,7 +371,7 @@ struct ThrottledQueueRobustnessTests {
 
     // MARK: - Item 15: sync onto another queue of a one-thread shared pool
 
-    @Test("Issue 7.15: B.sync from A's task on a shared one-thread pool runs on A's thread when nothing is queued on B, and keeps B's gap")
+    @Test("B.sync from A's task on a shared one-thread pool runs on A's thread when nothing is queued on B, and keeps B's gap")
     func syncOntoAnotherQueueOfTheSamePool() async throws {
         let pool = ThreadPool(name: KernelThreads.uniqueName("TQs"), size: 1)
         defer { pool.dispose() }
@@ -405,7 +405,7 @@ struct ThrottledQueueRobustnessTests {
         if waitFirst { await ThrottledQueueTests.waitUntilIdle(queue) }
     }
 
-    @Test("Issue 7.17: 50 dropped idle queues release their private pools' threads promptly, not after 10–25 s")
+    @Test("50 dropped idle queues release their private pools' threads promptly, not after 10–25 s")
     func droppedQueuesReleaseTheirThreads() async throws {
         let labels = (0..<50).map { _ in KernelThreads.uniqueName("TQd") }
         let ran = Counter()
@@ -421,7 +421,7 @@ struct ThrottledQueueRobustnessTests {
         #expect(await eventually(timeout: .seconds(3)) { alive().isEmpty }, "threads of dropped queues still alive: \(alive())")
     }
 
-    @Test("Issue 7.17: a queue dropped with work queued runs it all, then releases its thread")
+    @Test("A queue dropped with work queued runs it all, then releases its thread")
     func droppedBusyQueueFinishesThenReleases() async throws {
         let label = KernelThreads.uniqueName("TQd")
         let ran = Counter()
@@ -432,7 +432,7 @@ struct ThrottledQueueRobustnessTests {
         #expect(ran.value == 3)
     }
 
-    @Test("Issue 7.17: dropping a queue never disposes a pool it was given")
+    @Test("Dropping a queue never disposes a pool it was given")
     func droppedQueueKeepsAGivenPool() async throws {
         let pool = ThreadPool(name: KernelThreads.uniqueName("TQg"), size: 1)
         defer { pool.dispose() }
@@ -461,7 +461,7 @@ struct ThrottledQueueRobustnessTests {
         var testDescription: String { rawValue }
     }
 
-    @Test("Issue 7.18: a nested sync never begins before its gap, measured from the task bodies", arguments: Outer.allCases)
+    @Test("A nested sync never begins before its gap, measured from the task bodies", arguments: Outer.allCases)
     func nestedSyncKeepsTheGapSeenFromTheBodies(outer: Outer) async throws {
         // Each outer body calls the nested sync 10 µs before its gap ends, as seen from the body: a
         // nested start counted from when the outer's turn was granted, with no margin, comes early
@@ -516,7 +516,7 @@ struct ThrottledQueueRobustnessTests {
         return (endUsage.cpuTime - startUsage.cpuTime).seconds / (end - start).seconds
     }
 
-    @Test("Issue 7.19: the spin before each start is bounded by a share of the interval: cheap at 1 ms and at 100 µs")
+    @Test("The spin before each start is bounded by a share of the interval: cheap at 1 ms and at 100 µs")
     func finalApproachIsCheap() async throws {
         let atOneMillisecond = try await Self.workerCPUShare(interval: .milliseconds(1), count: 400)
         let atHundredMicroseconds = try await Self.workerCPUShare(interval: .microseconds(100), count: 3000)
@@ -533,7 +533,7 @@ struct ThrottledQueueRobustnessTests {
 /// while a child runs, Swift Testing blocks Swift concurrency threads reading its pipes.
 @Suite("ThrottledQueue robustness preconditions", .serialized)
 struct ThrottledQueueRobustnessExitTests {
-    @Test("Issue 7.11: waitUntilIdle() from inside run's async work stops with its precondition instead of hanging")
+    @Test("waitUntilIdle() from inside run's async work stops with its precondition instead of hanging")
     func waitUntilIdleInsideRun() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = ThrottledQueue(label: "TQ exit run wait", interval: .zero)
@@ -545,10 +545,10 @@ struct ThrottledQueueRobustnessExitTests {
             }
             _ = done.wait(timeout: .seconds(5))
         }
-        #expect(ThrottledQueueExitTests.stopped(result, saying: "TQ exit run wait", "waitUntilIdle() from inside its own task"))
+        #expect(stopped(result, saying: "TQ exit run wait", "waitUntilIdle() from inside its own task"))
     }
 
-    @Test("Issue 7.15: B.sync from A's task on a shared one-thread pool, with B's work queued behind A, stops naming both queues instead of hanging")
+    @Test("B.sync from A's task on a shared one-thread pool, with B's work queued behind A, stops naming both queues instead of hanging")
     func syncOntoAStarvedQueueStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let pool = ThreadPool(name: "TQ one", size: 1)
@@ -564,11 +564,11 @@ struct ThrottledQueueRobustnessExitTests {
             queued.countDown()
             _ = done.wait(timeout: .seconds(5))
         }
-        #expect(ThrottledQueueExitTests.stopped(
+        #expect(stopped(
             result, saying: "ThrottledQueue 'TQ B'", "ThrottledQueue 'TQ A'", "one-thread ThreadPool 'TQ one'", "would wait forever"))
     }
 
-    @Test("Issue 7.16: sync on a queue whose pool was disposed runs on the caller, keeping the gap, instead of crashing")
+    @Test("sync on a queue whose pool was disposed runs on the caller, keeping the gap, instead of crashing")
     func syncOnADisposedPool() async {
         await #expect(processExitsWith: .success) {
             for disposeNow in [false, true] {

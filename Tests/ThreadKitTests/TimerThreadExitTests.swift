@@ -4,20 +4,13 @@ import Testing
 /// Programmer errors stop the process with a precondition failure whose message names the timer,
 /// the argument and the value.
 @Suite(.serialized) struct TimerThreadExitTests {
-    /// Whether a child's standard error contains every one of `fragments`.
-    static func stopped(_ result: ExitTest.Result?, saying fragments: String...) -> Bool {
-        guard let result else { return false }
-        let message = String(decoding: result.standardErrorContent, as: UTF8.self)
-        return fragments.allSatisfy { message.contains($0) }
-    }
-
     @Test("a negative delay stops the process")
     func negativeDelay() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let timer = TimerThread(name: "TmExitNeg")
             _ = try? timer.schedule(after: .milliseconds(-1)) {}
         }
-        #expect(Self.stopped(result, saying: "TimerThread 'TmExitNeg'", "delay must not be negative, got -0.001 seconds"))
+        #expect(stopped(result, saying: "TimerThread 'TmExitNeg'", "delay must not be negative, got -0.001 seconds"))
     }
 
     @Test("a NaN delay stops the process")
@@ -34,7 +27,7 @@ import Testing
             let timer = TimerThread(name: "TmExitZero")
             _ = try? timer.schedule(every: .zero) {}
         }
-        #expect(Self.stopped(result, saying: "TimerThread 'TmExitZero'", "interval must be more than zero, got 0.0 seconds"))
+        #expect(stopped(result, saying: "TimerThread 'TmExitZero'", "interval must be more than zero, got 0.0 seconds"))
     }
 
     @Test("a negative interval stops the process, for either spacing")
@@ -43,12 +36,12 @@ import Testing
             let timer = TimerThread(name: "TmExitNegI")
             _ = try? timer.schedule(every: .seconds(-1)) {}
         }
-        #expect(Self.stopped(result, saying: "TimerThread 'TmExitNegI'", "interval must be more than zero, got -1.0 seconds"))
+        #expect(stopped(result, saying: "TimerThread 'TmExitNegI'", "interval must be more than zero, got -1.0 seconds"))
         let delayed = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let timer = TimerThread(name: "TmExitNegD")
             _ = try? timer.schedule(every: .milliseconds(-5), startingAfter: .zero, spacing: .fixedDelay) {}
         }
-        #expect(Self.stopped(delayed, saying: "TimerThread 'TmExitNegD'", "interval must be more than zero, got -0.005 seconds"))
+        #expect(stopped(delayed, saying: "TimerThread 'TmExitNegD'", "interval must be more than zero, got -0.005 seconds"))
     }
 
     @Test("a negative first delay stops the process, for either spacing")
@@ -57,12 +50,12 @@ import Testing
             let timer = TimerThread(name: "TmExitFirst")
             _ = try? timer.schedule(every: .seconds(1), startingAfter: .milliseconds(-1)) {}
         }
-        #expect(Self.stopped(result, saying: "TimerThread 'TmExitFirst'", "firstDelay must not be negative, got -0.001 seconds"))
+        #expect(stopped(result, saying: "TimerThread 'TmExitFirst'", "firstDelay must not be negative, got -0.001 seconds"))
         let delayed = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let timer = TimerThread(name: "TmExitFirstD")
             _ = try? timer.schedule(every: .seconds(1), startingAfter: .seconds(-2), spacing: .fixedDelay) {}
         }
-        #expect(Self.stopped(delayed, saying: "TimerThread 'TmExitFirstD'", "firstDelay must not be negative, got -2.0 seconds"))
+        #expect(stopped(delayed, saying: "TimerThread 'TmExitFirstD'", "firstDelay must not be negative, got -2.0 seconds"))
     }
 
     @Test("disposing the shared timer stops the process")

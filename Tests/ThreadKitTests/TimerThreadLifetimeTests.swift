@@ -13,7 +13,7 @@ import Testing
         KernelThreads.names().contains(name)
     }
 
-    @Test("finding 10: a private TimerThread released without dispose() runs its pending calls, then its thread exits")
+    @Test("A private TimerThread released without dispose() runs its pending calls, then its thread exits")
     func releasedTimerRunsPendingCallsThenExits() async throws {
         let name = KernelThreads.uniqueName("TmGone")
         let ran = Recorder<Int>()
@@ -42,7 +42,7 @@ import Testing
         #expect(!held.cancel())
     }
 
-    @Test("finding 10: a released timer's pending call can still be cancelled through its handle, and then its thread exits")
+    @Test("A released timer's pending call can still be cancelled through its handle, and then its thread exits")
     func releasedTimerCallCancelledThroughItsHandle() async throws {
         let name = KernelThreads.uniqueName("TmGoneC")
         let ran = Counter()
@@ -64,7 +64,7 @@ import Testing
         #expect(ran.value == 0)
     }
 
-    @Test("finding 10: releasing a timer stops its repeating calls, mid-run or waiting; their handles report it")
+    @Test("Releasing a timer stops its repeating calls, mid-run or waiting; their handles report it")
     func releasedTimerStopsRepeatingCalls() async throws {
         let name = KernelThreads.uniqueName("TmGoneR")
         let waitingRuns = Counter()
@@ -99,7 +99,7 @@ import Testing
         #expect(running.hasFired)
     }
 
-    @Test("finding 10: a call that captures its timer keeps it until the call has run; then the thread exits")
+    @Test("A call that captures its timer keeps it until the call has run; then the thread exits")
     func callCapturingItsTimerKeepsItUntilItRan() async throws {
         let name = KernelThreads.uniqueName("TmGoneS")
         let seen = LockedValue<Int?>(nil)
@@ -112,7 +112,7 @@ import Testing
         #expect(await eventually(timeout: .seconds(3)) { !Self.isAlive(name) }, "the timer thread \(name) is still alive")
     }
 
-    @Test("finding 10: a released timer drops calls due so far out that they never run, and its thread exits")
+    @Test("A released timer drops calls due so far out that they never run, and its thread exits")
     func releasedTimerDropsCallsThatNeverRun() async throws {
         let name = KernelThreads.uniqueName("TmGoneN")
         let held: TimerHandle
@@ -129,7 +129,7 @@ import Testing
         #expect(!held.cancel())
     }
 
-    @Test("finding 10 with finding 9: the closures a released timer drops are released after unlocking")
+    @Test("The closures a released timer drops are released after unlocking")
     func releasedTimerDropsClosuresOutsideTheLock() async throws {
         let name = KernelThreads.uniqueName("TmGoneL")
         let other = LockedValue<TimerHandle?>(nil)
@@ -150,7 +150,7 @@ import Testing
         #expect(await eventually(timeout: .seconds(3)) { !Self.isAlive(name) }, "the timer thread \(name) is still alive")
     }
 
-    @Test("finding 10: a timer released before its first call starts no thread")
+    @Test("A timer released before its first call starts no thread")
     func unusedTimerStartsNoThread() {
         let name = KernelThreads.uniqueName("TmGoneU")
         do {

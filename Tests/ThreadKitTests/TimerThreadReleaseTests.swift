@@ -69,7 +69,7 @@ import Testing
         return await opens(ran)
     }
 
-    @Test("finding 9: cancel() drops the closure after unlocking; a capture whose deinit cancels another call does not hang the caller")
+    @Test("cancel() drops the closure after unlocking; a capture whose deinit cancels another call does not hang the caller")
     func cancelReleasesOutsideTheLock() async throws {
         let timer = TimerThread(name: KernelThreads.uniqueName("TmRelC"))
         let other = try timer.schedule(after: .seconds(3600)) {}
@@ -85,7 +85,7 @@ import Testing
         #expect(timer.dispose() == 0)
     }
 
-    @Test("finding 9: cancelAll(tag:) drops the closures after unlocking; a capture whose deinit cancels another call does not hang")
+    @Test("cancelAll(tag:) drops the closures after unlocking; a capture whose deinit cancels another call does not hang")
     func cancelAllReleasesOutsideTheLock() async throws {
         let timer = TimerThread(name: KernelThreads.uniqueName("TmRelA"))
         let other = try timer.schedule(after: .seconds(3600)) {}
@@ -102,7 +102,7 @@ import Testing
         #expect(timer.dispose() == 0)
     }
 
-    @Test("finding 9: dispose() drops closures and handles after unlocking; captures whose deinit call the timer do not hang it")
+    @Test("dispose() drops closures and handles after unlocking; captures whose deinit call the timer do not hang it")
     func disposeReleasesOutsideTheLock() async throws {
         let timer = TimerThread(name: KernelThreads.uniqueName("TmRelD"))
         let other = try timer.schedule(after: .seconds(3600)) {}
@@ -123,7 +123,7 @@ import Testing
         #expect(held.isCancelled)
     }
 
-    @Test("finding 9: a one-shot call's closure is dropped after unlocking once it ran; the timer thread does not hang")
+    @Test("A one-shot call's closure is dropped after unlocking once it ran; the timer thread does not hang")
     func firedOneShotReleasesOutsideTheLock() async throws {
         let timer = TimerThread(name: KernelThreads.uniqueName("TmRelF"))
         let other = try timer.schedule(after: .seconds(3600)) {}
@@ -144,7 +144,7 @@ import Testing
         #expect(timer.dispose() == 0)
     }
 
-    @Test("finding 9: a repeating call cancelled during its run has its closure dropped after unlocking; the timer thread does not hang")
+    @Test("A repeating call cancelled during its run has its closure dropped after unlocking; the timer thread does not hang")
     func repeatingCancelledMidRunReleasesOutsideTheLock() async throws {
         let timer = TimerThread(name: KernelThreads.uniqueName("TmRelR"))
         let other = try timer.schedule(after: .seconds(3600)) {}
@@ -174,7 +174,7 @@ import Testing
         #expect(timer.dispose() == 0)
     }
 
-    @Test("finding 9: a call's tag is dropped after unlocking once the call ran; a tag whose deinit calls the timer does not hang it")
+    @Test("A call's tag is dropped after unlocking once the call ran; a tag whose deinit calls the timer does not hang it")
     func tagReleasedOutsideTheLock() async throws {
         let timer = TimerThread(name: KernelThreads.uniqueName("TmRelT"))
         let other = try timer.schedule(after: .seconds(3600)) {}
@@ -200,7 +200,7 @@ import Testing
         #expect(timer.dispose() == 0)
     }
 
-    @Test("finding 9: a call refused by a disposed timer is dropped after unlocking")
+    @Test("A call refused by a disposed timer is dropped after unlocking")
     func refusedCallReleasedOutsideTheLock() async throws {
         let timer = TimerThread(name: KernelThreads.uniqueName("TmRelE"))
         #expect(timer.dispose() == 0)

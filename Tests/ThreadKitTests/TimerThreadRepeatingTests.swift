@@ -30,20 +30,36 @@ import Testing
         #expect(await eventually(timeout: .seconds(5)) { sentinel.value == 1 })
     }
 
+    /// The first `count` runs of a repeating call that `schedule` makes on a new timer named after
+    /// `prefix`, with a body that takes `duration`, and instants measured just before and just after
+    /// the call; the call is cancelled once it has run `count` times. `nil` (an issue recorded) if it
+    /// did not run that often within 5 s.
+    static func firstRuns(
+        _ count: Int, taking duration: Duration, timerNamed prefix: String,
+        _ schedule: (TimerThread, @escaping @Sendable () -> Void) throws -> TimerHandle,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> (runs: [Run], before: MonotonicInstant, after: MonotonicInstant)? {
+        let timer = TimerThread(name: KernelThreads.uniqueName(prefix))
+        defer { timer.dispose() }
+        let runs = Recorder<Run>()
+        let before = MonotonicInstant.now()
+        let handle = try schedule(timer, body(taking: duration, into: runs))
+        let after = MonotonicInstant.now()
+        let ran = await eventually(timeout: .seconds(5)) { runs.count >= count }
+        #expect(ran, "the call ran \(runs.count) times, not \(count)", sourceLocation: sourceLocation)
+        #expect(handle.cancel(), sourceLocation: sourceLocation)
+        return ran ? (Array(runs.values.prefix(count)), before, after) : nil
+    }
+
     // MARK: Spacing
 
     @Test("fixedRate: a 60 ms body every 100 ms starts on the grid, start + k × 100 ms, never early, < 250 ms late")
     func fixedRateStartsOnTheGrid() async throws {
-        let timer = TimerThread(name: KernelThreads.uniqueName("TmRate"))
-        defer { timer.dispose() }
         let interval = Duration.milliseconds(100)
-        let runs = Recorder<Run>()
-        let before = MonotonicInstant.now()
-        let handle = try timer.schedule(every: interval, spacing: .fixedRate, Self.body(taking: .milliseconds(60), into: runs))
-        let after = MonotonicInstant.now()
-        #expect(await eventually(timeout: .seconds(5)) { runs.count >= 8 })
-        #expect(handle.cancel())
-        for (offset, run) in runs.values.prefix(8).enumerated() {
+        guard let (runs, before, after) = try await Self.firstRuns(8, taking: .milliseconds(60), timerNamed: "TmRate", {
+            try $0.schedule(every: interval, spacing: .fixedRate, $1)
+        }) else { return }
+        for (offset, run) in runs.enumerated() {
             let beat = interval * (offset + 1)
             #expect(run.start >= before.advanced(by: beat), "run \(offset + 1) came early")
             // With a fixed delay the eighth run would start at 100 + 7 × 160 = 1,220 ms, not 800 ms.
@@ -53,16 +69,10 @@ import Testing
 
     @Test("fixedDelay: a 60 ms body every 100 ms starts 100 ms after the previous run returned, at least 160 ms apart")
     func fixedDelayWaitsAfterEachRun() async throws {
-        let timer = TimerThread(name: KernelThreads.uniqueName("TmDelay"))
-        defer { timer.dispose() }
         let interval = Duration.milliseconds(100)
-        let runs = Recorder<Run>()
-        let before = MonotonicInstant.now()
-        let handle = try timer.schedule(every: interval, spacing: .fixedDelay, Self.body(taking: .milliseconds(60), into: runs))
-        let after = MonotonicInstant.now()
-        #expect(await eventually(timeout: .seconds(5)) { runs.count >= 6 })
-        #expect(handle.cancel())
-        let all = Array(runs.values.prefix(6))
+        guard let (all, before, after) = try await Self.firstRuns(6, taking: .milliseconds(60), timerNamed: "TmDelay", {
+            try $0.schedule(every: interval, spacing: .fixedDelay, $1)
+        }) else { return }
         #expect(all[0].start >= before.advanced(by: interval))
         #expect(all[0].start < after.advanced(by: interval + Self.late))
         for (previous, next) in zip(all, all.dropFirst()) {
@@ -74,16 +84,10 @@ import Testing
 
     @Test("a first delay of .zero runs at once, never early, then keeps to the spacing", arguments: spacings)
     func zeroFirstDelayRunsAtOnce(spacing: TimerThread.Spacing) async throws {
-        let timer = TimerThread(name: KernelThreads.uniqueName("TmZero"))
-        defer { timer.dispose() }
         let interval = Duration.milliseconds(200)
-        let runs = Recorder<Run>()
-        let before = MonotonicInstant.now()
-        let handle = try timer.schedule(every: interval, startingAfter: .zero, spacing: spacing, Self.body(taking: .zero, into: runs))
-        let after = MonotonicInstant.now()
-        #expect(await eventually(timeout: .seconds(5)) { runs.count >= 2 })
-        #expect(handle.cancel())
-        let all = runs.values
+        guard let (all, before, after) = try await Self.firstRuns(2, taking: .zero, timerNamed: "TmZero", {
+            try $0.schedule(every: interval, startingAfter: .zero, spacing: spacing, $1)
+        }) else { return }
         #expect(all[0].start >= before)
         #expect(all[0].start < after.advanced(by: Self.late))
         switch spacing {
@@ -95,18 +99,13 @@ import Testing
 
     @Test("a first delay counts from the call; the runs after it keep to the spacing", arguments: spacings)
     func firstDelayCountsFromTheCall(spacing: TimerThread.Spacing) async throws {
-        let timer = TimerThread(name: KernelThreads.uniqueName("TmFirst"))
-        defer { timer.dispose() }
         let interval = Duration.milliseconds(150)
         let firstDelay = Duration.milliseconds(40)
-        let runs = Recorder<Run>()
-        let before = MonotonicInstant.now()
-        let handle = try timer.schedule(every: interval, startingAfter: firstDelay, spacing: spacing, Self.body(taking: .milliseconds(30), into: runs))
-        let after = MonotonicInstant.now()
-        #expect(!handle.hasFired)
-        #expect(await eventually(timeout: .seconds(5)) { runs.count >= 3 })
-        #expect(handle.cancel())
-        let all = runs.values
+        guard let (all, before, after) = try await Self.firstRuns(3, taking: .milliseconds(30), timerNamed: "TmFirst", {
+            let handle = try $0.schedule(every: interval, startingAfter: firstDelay, spacing: spacing, $1)
+            #expect(!handle.hasFired)
+            return handle
+        }) else { return }
         #expect(all[0].start >= before.advanced(by: firstDelay))
         #expect(all[0].start < after.advanced(by: firstDelay + Self.late))
         for (index, (previous, next)) in zip(all, all.dropFirst()).prefix(2).enumerated() {

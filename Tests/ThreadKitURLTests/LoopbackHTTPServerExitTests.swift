@@ -95,14 +95,7 @@ import LoopbackHTTPServer
                 fillers.append(copy)
             }
             // The server's accept now fails with EMFILE for as long as the connection waits.
-            var socketAddress = sockaddr_in()
-            socketAddress.sin_family = sa_family_t(AF_INET)
-            socketAddress.sin_port = in_port_t(UInt16(server.port).bigEndian)
-            inet_pton(AF_INET, "127.0.0.1", &socketAddress.sin_addr)
-            let connected = withUnsafePointer(to: &socketAddress) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            #expect(connected == 0, "connect: \(errno)")
+            #expect(LoopbackSocket.connect(client, to: "127.0.0.1", port: server.port), "connect: \(errno)")
             let request = Array("GET /?bytes=2 HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
             #expect(send(client, request, request.count, 0) == request.count)
             let before = Self.cpuTime(cpuTimeFile)

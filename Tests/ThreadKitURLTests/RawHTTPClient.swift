@@ -21,14 +21,7 @@ final class RawHTTPClient {
     /// Connects to `address:port`; `nil` if the connection is refused.
     init?(port: Int, address: String = "127.0.0.1") {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var socketAddress = sockaddr_in()
-        socketAddress.sin_family = sa_family_t(AF_INET)
-        socketAddress.sin_port = in_port_t(UInt16(port).bigEndian)
-        inet_pton(AF_INET, address, &socketAddress.sin_addr)
-        let connected = withUnsafePointer(to: &socketAddress) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard fd >= 0, connected == 0 else {
+        guard fd >= 0, LoopbackSocket.connect(fd, to: address, port: port) else {
             close(fd)
             return nil
         }
@@ -143,27 +136,37 @@ final class RawHTTPClient {
     }
 }
 
-/// Makes the system refuse new threads for a while, as it does when memory or a limit runs out.
-enum ThreadStarts {
-    private typealias SetDefaultAttributes = @convention(c) (UnsafePointer<pthread_attr_t>) -> Int32
-
-    /// Runs `body` while every `pthread_create` that uses default attributes fails with `EAGAIN`:
-    /// their stack size is set to 32 TiB, which no machine can map. Call it only in a process of
-    /// its own (an exit test), and start no thread of the test library's inside `body`.
-    static func refused<Result>(_ body: () -> Result) -> Result {
-        let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "pthread_setattr_default_np")!
-        let setDefault = unsafeBitCast(symbol, to: SetDefaultAttributes.self)
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        defer { pthread_attr_destroy(&attributes) }
-        var original = 0
-        pthread_attr_getstacksize(&attributes, &original)
-        pthread_attr_setstacksize(&attributes, 1 << 45)
-        precondition(setDefault(&attributes) == 0)
-        defer {
-            pthread_attr_setstacksize(&attributes, original)
-            precondition(setDefault(&attributes) == 0)
+/// Raw TCP sockets on loopback addresses, for tests of what the server does at the socket level.
+enum LoopbackSocket {
+    /// Calls `body` with `address:port` as a socket address and its length.
+    static func withAddress<Result>(_ address: String, port: Int, _ body: (UnsafePointer<sockaddr>, socklen_t) -> Result) -> Result {
+        var socketAddress = sockaddr_in()
+        socketAddress.sin_family = sa_family_t(AF_INET)
+        socketAddress.sin_port = in_port_t(UInt16(port).bigEndian)
+        inet_pton(AF_INET, address, &socketAddress.sin_addr)
+        return withUnsafePointer(to: &socketAddress) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        return body()
+    }
+
+    /// Connects socket `fd` to `address:port`; whether it could (`errno` says why not).
+    static func connect(_ fd: Int32, to address: String, port: Int) -> Bool {
+        withAddress(address, port: port) { Glibc.connect(fd, $0, $1) } == 0
+    }
+
+    /// Whether a new socket can bind and listen on `address:port` (not while another listens there).
+    static func canListen(on address: String, port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var yes: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        return withAddress(address, port: port) { bind(fd, $0, $1) } == 0 && listen(fd, 1) == 0
+    }
+
+    /// Whether a TCP connection to `address:port` is accepted.
+    static func connects(to address: String, port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        return connect(fd, to: address, port: port)
     }
 }

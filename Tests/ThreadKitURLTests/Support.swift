@@ -1,11 +1,12 @@
+// What only the URL tests share; what both test targets share is in ThreadKitTestSupport,
+// re-exported here so that every test file has it.
+
+@_exported import ThreadKitTestSupport
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
 import Testing
-#if canImport(Glibc)
-import Glibc
-#endif
 @_spi(ThreadKitURL) import ThreadKit
 import ThreadKitURL
 import LoopbackHTTPServer
@@ -13,15 +14,6 @@ import LoopbackHTTPServer
 /// The suites that talk to loopback servers, run one test at a time: their timing checks must
 /// not compete with the 10,000-request test for the two cores.
 @Suite(.serialized) struct URLIntegrationTests {}
-
-/// Whether this process runs under the thread sanitizer (its runtime is linked in).
-let threadSanitized = dlsym(nil, "__tsan_init") != nil
-
-/// A test ran past its bound.
-struct TestTimedOut: Error, CustomStringConvertible {
-    let limit: Duration
-    var description: String { "the test did not finish within \(limit)" }
-}
 
 /// Runs `body`, failing with ``TestTimedOut`` if it takes longer than `limit`. The body is
 /// cancelled then; every dispatcher call honours cancellation.
@@ -41,29 +33,6 @@ func bounded<T: Sendable>(_ limit: Duration = .seconds(30), _ body: @escaping @S
     }
 }
 
-/// Runs blocking `body` on a new thread and suspends until it returns (or `limit` passes: then
-/// throws, leaving the thread to finish on its own).
-func onNewThread<T: Sendable>(limit: Duration = .seconds(30), _ body: @escaping @Sendable () -> T) async throws -> T {
-    let result = Locked<T?>(nil)
-    Thread { let value = body(); result.withLock { $0 = value } }.start()
-    let deadline = ContinuousClock.now + limit
-    while true {
-        if let value = result.withLock({ $0 }) { return value }
-        if ContinuousClock.now > deadline { throw TestTimedOut(limit: limit) }
-        try await Task.sleep(for: .milliseconds(2))
-    }
-}
-
-/// Polls `condition` until it holds or `timeout` passes; returns whether it held.
-func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while !condition() {
-        if ContinuousClock.now >= deadline { return false }
-        try? await Task.sleep(for: .milliseconds(5))
-    }
-    return true
-}
-
 /// A loopback server for the length of `body`, shut down after it.
 func withServer<T: Sendable>(_ handler: @escaping @Sendable (LoopbackHTTPServer.Request) -> LoopbackHTTPServer.Reply = LoopbackHTTPServer.Reply.route,
                              _ body: (LoopbackHTTPServer) async throws -> T) async throws -> T {
@@ -78,6 +47,22 @@ func withDispatcher<T: Sendable>(_ limits: URLDispatcher.EndpointLimits = .init(
     let dispatcher = URLDispatcher(limits: limits)
     defer { dispatcher.dispose() }
     return try await body(dispatcher)
+}
+
+/// A loopback server (answering with `handler`) and a dispatcher with `limits`, for the length of
+/// `body`, which fails with ``TestTimedOut`` if it takes longer than `limit`: the frame of every
+/// test that sends requests.
+func withServerAndDispatcher<T: Sendable>(
+    _ limits: URLDispatcher.EndpointLimits = .init(),
+    handler: @escaping @Sendable (LoopbackHTTPServer.Request) -> LoopbackHTTPServer.Reply = LoopbackHTTPServer.Reply.route,
+    within limit: Duration = .seconds(30),
+    _ body: @escaping @Sendable (LoopbackHTTPServer, URLDispatcher) async throws -> T
+) async throws -> T {
+    try await withServer(handler) { server in
+        try await withDispatcher(limits) { dispatcher in
+            try await bounded(limit) { try await body(server, dispatcher) }
+        }
+    }
 }
 
 extension LoopbackHTTPServer {

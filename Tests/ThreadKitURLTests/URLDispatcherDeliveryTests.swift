@@ -56,51 +56,48 @@ extension URLIntegrationTests {
         return deadline.duration(to: ranAt.withLock { $0 } ?? .now)
     }
 
+    /// Dispatches `path` with a 200 ms timeout to a delegate whose completion takes 2 s; expects a
+    /// `TimerThread.shared` call due `after` from now to run less than 1 s late meanwhile, and the
+    /// request to time out in `phase`.
+    static func expectATimedOutSlowCompletionDelaysNoTimer(
+        _ path: String, on server: LoopbackHTTPServer, _ dispatcher: URLDispatcher,
+        timerCallDueAfter after: Duration, phase: URLDispatcherError.TimeoutPhase,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        let delegate = SlowDelegate(completionTakes: .seconds(2))
+        var request = server.request(path)
+        request.timeoutInterval = 0.2
+        _ = try dispatcher.dispatch(request, delegate: delegate)
+        let late = try await lateness(ofSharedTimerCallDueAfter: after)
+        #expect(late < .seconds(1), "a timer call due while a completion ran came \(late) late", sourceLocation: sourceLocation)
+        #expect(await eventually { delegate.completion != nil }, sourceLocation: sourceLocation)
+        #expect((delegate.completion?.error as? URLDispatcherError)
+                == .timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: phase), sourceLocation: sourceLocation)
+    }
+
     @Test func aSlowCompletionForAQueueTimeoutDelaysNoTimer() async throws {
-        try await withServer { server in
-            try await withDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { dispatcher in
-                try await bounded {
-                    let blocker = Task { try? await dispatcher.data(for: server.request("/hang"), timeout: .seconds(10)) }
-                    #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
-                    let delegate = SlowDelegate(completionTakes: .seconds(2))
-                    var request = server.request("/never")
-                    request.timeoutInterval = 0.2
-                    _ = try dispatcher.dispatch(request, delegate: delegate)
-                    let late = try await Self.lateness(ofSharedTimerCallDueAfter: .milliseconds(600))
-                    #expect(late < .seconds(1), "a timer call due while a completion ran came \(late) late")
-                    #expect(await eventually { delegate.completion != nil })
-                    #expect((delegate.completion?.error as? URLDispatcherError)
-                            == .timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: .queued))
-                    blocker.cancel()
-                    _ = await blocker.value
-                }
-                #expect(!server.arrivals.contains { $0.target == "/never" })
-            }
+        try await withServerAndDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { server, dispatcher in
+            let blocker = Task { try? await dispatcher.data(for: server.request("/hang"), timeout: .seconds(10)) }
+            #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
+            try await Self.expectATimedOutSlowCompletionDelaysNoTimer(
+                "/never", on: server, dispatcher, timerCallDueAfter: .milliseconds(600), phase: .queued)
+            blocker.cancel()
+            _ = await blocker.value
+            #expect(!server.arrivals.contains { $0.target == "/never" })
         }
     }
 
     @Test func aSlowCompletionAfterACancelsGraceDelaysNoTimer() async throws {
-        try await withServer { server in
-            try await withDispatcher { dispatcher in
-                try await bounded {
-                    // Holds the delegate queue for 2 s from its first chunk: the cancel below cannot
-                    // be reported complete meanwhile, so its completion waits for the grace to end.
-                    let holder = SlowDelegate(firstDataTakes: .seconds(2))
-                    let holding = try dispatcher.dispatch(server.request("/stream?interval=10"), kind: .long(), delegate: holder)
-                    #expect(await eventually { holder.hasReceivedData })
-                    let delegate = SlowDelegate(completionTakes: .seconds(2))
-                    var request = server.request("/hang")
-                    request.timeoutInterval = 0.2
-                    _ = try dispatcher.dispatch(request, delegate: delegate)
-                    let late = try await Self.lateness(ofSharedTimerCallDueAfter: .milliseconds(700))
-                    #expect(late < .seconds(1), "a timer call due while a completion ran came \(late) late")
-                    #expect(await eventually { delegate.completion != nil })
-                    #expect((delegate.completion?.error as? URLDispatcherError)
-                            == .timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: .total))
-                    holding.cancel()
-                    #expect(await eventually { holder.completion != nil })
-                }
-            }
+        try await withServerAndDispatcher { server, dispatcher in
+            // Holds the delegate queue for 2 s from its first chunk: the cancel below cannot
+            // be reported complete meanwhile, so its completion waits for the grace to end.
+            let holder = SlowDelegate(firstDataTakes: .seconds(2))
+            let holding = try dispatcher.dispatch(server.request("/stream?interval=10"), kind: .long(), delegate: holder)
+            #expect(await eventually { holder.hasReceivedData })
+            try await Self.expectATimedOutSlowCompletionDelaysNoTimer(
+                "/hang", on: server, dispatcher, timerCallDueAfter: .milliseconds(700), phase: .total)
+            holding.cancel()
+            #expect(await eventually { holder.completion != nil })
         }
     }
 }

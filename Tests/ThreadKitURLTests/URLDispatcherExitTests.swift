@@ -8,31 +8,25 @@ import ThreadKitURL
 /// Programmer errors stop the process with a message that names the argument and the value.
 @Suite("URLDispatcher preconditions")
 struct URLDispatcherExitTests {
-    static func stopped(_ result: ExitTest.Result?, saying fragments: String...) -> Bool {
-        guard let result else { return false }
-        let message = String(decoding: result.standardErrorContent, as: UTF8.self)
-        return fragments.allSatisfy { message.contains($0) }
-    }
-
     @Test func aLongLimitNotBelowTheTotalStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = URLDispatcher.EndpointLimits(maxRequests: 3, maxLongRequests: 3)
         }
-        #expect(Self.stopped(result, saying: "maxLongRequests (3) must be less than maxRequests (3)"))
+        #expect(stopped(result, saying: "maxLongRequests (3) must be less than maxRequests (3)"))
     }
 
     @Test func noRequestsAtAllStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = URLDispatcher.EndpointLimits(maxRequests: 0, maxLongRequests: 0)
         }
-        #expect(Self.stopped(result, saying: "maxRequests must be at least 1, got 0"))
+        #expect(stopped(result, saying: "maxRequests must be at least 1, got 0"))
     }
 
     @Test func anExplicitLongLimitAboveTheTotalStopsNamingBoth() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = URLDispatcher.EndpointLimits(maxRequests: 1, maxLongRequests: 2)
         }
-        #expect(Self.stopped(result, saying: "maxLongRequests (2) must be less than maxRequests (1)"))
+        #expect(stopped(result, saying: "maxLongRequests (2) must be less than maxRequests (1)"))
     }
 
     @Test func limitsMadeInvalidThroughTheirPropertiesStopWhereTheyAreHandedOver() async {
@@ -41,20 +35,20 @@ struct URLDispatcherExitTests {
             limits.maxRequests = 3   // the long limit stays 3
             _ = URLDispatcher(limits: limits)
         }
-        #expect(Self.stopped(atInit, saying: "maxLongRequests (3) must be less than maxRequests (3)"))
+        #expect(stopped(atInit, saying: "maxLongRequests (3) must be less than maxRequests (3)"))
         let atSetLimits = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             var limits = URLDispatcher.EndpointLimits()
             limits.maxRetryAfter = .seconds(-1)
             URLDispatcher().setLimits(limits, for: try! URLDispatcher.Endpoint(url: URL(string: "http://127.0.0.1:9/")!))
         }
-        #expect(Self.stopped(atSetLimits, saying: "maxRetryAfter must not be negative"))
+        #expect(stopped(atSetLimits, saying: "maxRetryAfter must not be negative"))
     }
 
     @Test func aNegativeLongLimitStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = URLDispatcher.EndpointLimits(maxRequests: 4, maxLongRequests: -1)
         }
-        #expect(Self.stopped(result, saying: "maxLongRequests must be at least 0, got -1"))
+        #expect(stopped(result, saying: "maxLongRequests must be at least 0, got -1"))
     }
 
     /// A default never makes a valid argument trap: the long limit's default adapts to a small
@@ -79,6 +73,6 @@ struct URLDispatcherExitTests {
             let dispatcher = URLDispatcher()
             _ = dispatcher.stream(for: URLRequest(url: URL(string: "http://127.0.0.1:9/")!), timeout: .milliseconds(-5))
         }
-        #expect(Self.stopped(result, saying: "timeout must not be negative", "-0.005 seconds"))
+        #expect(stopped(result, saying: "timeout must not be negative", "-0.005 seconds"))
     }
 }

@@ -66,7 +66,7 @@ extension URLIntegrationTests {
                 let operation = try dispatcher.dispatch(server.request("/stream?chunks=5&interval=20"), kind: .long(), delegate: delegate)
                 #expect(operation.endpoint == server.endpoint)
                 #expect(operation.kind == .long(whenFull: .reject))
-                #expect(try await onNewThread { delegate.waitForCompletion() })
+                #expect(try await onNewThread(limit: .seconds(30)) { delegate.waitForCompletion() })
                 let (events, problems) = delegate.recorded
                 #expect(problems.isEmpty, "\(problems)")
                 #expect(events.first == "response")
@@ -93,7 +93,7 @@ extension URLIntegrationTests {
                 #expect(await eventually { streaming.recorded.events.count > 3 })
                 running.cancel()
                 running.cancel()
-                #expect(try await onNewThread { streaming.waitForCompletion() })
+                #expect(try await onNewThread(limit: .seconds(30)) { streaming.waitForCompletion() })
                 try await Task.sleep(for: .milliseconds(50))
                 let (events, problems) = streaming.recorded
                 #expect(problems.isEmpty, "\(problems)")
@@ -124,20 +124,16 @@ extension URLIntegrationTests {
 extension URLIntegrationTests {
 @Suite struct URLDispatcherStressTests {
     @Test func brokenResponsesFailAndFreeTheirSlots() async throws {
-        try await withServer { server in
-            try await withDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { dispatcher in
-                try await bounded {
-                    for path in ["/close", "/malformed", "/close", "/malformed"] {
-                        await #expect(throws: (any Error).self) {
-                            try await dispatcher.data(for: server.request(path), timeout: .seconds(5))
-                        }
-                    }
-                    let (_, response) = try await dispatcher.data(for: server.request("/"), timeout: .seconds(5))
-                    #expect(response.statusCode == 200)
+        try await withServerAndDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { server, dispatcher in
+            for path in ["/close", "/malformed", "/close", "/malformed"] {
+                await #expect(throws: (any Error).self) {
+                    try await dispatcher.data(for: server.request(path), timeout: .seconds(5))
                 }
-                let statistics = dispatcher.statistics(for: server.endpoint)
-                #expect(statistics.failed == 4 && statistics.completed == 1 && statistics.running == 0)
             }
+            let (_, response) = try await dispatcher.data(for: server.request("/"), timeout: .seconds(5))
+            #expect(response.statusCode == 200)
+            let statistics = dispatcher.statistics(for: server.endpoint)
+            #expect(statistics.failed == 4 && statistics.completed == 1 && statistics.running == 0)
         }
     }
 

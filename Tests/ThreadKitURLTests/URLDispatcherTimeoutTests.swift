@@ -11,35 +11,31 @@ import LoopbackHTTPServer
 extension URLIntegrationTests {
 @Suite struct URLDispatcherTimeoutTests {
     @Test func aTimeoutOnAHungServerEndsTheCallOnTimeAndFreesTheSlot() async throws {
-        try await withServer { server in
-            try await withDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { dispatcher in
-                try await bounded {
-                    let start = ContinuousClock.now
-                    do {
-                        _ = try await dispatcher.data(for: server.request("/hang"), timeout: .milliseconds(300))
-                        Issue.record("a hung request returned")
-                    } catch let error as URLDispatcherError {
-                        let took = start.duration(to: .now)
-                        #expect(error == .timedOut(endpoint: server.endpoint, after: .milliseconds(300), phase: .total))
-                        #expect(error.description.contains("300"))
-                        #expect(took >= .milliseconds(300) && took < .seconds(1), "took \(took)")
-                    }
-                    let statistics = dispatcher.statistics(for: server.endpoint)
-                    #expect(statistics.running == 0 && statistics.timedOut == 1)
-                    // The transfer was cancelled: the server sees the connection close.
-                    #expect(await eventually { server.current == 0 })
-                    // The slot is back: the next request goes through.
-                    let (_, response) = try await dispatcher.data(for: server.request("/"), timeout: .seconds(5))
-                    #expect(response.statusCode == 200)
-                }
+        try await withServerAndDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { server, dispatcher in
+            let start = ContinuousClock.now
+            do {
+                _ = try await dispatcher.data(for: server.request("/hang"), timeout: .milliseconds(300))
+                Issue.record("a hung request returned")
+            } catch let error as URLDispatcherError {
+                let took = start.duration(to: .now)
+                #expect(error == .timedOut(endpoint: server.endpoint, after: .milliseconds(300), phase: .total))
+                #expect(error.description.contains("300"))
+                #expect(took >= .milliseconds(300) && took < .seconds(1), "took \(took)")
             }
+            let statistics = dispatcher.statistics(for: server.endpoint)
+            #expect(statistics.running == 0 && statistics.timedOut == 1)
+            // The transfer was cancelled: the server sees the connection close.
+            #expect(await eventually { server.current == 0 })
+            // The slot is back: the next request goes through.
+            let (_, response) = try await dispatcher.data(for: server.request("/"), timeout: .seconds(5))
+            #expect(response.statusCode == 200)
         }
     }
 
     @Test func aSyncRequestTimesOutToo() async throws {
         try await withServer { server in
             try await withDispatcher { dispatcher in
-                let outcome = try await onNewThread { () -> (Duration, (any Error)?) in
+                let outcome = try await onNewThread(limit: .seconds(30)) { () -> (Duration, (any Error)?) in
                     let start = ContinuousClock.now
                     do {
                         _ = try dispatcher.dataSync(for: server.request("/hang"), timeout: .milliseconds(200))
@@ -55,96 +51,80 @@ extension URLIntegrationTests {
     }
 
     @Test func aSlowButSteadyStreamOutlivesItsHeaderTimeoutWhileASilentOneIsCut() async throws {
-        try await withServer { server in
-            try await withDispatcher { dispatcher in
-                try await bounded {
-                    var chunks = 0
-                    let start = ContinuousClock.now
-                    for try await element in dispatcher.stream(for: server.request("/stream?chunks=8&interval=100"),
-                                                               timeout: .milliseconds(300), idleTimeout: .milliseconds(300)) {
-                        if case .data = element { chunks += 1 }
-                    }
-                    #expect(chunks >= 8)
-                    #expect(start.duration(to: .now) > .milliseconds(700))
-                    let silent = dispatcher.stream(for: server.request("/stream?chunks=1&interval=5000"),
-                                                   timeout: .milliseconds(300), idleTimeout: .milliseconds(300))
-                    var iterator = silent.makeAsyncIterator()
-                    guard case .response? = try await iterator.next() else {
-                        Issue.record("no response first")
-                        return
-                    }
-                    let silentStart = ContinuousClock.now
-                    do {
-                        while try await iterator.next() != nil {}
-                        Issue.record("a silent stream ended normally")
-                    } catch let error as URLDispatcherError {
-                        #expect(error == .timedOut(endpoint: server.endpoint, after: .milliseconds(300), phase: .idle))
-                        let took = silentStart.duration(to: .now)
-                        #expect(took >= .milliseconds(250) && took < .seconds(1), "took \(took)")
-                    }
-                    #expect(dispatcher.statistics(for: server.endpoint).timedOut == 1)
-                }
+        try await withServerAndDispatcher { server, dispatcher in
+            var chunks = 0
+            let start = ContinuousClock.now
+            for try await element in dispatcher.stream(for: server.request("/stream?chunks=8&interval=100"),
+                                                       timeout: .milliseconds(300), idleTimeout: .milliseconds(300)) {
+                if case .data = element { chunks += 1 }
             }
+            #expect(chunks >= 8)
+            #expect(start.duration(to: .now) > .milliseconds(700))
+            let silent = dispatcher.stream(for: server.request("/stream?chunks=1&interval=5000"),
+                                           timeout: .milliseconds(300), idleTimeout: .milliseconds(300))
+            var iterator = silent.makeAsyncIterator()
+            guard case .response? = try await iterator.next() else {
+                Issue.record("no response first")
+                return
+            }
+            let silentStart = ContinuousClock.now
+            do {
+                while try await iterator.next() != nil {}
+                Issue.record("a silent stream ended normally")
+            } catch let error as URLDispatcherError {
+                #expect(error == .timedOut(endpoint: server.endpoint, after: .milliseconds(300), phase: .idle))
+                let took = silentStart.duration(to: .now)
+                #expect(took >= .milliseconds(250) && took < .seconds(1), "took \(took)")
+            }
+            #expect(dispatcher.statistics(for: server.endpoint).timedOut == 1)
         }
     }
 
     @Test func aLongRequestWithoutHeadersIsCutAtItsTimeout() async throws {
-        try await withServer { server in
-            try await withDispatcher { dispatcher in
-                try await bounded {
-                    var iterator = dispatcher.stream(for: server.request("/hang"), timeout: .milliseconds(200)).makeAsyncIterator()
-                    await #expect(throws: URLDispatcherError.timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: .headers)) {
-                        _ = try await iterator.next()
-                    }
-                }
+        try await withServerAndDispatcher { server, dispatcher in
+            var iterator = dispatcher.stream(for: server.request("/hang"), timeout: .milliseconds(200)).makeAsyncIterator()
+            await #expect(throws: URLDispatcherError.timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: .headers)) {
+                _ = try await iterator.next()
             }
         }
     }
 
     @Test func aRequestQueuedTooLongFailsWithQueuedPhase() async throws {
-        try await withServer { server in
-            try await withDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { dispatcher in
-                try await bounded {
-                    let blocker = Task { try? await dispatcher.data(for: server.request("/hang"), timeout: .seconds(3)) }
-                    #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
-                    let start = ContinuousClock.now
-                    await #expect(throws: URLDispatcherError.timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: .queued)) {
-                        try await dispatcher.data(for: server.request("/"), timeout: .seconds(5), queueTimeout: .milliseconds(200))
-                    }
-                    #expect(start.duration(to: .now) < .seconds(2))
-                    #expect(dispatcher.statistics(for: server.endpoint).queued == 0)
-                    blocker.cancel()
-                    _ = await blocker.value
-                }
-                #expect(server.arrivals.map(\.target) == ["/hang"])
+        try await withServerAndDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { server, dispatcher in
+            let blocker = Task { try? await dispatcher.data(for: server.request("/hang"), timeout: .seconds(3)) }
+            #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
+            let start = ContinuousClock.now
+            await #expect(throws: URLDispatcherError.timedOut(endpoint: server.endpoint, after: .milliseconds(200), phase: .queued)) {
+                try await dispatcher.data(for: server.request("/"), timeout: .seconds(5), queueTimeout: .milliseconds(200))
             }
+            #expect(start.duration(to: .now) < .seconds(2))
+            #expect(dispatcher.statistics(for: server.endpoint).queued == 0)
+            blocker.cancel()
+            _ = await blocker.value
+            #expect(server.arrivals.map(\.target) == ["/hang"])
         }
     }
 
     @Test func cancellingAQueuedRequestRemovesItAtOnceAndNeverReportsSuccess() async throws {
-        try await withServer { server in
-            try await withDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { dispatcher in
-                try await bounded {
-                    let blocker = Task { try await dispatcher.data(for: server.request("/hang"), timeout: .seconds(20)) }
-                    #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
-                    let queued = Task { try await dispatcher.data(for: server.request("/never")) }
-                    #expect(await eventually { dispatcher.statistics(for: server.endpoint).queued == 1 })
-                    queued.cancel()
-                    await #expect(throws: CancellationError.self) { try await queued.value }
-                    #expect(dispatcher.statistics(for: server.endpoint).queued == 0)
-                    blocker.cancel()
-                    _ = await blocker.result
-                    // A cancelled running request frees its slot.
-                    let running = Task { try await dispatcher.data(for: server.request("/hang")) }
-                    #expect(await eventually { server.current == 1 })
-                    running.cancel()
-                    await #expect(throws: CancellationError.self) { try await running.value }
-                    #expect(dispatcher.statistics(for: server.endpoint).running == 0)
-                    #expect(await eventually { server.current == 0 })
-                }
-                #expect(!server.arrivals.contains { $0.target == "/never" })
-                #expect(dispatcher.statistics(for: server.endpoint).failed == 3)
-            }
+        try await withServerAndDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { server, dispatcher in
+            let blocker = Task { try await dispatcher.data(for: server.request("/hang"), timeout: .seconds(20)) }
+            #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
+            let queued = Task { try await dispatcher.data(for: server.request("/never")) }
+            #expect(await eventually { dispatcher.statistics(for: server.endpoint).queued == 1 })
+            queued.cancel()
+            await #expect(throws: CancellationError.self) { try await queued.value }
+            #expect(dispatcher.statistics(for: server.endpoint).queued == 0)
+            blocker.cancel()
+            _ = await blocker.result
+            // A cancelled running request frees its slot.
+            let running = Task { try await dispatcher.data(for: server.request("/hang")) }
+            #expect(await eventually { server.current == 1 })
+            running.cancel()
+            await #expect(throws: CancellationError.self) { try await running.value }
+            #expect(dispatcher.statistics(for: server.endpoint).running == 0)
+            #expect(await eventually { server.current == 0 })
+            #expect(!server.arrivals.contains { $0.target == "/never" })
+            #expect(dispatcher.statistics(for: server.endpoint).failed == 3)
         }
     }
 
@@ -178,24 +158,20 @@ extension URLIntegrationTests {
     }
 
     @Test func retryAfterIsCappedAndCanBeIgnored() async throws {
-        try await withServer { server in
-            try await withDispatcher(.init(maxRetryAfter: .milliseconds(300))) { dispatcher in
-                try await bounded(.seconds(20)) {
-                    // Retry-After: 100, capped at 300 ms.
-                    _ = try await dispatcher.data(for: server.request("/?status=503&retry-after=100"))
-                    _ = try await dispatcher.data(for: server.request("/capped"))
-                    dispatcher.setLimits(.init(honorRetryAfter: false), for: server.endpoint)
-                    // Ignored: no pause at all.
-                    _ = try await dispatcher.data(for: server.request("/?status=429&retry-after=100"))
-                    #expect(dispatcher.statistics(for: server.endpoint).pausedUntil == nil)
-                    _ = try await dispatcher.data(for: server.request("/ignored"))
-                }
-                let times = server.arrivals.map(\.time)
-                #expect(times.count == 4)
-                let capped = times[0].duration(to: times[1])
-                #expect(capped >= .milliseconds(300) && capped < .seconds(5), "capped pause: \(capped)")
-                #expect(times[2].duration(to: times[3]) < .seconds(5))
-            }
+        try await withServerAndDispatcher(.init(maxRetryAfter: .milliseconds(300)), within: .seconds(20)) { server, dispatcher in
+            // Retry-After: 100, capped at 300 ms.
+            _ = try await dispatcher.data(for: server.request("/?status=503&retry-after=100"))
+            _ = try await dispatcher.data(for: server.request("/capped"))
+            dispatcher.setLimits(.init(honorRetryAfter: false), for: server.endpoint)
+            // Ignored: no pause at all.
+            _ = try await dispatcher.data(for: server.request("/?status=429&retry-after=100"))
+            #expect(dispatcher.statistics(for: server.endpoint).pausedUntil == nil)
+            _ = try await dispatcher.data(for: server.request("/ignored"))
+            let times = server.arrivals.map(\.time)
+            #expect(times.count == 4)
+            let capped = times[0].duration(to: times[1])
+            #expect(capped >= .milliseconds(300) && capped < .seconds(5), "capped pause: \(capped)")
+            #expect(times[2].duration(to: times[3]) < .seconds(5))
         }
     }
 
@@ -235,24 +211,20 @@ extension URLIntegrationTests {
     }
 
     @Test func aRateCapsStartsPerWindow() async throws {
-        try await withServer { server in
-            try await withDispatcher(.init(maxRequests: 6, maxLongRequests: 1, rate: .rate(2, per: .milliseconds(300)))) { dispatcher in
-                try await bounded {
-                    try await withThrowingTaskGroup(of: Void.self) { group in
-                        for _ in 0..<6 { group.addTask { _ = try await dispatcher.data(for: server.request("/")) } }
-                        try await group.waitForAll()
-                    }
-                }
-                let times = server.arrivals.map(\.time).sorted()
-                #expect(times.count == 6)
-                // Starts are held to the window; arrivals at the server jitter by the time a request
-                // takes to arrive, so the bound is loose.
-                for index in 2..<times.count {
-                    let gap = times[index - 2].duration(to: times[index])
-                    #expect(gap >= .milliseconds(240), "starts \(index - 2) and \(index) only \(gap) apart")
-                }
-                #expect(times[0].duration(to: times[5]) >= .milliseconds(560))
+        try await withServerAndDispatcher(.init(maxRequests: 6, maxLongRequests: 1, rate: .rate(2, per: .milliseconds(300)))) { server, dispatcher in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<6 { group.addTask { _ = try await dispatcher.data(for: server.request("/")) } }
+                try await group.waitForAll()
             }
+            let times = server.arrivals.map(\.time).sorted()
+            #expect(times.count == 6)
+            // Starts are held to the window; arrivals at the server jitter by the time a request
+            // takes to arrive, so the bound is loose.
+            for index in 2..<times.count {
+                let gap = times[index - 2].duration(to: times[index])
+                #expect(gap >= .milliseconds(240), "starts \(index - 2) and \(index) only \(gap) apart")
+            }
+            #expect(times[0].duration(to: times[5]) >= .milliseconds(560))
         }
     }
 
