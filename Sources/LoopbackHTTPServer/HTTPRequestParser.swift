@@ -28,34 +28,6 @@
 /// Once it throws, the parser stays failed: ``next()`` throws the same error again, since the
 /// bytes after a framing error cannot be trusted to start a request.
 public struct HTTPRequestParser: Sendable {
-    /// A request framed by the parser, its target not yet interpreted (see ``HTTPRequestTarget``).
-    public struct Message: Sendable, Equatable {
-        /// The method, such as `GET`.
-        public var method: String
-        /// The request target as sent, such as `/stream?chunks=3`.
-        public var target: String
-        /// `HTTP/1.1` or `HTTP/1.0`.
-        public var version: String
-        /// The header fields: names lower-cased, repeated fields joined with `", "`.
-        public var headers: [String: String]
-        /// The body, decoded from chunks if it was chunked.
-        public var body: [UInt8]
-        /// Whether the client keeps the connection open after the answer: HTTP/1.1 unless it sent
-        /// `Connection: close`, HTTP/1.0 only if it sent `Connection: keep-alive`.
-        public var keepAlive: Bool
-
-        /// A message with these parts.
-        public init(method: String, target: String, version: String = "HTTP/1.1", headers: [String: String] = [:],
-                    body: [UInt8] = [], keepAlive: Bool = true) {
-            self.method = method
-            self.target = target
-            self.version = version
-            self.headers = headers
-            self.body = body
-            self.keepAlive = keepAlive
-        }
-    }
-
     /// The default bound of ``maxHeadBytes``: 32 KiB.
     public static let defaultMaxHeadBytes = 32 * 1024
     /// The default bound of ``maxBodyBytes``: 16 MiB.
@@ -97,11 +69,8 @@ public struct HTTPRequestParser: Sendable {
     private var phase = Phase.requestLine
     /// Bytes of the current head (or trailer section) consumed so far.
     private var sectionBytes = 0
-    private var method = ""
-    private var target = ""
-    private var version = ""
-    private var headers: [String: String] = [:]
-    private var body: [UInt8] = []
+    /// The request being read: its parts as far as they have been read.
+    private var request = Message.reading
 
     /// A parser with these limits.
     ///
@@ -146,8 +115,8 @@ public struct HTTPRequestParser: Sendable {
     /// (HTTP/1.1 only) and its body has not been read in full: the client waits for a
     /// `100 Continue` before it sends the body.
     public var expectsContinue: Bool {
-        isReadingBody && version == "HTTP/1.1"
-            && headers["expect"].map { $0.lowercased() == "100-continue" } == true
+        isReadingBody && request.version == "HTTP/1.1"
+            && request.headers["expect"].map { $0.lowercased() == "100-continue" } == true
     }
 
     /// The next complete request in the bytes fed so far, or `nil` if it needs more bytes.
@@ -203,11 +172,11 @@ public struct HTTPRequestParser: Sendable {
                         if let message = try startBody() { return message }
                     } else {
                         let (name, value) = try readField(range)
-                        if headers[name] == nil {
-                            headers[name] = value
+                        if request.headers[name] == nil {
+                            request.headers[name] = value
                         } else {
-                            headers[name, default: ""].append(", ")
-                            headers[name, default: ""].append(value)
+                            request.headers[name, default: ""].append(", ")
+                            request.headers[name, default: ""].append(value)
                         }
                     }
                 }
@@ -288,24 +257,20 @@ public struct HTTPRequestParser: Sendable {
     /// Moves up to `count` body bytes into the body; returns how many are still to come.
     private mutating func take(_ count: Int) -> Int {
         let taken = min(count, buffer.count - position)
-        body.append(contentsOf: buffer[position..<position + taken])
+        request.body.append(contentsOf: buffer[position..<position + taken])
         work += taken
         position += taken
         scanned = position
         return count - taken
     }
 
+    /// The request read in full; the parser goes on to the next.
     private mutating func complete() -> Message {
-        let connection = headers["connection"].map(Self.tokens) ?? []
-        let keepAlive = version == "HTTP/1.1" ? !connection.contains("close") : connection.contains("keep-alive")
-        let message = Message(method: method, target: target, version: version, headers: headers, body: body,
-                              keepAlive: keepAlive)
+        var message = Message.reading
+        swap(&message, &request)
+        let connection = message.headers["connection"].map(HTTPCharacters.tokens) ?? []
+        message.keepAlive = message.version == "HTTP/1.1" ? !connection.contains("close") : connection.contains("keep-alive")
         phase = .requestLine
-        method = ""
-        target = ""
-        version = ""
-        headers = [:]
-        body = []
         sectionBytes = 0
         return message
     }
@@ -330,7 +295,7 @@ public struct HTTPRequestParser: Sendable {
         let methodBytes = buffer[range.lowerBound..<spaces[0]]
         let targetBytes = buffer[spaces[0] + 1..<spaces[1]]
         let versionBytes = buffer[spaces[1] + 1..<range.upperBound]
-        guard !methodBytes.isEmpty, methodBytes.allSatisfy(Self.isTokenByte) else {
+        guard !methodBytes.isEmpty, methodBytes.allSatisfy(HTTPCharacters.isTokenByte) else {
             throw .badRequest("the method is not a token")
         }
         guard !targetBytes.isEmpty else { throw .badRequest("the request target is empty") }
@@ -346,9 +311,9 @@ public struct HTTPRequestParser: Sendable {
             }
             throw .badRequest("the request line does not end in an HTTP version")
         }
-        method = String(decoding: methodBytes, as: UTF8.self)
-        target = String(decoding: targetBytes, as: UTF8.self)
-        self.version = version
+        request.method = String(decoding: methodBytes, as: UTF8.self)
+        request.target = String(decoding: targetBytes, as: UTF8.self)
+        request.version = version
     }
 
     /// A header (or trailer) field's lower-cased name and value.
@@ -365,7 +330,7 @@ public struct HTTPRequestParser: Sendable {
                 colon = index
                 break
             }
-            guard Self.isTokenByte(byte) else {
+            guard HTTPCharacters.isTokenByte(byte) else {
                 throw .badRequest("a header field name has a byte that is not a token character (\(byte))")
             }
         }
@@ -376,7 +341,7 @@ public struct HTTPRequestParser: Sendable {
         for index in start..<end {
             work += 1
             let byte = buffer[index]
-            guard byte == 0x09 || byte >= 0x20, byte != 0x7F else {
+            guard HTTPCharacters.isFieldValueByte(byte) else {
                 throw .badRequest("a header field value has a control character (\(byte))")
             }
         }
@@ -388,12 +353,12 @@ public struct HTTPRequestParser: Sendable {
 
     /// Decides the body's framing once the head is read; the message if it has no body.
     private mutating func startBody() throws(HTTPRequestError) -> Message? {
-        if let codings = headers["transfer-encoding"] {
-            guard version == "HTTP/1.1" else { throw .badRequest("Transfer-Encoding in an HTTP/1.0 request") }
-            guard headers["content-length"] == nil else {
+        if let codings = request.headers["transfer-encoding"] {
+            guard request.version == "HTTP/1.1" else { throw .badRequest("Transfer-Encoding in an HTTP/1.0 request") }
+            guard request.headers["content-length"] == nil else {
                 throw .badRequest("both Transfer-Encoding and Content-Length")
             }
-            let list = Self.tokens(codings)
+            let list = HTTPCharacters.tokens(codings)
             guard list.last == "chunked" else { throw .badRequest("Transfer-Encoding does not end in chunked: \(codings)") }
             guard list.count == 1 else {
                 throw HTTPRequestError(status: 501, reason: "transfer coding not implemented: \(codings)")
@@ -401,7 +366,7 @@ public struct HTTPRequestParser: Sendable {
             phase = .chunkSize
             return nil
         }
-        if let lengths = headers["content-length"] {
+        if let lengths = request.headers["content-length"] {
             var length: Int?
             for element in lengths.split(separator: ",", omittingEmptySubsequences: false) {
                 let text = element.trimmingWhitespace
@@ -443,9 +408,9 @@ public struct HTTPRequestParser: Sendable {
     private mutating func readChunkSize(_ range: Range<Int>) throws(HTTPRequestError) -> Int {
         var size = 0
         var index = range.lowerBound
-        while index < range.upperBound, let digit = Self.hexValue(buffer[index]) {
+        while index < range.upperBound, let digit = HTTPCharacters.hexValue(buffer[index]) {
             work += 1
-            size = try Self.accumulate(size, digit: digit, base: 16, limit: maxBodyBytes - body.count, bodyLimit: maxBodyBytes)
+            size = try Self.accumulate(size, digit: digit, base: 16, limit: maxBodyBytes - request.body.count, bodyLimit: maxBodyBytes)
             index += 1
         }
         guard index > range.lowerBound else { throw .badRequest("a chunk size is not a hexadecimal number") }
@@ -459,49 +424,11 @@ public struct HTTPRequestParser: Sendable {
         while index < range.upperBound {
             work += 1
             let byte = buffer[index]
-            guard byte == 0x09 || byte >= 0x20, byte != 0x7F else {
+            guard HTTPCharacters.isFieldValueByte(byte) else {
                 throw .badRequest("a chunk extension has a control character (\(byte))")
             }
             index += 1
         }
         return size
-    }
-
-    // MARK: - Characters
-
-    /// The comma-separated elements of a field value, trimmed and lower-cased, empty ones left out.
-    static func tokens(_ value: String) -> [String] {
-        value.split(separator: ",").map { $0.trimmingWhitespace.lowercased() }.filter { !$0.isEmpty }
-    }
-
-    /// `tchar` of RFC 9110.
-    static func isTokenByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            true
-        case 0x21, 0x23...0x27, 0x2A, 0x2B, 0x2D, 0x2E, 0x5E...0x60, 0x7C, 0x7E:   // ! # $ % & ' * + - . ^ _ ` | ~
-            true
-        default:
-            false
-        }
-    }
-
-    static func hexValue(_ byte: UInt8) -> Int? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): Int(byte - UInt8(ascii: "0"))
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): Int(byte - UInt8(ascii: "a")) + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): Int(byte - UInt8(ascii: "A")) + 10
-        default: nil
-        }
-    }
-}
-
-extension Substring {
-    /// Without leading and trailing spaces and tabs.
-    var trimmingWhitespace: Substring {
-        var text = self
-        while let first = text.first, first == " " || first == "\t" { text.removeFirst() }
-        while let last = text.last, last == " " || last == "\t" { text.removeLast() }
-        return text
     }
 }
