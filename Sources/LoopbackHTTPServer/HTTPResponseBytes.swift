@@ -3,9 +3,9 @@
 ///
 /// Pure functions of their arguments: the connection thread decides when to write, this decides
 /// what. Header fields are written in the order of their names, so equal replies are equal bytes.
-enum HTTPResponseBytes {
+package enum HTTPResponseBytes {
     /// The interim response to `Expect: 100-continue`.
-    static let continueHead = Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)
+    package static let continueHead = Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)
 
     /// A response head: the status line, `Content-Length` (if the body has a length), the fields
     /// of `headers` by name, and `Connection: close` if the connection closes after it and
@@ -14,7 +14,7 @@ enum HTTPResponseBytes {
     /// - Parameters:
     ///   - contentLength: The body's length; `nil` for a chunked body (`Transfer-Encoding: chunked`).
     ///   - keepAlive: Whether the client keeps the connection open after this response.
-    static func head(status: Int, headers: [String: String] = [:], contentLength: Int?, keepAlive: Bool) -> [UInt8] {
+    package static func head(status: Int, headers: [String: String] = [:], contentLength: Int?, keepAlive: Bool) -> [UInt8] {
         var fields = headers
         if let contentLength {
             fields["Content-Length"] = String(contentLength)
@@ -29,45 +29,45 @@ enum HTTPResponseBytes {
     }
 
     /// A whole response with `body`.
-    static func response(status: Int, headers: [String: String] = [:], body: [UInt8], keepAlive: Bool) -> [UInt8] {
+    package static func response(status: Int, headers: [String: String] = [:], body: [UInt8], keepAlive: Bool) -> [UInt8] {
         head(status: status, headers: headers, contentLength: body.count, keepAlive: keepAlive) + body
     }
 
     /// Whether a response with `headers` closes the connection after it (its `Connection` field
     /// has the `close` option).
-    static func closesConnection(_ headers: [String: String]) -> Bool {
+    package static func closesConnection(_ headers: [String: String]) -> Bool {
         headers.contains { $0.key.lowercased() == "connection" && HTTPCharacters.tokens($0.value).contains("close") }
     }
 
     /// The head of a streamed (chunked) 200 response.
-    static func streamHead(keepAlive: Bool) -> [UInt8] {
+    package static func streamHead(keepAlive: Bool) -> [UInt8] {
         head(status: 200, headers: ["Content-Type": "application/octet-stream"], contentLength: nil, keepAlive: keepAlive)
     }
 
     /// The `index`th chunk of a stream (counting from 0): `size` bytes of one letter, `a` to `z`
     /// in turn.
-    static func chunk(_ index: Int, size: Int) -> [UInt8] {
+    package static func chunk(_ index: Int, size: Int) -> [UInt8] {
         let payload = [UInt8](repeating: UInt8(ascii: "a") + UInt8(index % 26), count: size)
         return Array("\(String(size, radix: 16))\r\n".utf8) + payload + Array("\r\n".utf8)
     }
 
     /// The last chunk of a stream, with no trailer fields.
-    static let lastChunk = Array("0\r\n\r\n".utf8)
+    package static let lastChunk = Array("0\r\n\r\n".utf8)
 
     /// A head that announces 1,000 bytes of body, and 7 of them (``LoopbackHTTPServer/Reply/closeMidResponse``).
-    static let partialResponse = Array("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial".utf8)
+    package static let partialResponse = Array("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial".utf8)
 
     /// Bytes that are not an HTTP response (``LoopbackHTTPServer/Reply/malformed``).
-    static let notHTTP = Array("THIS IS NOT HTTP AT ALL\r\n\r\n".utf8)
+    package static let notHTTP = Array("THIS IS NOT HTTP AT ALL\r\n\r\n".utf8)
 
     /// The error reply for `error`: its status, and its reason as a plain-text body.
-    static func errorReply(_ error: HTTPRequestError, keepAlive: Bool) -> [UInt8] {
+    package static func errorReply(_ error: HTTPRequestError, keepAlive: Bool) -> [UInt8] {
         response(status: error.status, headers: ["Content-Type": "text/plain; charset=utf-8"],
                  body: Array("\(error.reason)\n".utf8), keepAlive: keepAlive)
     }
 
     /// Why a handler's `reply` cannot be sent as HTTP, or `nil` if it can.
-    static func problem(with reply: LoopbackHTTPServer.Reply) -> String? {
+    package static func problem(with reply: LoopbackHTTPServer.Reply) -> String? {
         switch reply {
         case .respond(let status, let headers, _, _):
             guard (100...999).contains(status) else { return "status must be in 100...999, got \(status)" }
@@ -91,7 +91,7 @@ enum HTTPResponseBytes {
 
     /// The reason phrase of `status`: the standard one for the statuses the server and its routes
     /// use, `Status` for any other (clients ignore it).
-    static func reason(_ status: Int) -> String {
+    package static func reason(_ status: Int) -> String {
         switch status {
         case 100: "Continue"
         case 200: "OK"
