@@ -12,11 +12,13 @@ let package = Package(
         .executable(name: "threadkit-soak", targets: ["threadkit-soak"]),
     ],
     targets: [
-        .target(name: "ThreadKit"),
+        // Starting detached pthreads that report failure: shared by ThreadKit and the test server.
+        .target(name: "ThreadLaunch"),
+        .target(name: "ThreadKit", dependencies: ["ThreadLaunch"]),
         // URLDispatcher: imports FoundationNetworking on Linux, so the core never links it.
         .target(name: "ThreadKitURL", dependencies: ["ThreadKit"]),
         // The loopback HTTP/1.1 server that the tests, the demo and the benchmark share.
-        .target(name: "LoopbackHTTPServer"),
+        .target(name: "LoopbackHTTPServer", dependencies: ["ThreadLaunch"]),
         // The seeded random source shared by the tests, the benchmark and the soak (not a product).
         .target(name: "SeededRandom"),
         // What the benchmark and the soak share: the command line, /proc readings, waiting (not a product).

@@ -54,6 +54,9 @@ public struct HTTPRequestParser: Sendable {
             self.body = body
             self.keepAlive = keepAlive
         }
+
+        /// The start of a request being read: nothing read yet.
+        static var reading: Message { Message(method: "", target: "", version: "") }
     }
 
     /// The default bound of ``maxHeadBytes``: 32 KiB.
@@ -70,9 +73,9 @@ public struct HTTPRequestParser: Sendable {
 
     /// How many times the parser has examined or copied a byte so far: a measure of its work,
     /// which stays within a small multiple of the bytes fed, however they were split.
-    public private(set) var work = 0
+    public internal(set) var work = 0
 
-    private enum Phase: Sendable {
+    enum Phase: Sendable {
         case requestLine
         case headers
         case body(remaining: Int)
@@ -89,19 +92,17 @@ public struct HTTPRequestParser: Sendable {
         case tooLong
     }
 
-    private var buffer: [UInt8] = []
+    /// The bytes fed and not yet dropped; `buffer[position...]` is still to be consumed.
+    private(set) var buffer: [UInt8] = []
     /// The first byte not yet consumed.
     private var position = 0
     /// Where the search for the current line's end goes on: `buffer[position..<scanned]` holds no LF.
     private var scanned = 0
-    private var phase = Phase.requestLine
+    var phase = Phase.requestLine
     /// Bytes of the current head (or trailer section) consumed so far.
     private var sectionBytes = 0
-    private var method = ""
-    private var target = ""
-    private var version = ""
-    private var headers: [String: String] = [:]
-    private var body: [UInt8] = []
+    /// The request being read: its parts as far as they have been read.
+    var request = Message.reading
 
     /// A parser with these limits.
     ///
@@ -146,8 +147,8 @@ public struct HTTPRequestParser: Sendable {
     /// (HTTP/1.1 only) and its body has not been read in full: the client waits for a
     /// `100 Continue` before it sends the body.
     public var expectsContinue: Bool {
-        isReadingBody && version == "HTTP/1.1"
-            && headers["expect"].map { $0.lowercased() == "100-continue" } == true
+        isReadingBody && request.version == "HTTP/1.1"
+            && request.headers["expect"].map { $0.lowercased() == "100-continue" } == true
     }
 
     /// The next complete request in the bytes fed so far, or `nil` if it needs more bytes.
@@ -203,11 +204,11 @@ public struct HTTPRequestParser: Sendable {
                         if let message = try startBody() { return message }
                     } else {
                         let (name, value) = try readField(range)
-                        if headers[name] == nil {
-                            headers[name] = value
+                        if request.headers[name] == nil {
+                            request.headers[name] = value
                         } else {
-                            headers[name, default: ""].append(", ")
-                            headers[name, default: ""].append(value)
+                            request.headers[name, default: ""].append(", ")
+                            request.headers[name, default: ""].append(value)
                         }
                     }
                 }
@@ -288,220 +289,21 @@ public struct HTTPRequestParser: Sendable {
     /// Moves up to `count` body bytes into the body; returns how many are still to come.
     private mutating func take(_ count: Int) -> Int {
         let taken = min(count, buffer.count - position)
-        body.append(contentsOf: buffer[position..<position + taken])
+        request.body.append(contentsOf: buffer[position..<position + taken])
         work += taken
         position += taken
         scanned = position
         return count - taken
     }
 
-    private mutating func complete() -> Message {
-        let connection = headers["connection"].map(Self.tokens) ?? []
-        let keepAlive = version == "HTTP/1.1" ? !connection.contains("close") : connection.contains("keep-alive")
-        let message = Message(method: method, target: target, version: version, headers: headers, body: body,
-                              keepAlive: keepAlive)
+    /// The request read in full; the parser goes on to the next.
+    mutating func complete() -> Message {
+        var message = Message.reading
+        swap(&message, &request)
+        let connection = message.headers["connection"].map(HTTPCharacters.tokens) ?? []
+        message.keepAlive = message.version == "HTTP/1.1" ? !connection.contains("close") : connection.contains("keep-alive")
         phase = .requestLine
-        method = ""
-        target = ""
-        version = ""
-        headers = [:]
-        body = []
         sectionBytes = 0
         return message
-    }
-
-    // MARK: - Reading the parts
-
-    private mutating func readRequestLine(_ range: Range<Int>) throws(HTTPRequestError) {
-        var spaces: [Int] = []
-        for index in range {
-            work += 1
-            let byte = buffer[index]
-            if byte == 0x20 {
-                spaces.append(index)
-                if spaces.count > 2 { break }
-            } else if !(0x21...0x7E).contains(byte) {
-                throw .badRequest("the request line has a byte that is not visible ASCII (\(byte))")
-            }
-        }
-        guard spaces.count == 2 else {
-            throw .badRequest("the request line is not `method SP target SP version`")
-        }
-        let methodBytes = buffer[range.lowerBound..<spaces[0]]
-        let targetBytes = buffer[spaces[0] + 1..<spaces[1]]
-        let versionBytes = buffer[spaces[1] + 1..<range.upperBound]
-        guard !methodBytes.isEmpty, methodBytes.allSatisfy(Self.isTokenByte) else {
-            throw .badRequest("the method is not a token")
-        }
-        guard !targetBytes.isEmpty else { throw .badRequest("the request target is empty") }
-        let version = String(decoding: versionBytes, as: UTF8.self)
-        switch version {
-        case "HTTP/1.1", "HTTP/1.0":
-            break
-        default:
-            let bytes = Array(versionBytes)
-            let isDigit = { (byte: UInt8) in (0x30...0x39).contains(byte) }
-            if bytes.count == 8, bytes[0..<5].elementsEqual("HTTP/".utf8), isDigit(bytes[5]), bytes[6] == 0x2E, isDigit(bytes[7]) {
-                throw HTTPRequestError(status: 505, reason: "HTTP version \(version) is not supported")
-            }
-            throw .badRequest("the request line does not end in an HTTP version")
-        }
-        method = String(decoding: methodBytes, as: UTF8.self)
-        target = String(decoding: targetBytes, as: UTF8.self)
-        self.version = version
-    }
-
-    /// A header (or trailer) field's lower-cased name and value.
-    private mutating func readField(_ range: Range<Int>) throws(HTTPRequestError) -> (String, String) {
-        let first = buffer[range.lowerBound]
-        if first == 0x20 || first == 0x09 {
-            throw .badRequest("a header line starts with white space (obsolete line folding)")
-        }
-        var colon: Int?
-        for index in range {
-            work += 1
-            let byte = buffer[index]
-            if byte == 0x3A {
-                colon = index
-                break
-            }
-            guard Self.isTokenByte(byte) else {
-                throw .badRequest("a header field name has a byte that is not a token character (\(byte))")
-            }
-        }
-        guard let colon else { throw .badRequest("a header line has no colon") }
-        guard colon > range.lowerBound else { throw .badRequest("a header field name is empty") }
-        var start = colon + 1
-        var end = range.upperBound
-        for index in start..<end {
-            work += 1
-            let byte = buffer[index]
-            guard byte == 0x09 || byte >= 0x20, byte != 0x7F else {
-                throw .badRequest("a header field value has a control character (\(byte))")
-            }
-        }
-        while start < end, buffer[start] == 0x20 || buffer[start] == 0x09 { start += 1 }
-        while end > start, buffer[end - 1] == 0x20 || buffer[end - 1] == 0x09 { end -= 1 }
-        let name = String(decoding: buffer[range.lowerBound..<colon], as: UTF8.self).lowercased()
-        return (name, String(decoding: buffer[start..<end], as: UTF8.self))
-    }
-
-    /// Decides the body's framing once the head is read; the message if it has no body.
-    private mutating func startBody() throws(HTTPRequestError) -> Message? {
-        if let codings = headers["transfer-encoding"] {
-            guard version == "HTTP/1.1" else { throw .badRequest("Transfer-Encoding in an HTTP/1.0 request") }
-            guard headers["content-length"] == nil else {
-                throw .badRequest("both Transfer-Encoding and Content-Length")
-            }
-            let list = Self.tokens(codings)
-            guard list.last == "chunked" else { throw .badRequest("Transfer-Encoding does not end in chunked: \(codings)") }
-            guard list.count == 1 else {
-                throw HTTPRequestError(status: 501, reason: "transfer coding not implemented: \(codings)")
-            }
-            phase = .chunkSize
-            return nil
-        }
-        if let lengths = headers["content-length"] {
-            var length: Int?
-            for element in lengths.split(separator: ",", omittingEmptySubsequences: false) {
-                let text = element.trimmingWhitespace
-                let value = try Self.contentLength(text, limit: maxBodyBytes)
-                guard length == nil || length == value else { throw .badRequest("Content-Length values disagree: \(lengths)") }
-                length = value
-            }
-            if let length, length > 0 {
-                phase = .body(remaining: length)
-                return nil
-            }
-        }
-        return complete()
-    }
-
-    private static func contentLength(_ text: Substring, limit: Int) throws(HTTPRequestError) -> Int {
-        guard !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else {
-            throw .badRequest("Content-Length is not a number of digits: \(text)")
-        }
-        var value = 0
-        for byte in text.utf8 {
-            value = try accumulate(value, digit: Int(byte - 0x30), base: 10, limit: limit)
-        }
-        return value
-    }
-
-    /// `value` with `digit` appended in `base`; a 413 once it exceeds `limit` (the body's room left,
-    /// at most `bodyLimit`). Never overflows, however large the limits and however many digits.
-    private static func accumulate(_ value: Int, digit: Int, base: Int, limit: Int,
-                                   bodyLimit: Int? = nil) throws(HTTPRequestError) -> Int {
-        let (shifted, overflowed) = value.multipliedReportingOverflow(by: base)
-        guard !overflowed, shifted <= limit - digit else {
-            throw HTTPRequestError(status: 413, reason: "the body is longer than \(bodyLimit ?? limit) bytes")
-        }
-        return shifted + digit
-    }
-
-    /// A chunk-size line's size, its extensions ignored.
-    private mutating func readChunkSize(_ range: Range<Int>) throws(HTTPRequestError) -> Int {
-        var size = 0
-        var index = range.lowerBound
-        while index < range.upperBound, let digit = Self.hexValue(buffer[index]) {
-            work += 1
-            size = try Self.accumulate(size, digit: digit, base: 16, limit: maxBodyBytes - body.count, bodyLimit: maxBodyBytes)
-            index += 1
-        }
-        guard index > range.lowerBound else { throw .badRequest("a chunk size is not a hexadecimal number") }
-        while index < range.upperBound, buffer[index] == 0x20 || buffer[index] == 0x09 {
-            work += 1
-            index += 1
-        }
-        guard index == range.upperBound || buffer[index] == 0x3B else {
-            throw .badRequest("a chunk size is followed by something other than an extension")
-        }
-        while index < range.upperBound {
-            work += 1
-            let byte = buffer[index]
-            guard byte == 0x09 || byte >= 0x20, byte != 0x7F else {
-                throw .badRequest("a chunk extension has a control character (\(byte))")
-            }
-            index += 1
-        }
-        return size
-    }
-
-    // MARK: - Characters
-
-    /// The comma-separated elements of a field value, trimmed and lower-cased, empty ones left out.
-    static func tokens(_ value: String) -> [String] {
-        value.split(separator: ",").map { $0.trimmingWhitespace.lowercased() }.filter { !$0.isEmpty }
-    }
-
-    /// `tchar` of RFC 9110.
-    static func isTokenByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            true
-        case 0x21, 0x23...0x27, 0x2A, 0x2B, 0x2D, 0x2E, 0x5E...0x60, 0x7C, 0x7E:   // ! # $ % & ' * + - . ^ _ ` | ~
-            true
-        default:
-            false
-        }
-    }
-
-    static func hexValue(_ byte: UInt8) -> Int? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): Int(byte - UInt8(ascii: "0"))
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): Int(byte - UInt8(ascii: "a")) + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): Int(byte - UInt8(ascii: "A")) + 10
-        default: nil
-        }
-    }
-}
-
-extension Substring {
-    /// Without leading and trailing spaces and tabs.
-    var trimmingWhitespace: Substring {
-        var text = self
-        while let first = text.first, first == " " || first == "\t" { text.removeFirst() }
-        while let last = text.last, last == " " || last == "\t" { text.removeLast() }
-        return text
     }
 }

@@ -83,8 +83,8 @@ public struct HTTPRequestTarget: Sendable, Equatable {
                 bytes.append(byte)
                 continue
             }
-            guard let high = iterator.next().flatMap(HTTPRequestParser.hexValue),
-                  let low = iterator.next().flatMap(HTTPRequestParser.hexValue) else {
+            guard let high = iterator.next().flatMap(HTTPCharacters.hexValue),
+                  let low = iterator.next().flatMap(HTTPCharacters.hexValue) else {
                 throw .badRequest("\(what) has a % not followed by two hexadecimal digits: \(text)")
             }
             bytes.append(UInt8(high * 16 + low))

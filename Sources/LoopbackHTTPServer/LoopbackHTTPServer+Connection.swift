@@ -39,7 +39,7 @@ extension LoopbackHTTPServer {
             if parser.isReadingBody, headRead == nil { headRead = .now }
             if parser.expectsContinue, !continueSent {
                 continueSent = true
-                guard send(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8), on: connection) else { return }
+                guard send(HTTPResponseBytes.continueHead, on: connection) else { return }
             }
             // Between requests the accept thread may close the connection to make room for another.
             let idle = parser.isBetweenRequests
@@ -116,76 +116,39 @@ extension LoopbackHTTPServer {
     /// Sends `reply`; returns whether the connection stays open for another request (not after a
     /// response whose own `Connection` header says `close`).
     private func answer(_ reply: Reply, keepAlive: Bool, on connection: Int32, finished: () -> Void) -> Bool {
-        if let problem = Self.problem(with: reply) {
+        if let problem = HTTPResponseBytes.problem(with: reply) {
             finished()
             let error = HTTPRequestError(status: 500, reason: "the handler's reply cannot be sent: \(problem)")
-            return send(Self.errorReply(error, keepAlive: keepAlive), on: connection)
+            return send(HTTPResponseBytes.errorReply(error, keepAlive: keepAlive), on: connection)
         }
         switch reply {
         case .respond(let status, let headers, let body, let delay):
             if delay > .zero, !sleep(delay, watching: connection) { return false }
-            var head = "HTTP/1.1 \(status) \(Self.reason(status))\r\nContent-Length: \(body.count)\r\n"
-            for (name, value) in headers.sorted(by: { $0.key < $1.key }) { head += "\(name): \(value)\r\n" }
-            let closing = headers.contains { $0.key.lowercased() == "connection" && HTTPRequestParser.tokens($0.value).contains("close") }
-            if !keepAlive, !headers.keys.contains(where: { $0.lowercased() == "connection" }) { head += "Connection: close\r\n" }
-            head += "\r\n"
+            let bytes = HTTPResponseBytes.response(status: status, headers: headers, body: body, keepAlive: keepAlive)
             finished()
-            return send(Array(head.utf8) + body, on: connection) && !closing
+            return send(bytes, on: connection) && !HTTPResponseBytes.closesConnection(headers)
         case .hang:
             while sleep(.milliseconds(100), watching: connection) {}
             return false
         case .stream(let chunks, let chunkSize, let interval):
-            let close = keepAlive ? "" : "Connection: close\r\n"
-            guard send(Array("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/octet-stream\r\n\(close)\r\n".utf8),
-                       on: connection) else { return false }
+            guard send(HTTPResponseBytes.streamHead(keepAlive: keepAlive), on: connection) else { return false }
             var sent = 0
             while chunks.map({ sent < $0 }) ?? true {
                 guard sleep(interval, watching: connection) else { return false }
-                let payload = [UInt8](repeating: UInt8(ascii: "a") + UInt8(sent % 26), count: chunkSize)
-                guard send(Array("\(String(chunkSize, radix: 16))\r\n".utf8) + payload + Array("\r\n".utf8), on: connection) else { return false }
+                guard send(HTTPResponseBytes.chunk(sent, size: chunkSize), on: connection) else { return false }
                 sent += 1
             }
             finished()
-            return send(Array("0\r\n\r\n".utf8), on: connection)
+            return send(HTTPResponseBytes.lastChunk, on: connection)
         case .closeMidResponse:
             finished()
-            _ = send(Array("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial".utf8), on: connection)
+            _ = send(HTTPResponseBytes.partialResponse, on: connection)
             return false
         case .malformed:
             finished()   // the client may give up as soon as it reads these bytes
-            _ = send(Array("THIS IS NOT HTTP AT ALL\r\n\r\n".utf8), on: connection)
+            _ = send(HTTPResponseBytes.notHTTP, on: connection)
             return false
         }
-    }
-
-    /// Why a handler's `reply` cannot be sent as HTTP, or `nil` if it can.
-    static func problem(with reply: Reply) -> String? {
-        switch reply {
-        case .respond(let status, let headers, _, _):
-            guard (100...999).contains(status) else { return "status must be in 100...999, got \(status)" }
-            for (name, value) in headers {
-                guard !name.isEmpty, name.utf8.allSatisfy(HTTPRequestParser.isTokenByte) else {
-                    return "header name \"\(name)\" is not a token"
-                }
-                guard !value.utf8.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) else {
-                    return "header \(name)'s value has a control character"
-                }
-            }
-            return nil
-        case .stream(let chunks, let chunkSize, _):
-            if let chunks, chunks < 0 { return "chunks must not be negative, got \(chunks)" }
-            guard chunkSize >= 1 else { return "chunkSize must be at least 1, got \(chunkSize)" }
-            return nil
-        case .hang, .closeMidResponse, .malformed:
-            return nil
-        }
-    }
-
-    /// The bytes of an error reply for `error`.
-    static func errorReply(_ error: HTTPRequestError, keepAlive: Bool) -> [UInt8] {
-        let body = Array("\(error.reason)\n".utf8)
-        let close = keepAlive ? "" : "Connection: close\r\n"
-        return Array("HTTP/1.1 \(error.status) \(reason(error.status))\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.count)\r\n\(close)\r\n".utf8) + body
     }
 
     /// Answers bytes that cannot be a request with an error reply, then lets the client read it
@@ -194,7 +157,7 @@ extension LoopbackHTTPServer {
     /// the reply before the client reads it), until the client closes, nothing arrives for 250 ms,
     /// 2 s pass, 16 MiB arrive or the server stops.
     private func reject(_ error: HTTPRequestError, on connection: Int32) {
-        guard send(Self.errorReply(error, keepAlive: false), on: connection) else { return }
+        guard send(HTTPResponseBytes.errorReply(error, keepAlive: false), on: connection) else { return }
         _ = Glibc.shutdown(connection, Int32(SHUT_WR))
         let end = ContinuousClock.now + .seconds(2)
         var quietEnd = ContinuousClock.now + .milliseconds(250)
@@ -242,32 +205,6 @@ extension LoopbackHTTPServer {
     }
 
     private func send(_ bytes: [UInt8], on connection: Int32) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if sent < 0, errno == EINTR { continue }
-            guard sent > 0 else { return false }
-            offset += sent
-        }
-        return true
-    }
-
-    static func reason(_ status: Int) -> String {
-        switch status {
-        case 100: "Continue"
-        case 200: "OK"
-        case 204: "No Content"
-        case 400: "Bad Request"
-        case 404: "Not Found"
-        case 413: "Content Too Large"
-        case 414: "URI Too Long"
-        case 429: "Too Many Requests"
-        case 431: "Request Header Fields Too Large"
-        case 500: "Internal Server Error"
-        case 501: "Not Implemented"
-        case 503: "Service Unavailable"
-        case 505: "HTTP Version Not Supported"
-        default: "Status"
-        }
+        Socket.sendAll(bytes, on: connection)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+internal import ThreadLaunch
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -260,52 +261,13 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
     /// limit) so that `top -H`, a debugger or a test reading `/proc` sees it.
     ///
     /// - Returns: 0, or `pthread_create`'s error if the system refused the thread (`body` is then
-    ///   released unrun). Foundation's `Thread.start()` ignores that failure: its thread silently
-    ///   never runs.
+    ///   released unrun).
     static func startThread(named name: String, _ body: @escaping @Sendable () -> Void) -> Int32 {
-        let launch = Unmanaged.passRetained(Launch(name: name, body: body)).toOpaque()
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        defer { pthread_attr_destroy(&attributes) }
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        #if canImport(Glibc) || canImport(Musl)
-        var thread = pthread_t()
-        #else
-        var thread: pthread_t?
-        #endif
-        let result = pthread_create(&thread, &attributes, { context in
-            Unmanaged<Launch>.fromOpaque(context!).takeRetainedValue().run()
-            return nil
-        }, launch)
-        if result != 0 { Unmanaged<Launch>.fromOpaque(launch).release() }
-        return result
-    }
-
-    /// What a new thread runs, handed to it through `pthread_create`.
-    private final class Launch: Sendable {
-        let name: String
-        let body: @Sendable () -> Void
-
-        init(name: String, body: @escaping @Sendable () -> Void) {
-            self.name = name
-            self.body = body
-        }
-
-        func run() {
-            #if canImport(Glibc) || canImport(Musl)
-            _ = LoopbackHTTPServer.setKernelThreadName?(pthread_self(), name)
-            #endif
+        PThread.startDetached {
+            PThread.setKernelName(name)
             body()
         }
     }
-
-    #if canImport(Glibc) || canImport(Musl)
-    // pthread_setname_np is declared only under _GNU_SOURCE, which Swift's Glibc module does not
-    // set, so it is looked up by name once.
-    fileprivate typealias SetKernelThreadName = @convention(c) (pthread_t, UnsafePointer<CChar>) -> Int32
-    fileprivate static let setKernelThreadName: SetKernelThreadName? = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "pthread_setname_np")
-        .map { unsafeBitCast($0, to: SetKernelThreadName.self) }
-    #endif
 
     func threadExited() {
         condition.lock()

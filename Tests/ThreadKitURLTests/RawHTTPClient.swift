@@ -1,4 +1,5 @@
 import Foundation
+import LoopbackHTTPServer
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -34,14 +35,7 @@ final class RawHTTPClient {
     /// Sends `bytes` in full; returns whether it could.
     @discardableResult
     func send(_ bytes: [UInt8]) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let sent = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if sent < 0, errno == EINTR { continue }
-            guard sent > 0 else { return false }
-            offset += sent
-        }
-        return true
+        Socket.sendAll(bytes, on: fd)
     }
 
     /// Sends `text` with every `\n` as CR LF.

@@ -81,8 +81,7 @@ final class IntakeQueue<Element>: @unchecked Sendable {
     ///
     /// - Returns: `nil`, or `element` itself if the queue is closed.
     func push(_ element: consuming Element) -> Element? {
-        var tail = tailIndex.load(ordering: .acquiring)
-        var block = tailBlock.load(ordering: .acquiring)
+        var (tail, block) = loadTail()
         var spareBlock: Unmanaged<Block>?
         defer { spareBlock?.release() }
         var pushBackoff = Backoff()
@@ -92,8 +91,7 @@ final class IntakeQueue<Element>: @unchecked Sendable {
             if offset == Self.blockCapacity {
                 // Another pusher is linking the next block: wait for it to finish.
                 pushBackoff.snooze()
-                tail = tailIndex.load(ordering: .acquiring)
-                block = tailBlock.load(ordering: .acquiring)
+                (tail, block) = loadTail()
                 continue
             }
             // The pusher of a block's last slot links the next block: allocate it before claiming.
@@ -109,8 +107,7 @@ final class IntakeQueue<Element>: @unchecked Sendable {
                     block = first
                 } else {
                     spareBlock = first
-                    tail = tailIndex.load(ordering: .acquiring)
-                    block = tailBlock.load(ordering: .acquiring)
+                    (tail, block) = loadTail()
                     continue
                 }
             }
@@ -142,16 +139,14 @@ final class IntakeQueue<Element>: @unchecked Sendable {
     /// If the front slot is claimed but its element not yet written, waits (yielding the core) for
     /// its pusher, which is a few instructions from done.
     func pop() -> Element? {
-        var head = headIndex.load(ordering: .acquiring)
-        var block = headBlock.load(ordering: .acquiring)
+        var (head, block) = loadHead()
         var popBackoff = Backoff()
         while true {
             let offset = (head >> Self.shift) % Self.lap
             if offset == Self.blockCapacity {
                 // Another popper is moving the head to the next block: wait for it to finish.
                 popBackoff.snooze()
-                head = headIndex.load(ordering: .acquiring)
-                block = headBlock.load(ordering: .acquiring)
+                (head, block) = loadHead()
                 continue
             }
             var newHead = head &+ Self.step
@@ -166,8 +161,7 @@ final class IntakeQueue<Element>: @unchecked Sendable {
             guard let current = block else {
                 // The first push has claimed its slot but not yet installed the first block.
                 popBackoff.snooze()
-                head = headIndex.load(ordering: .acquiring)
-                block = headBlock.load(ordering: .acquiring)
+                (head, block) = loadHead()
                 continue
             }
             let (exchanged, seen) = headIndex.compareExchange(
@@ -231,6 +225,19 @@ final class IntakeQueue<Element>: @unchecked Sendable {
     /// Whether the queue looks empty: two loads, no write, for a thread watching for work.
     var isEmpty: Bool {
         headIndex.load(ordering: .acquiring) >> Self.shift == tailIndex.load(ordering: .acquiring) >> Self.shift
+    }
+
+    /// The tail index and the tail block, in that order: a pusher's starting point, and where it
+    /// starts over after losing a race. The block may be stale; only a won compare-and-swap on the
+    /// index proves it current.
+    private func loadTail() -> (index: Int, block: Unmanaged<Block>?) {
+        (tailIndex.load(ordering: .acquiring), tailBlock.load(ordering: .acquiring))
+    }
+
+    /// The head index and the head block, in that order: a popper's starting point, and where it
+    /// starts over after losing a race (see ``loadTail()``).
+    private func loadHead() -> (index: Int, block: Unmanaged<Block>?) {
+        (headIndex.load(ordering: .acquiring), headBlock.load(ordering: .acquiring))
     }
 
     /// Frees `block` once slots `start..<blockCapacity - 1` are all read; a slot still being read

@@ -1,4 +1,5 @@
 import Foundation
+internal import ThreadLaunch
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -35,25 +36,8 @@ enum NamedThread {
     /// - Throws: ``ThreadStartError`` with `pthread_create`'s error; `body` is then released unrun.
     static func start(name: String, kernelName: String? = nil, _ body: @escaping @Sendable () -> Void) throws(ThreadStartError) {
         let launch = Launch(name: name, kernelName: kernelName ?? Self.kernelName(for: name), body: body)
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        defer { pthread_attr_destroy(&attributes) }
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        #if canImport(Glibc) || canImport(Musl)
-        var thread = pthread_t()
-        #else
-        var thread: pthread_t?
-        #endif
-        let context = Unmanaged.passRetained(launch).toOpaque()
-        let result = pthread_create(&thread, &attributes, { context in
-            let launch = Unmanaged<Launch>.fromOpaque(context!).takeRetainedValue()
-            launch.run()
-            return nil
-        }, context)
-        if result != 0 {
-            Unmanaged<Launch>.fromOpaque(context).release()
-            throw ThreadStartError(errno: result)
-        }
+        let result = PThread.startDetached { launch.run() }
+        if result != 0 { throw ThreadStartError(errno: result) }
     }
 
     /// What a new thread needs: its names and its body, handed over once.
@@ -79,9 +63,7 @@ enum NamedThread {
     #if canImport(Glibc) || canImport(Musl)
     // The C library declares these only under _GNU_SOURCE, which Swift's Glibc module does not set,
     // so they are looked up by name once.
-    private typealias SetName = @convention(c) (pthread_t, UnsafePointer<CChar>) -> Int32
     private typealias GetName = @convention(c) (pthread_t, UnsafeMutablePointer<CChar>, Int) -> Int32
-    private static let setName: SetName? = symbol("pthread_setname_np")
     private static let getName: GetName? = symbol("pthread_getname_np")
 
     // prctl is variadic, which Swift cannot call; on the Linux ABIs Swift supports, integer
@@ -103,7 +85,7 @@ enum NamedThread {
         #if canImport(Glibc) || canImport(Musl)
         // Foundation's `Thread.name` reads and writes the kernel's name here, so the kernel's form
         // is all it can hold.
-        if let setName = Self.setName { _ = setName(pthread_self(), kernelName) }
+        PThread.setKernelName(kernelName)
         #else
         Thread.current.name = name
         #endif

@@ -147,9 +147,7 @@ struct ThrottleSchedule<Item> {
     /// last start, the pause and the rate limit apply; the running task's end cannot. After an earlier
     /// nested task has ended, the monitor's rule applies to that one in full (`.serial` counts from its end).
     func nestedStart() -> MonotonicInstant {
-        var earliest = MonotonicInstant(nanoseconds: 0)
-        if let last { earliest = gapEnd(after: last) }
-        return constrained(earliest)
+        earliestStart()
     }
 
     /// Starts a nested task at `now`, ahead of the queue; it counts as a start.
@@ -215,6 +213,7 @@ struct ThrottleSchedule<Item> {
         }
     }
 
+    /// The earliest start the rules allow after the last one: its gap, the pause, the rate limit.
     private func earliestStart() -> MonotonicInstant {
         var earliest = MonotonicInstant(nanoseconds: 0)
         if let last { earliest = gapEnd(after: last) }

@@ -22,7 +22,7 @@ extension ThrottledQueue {
         let outer = Hold.ofTask
         let ticket = Ticket()
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            try await withCheckedThrowingContinuation { (continuation: Waiter) in
                 if let refusal = queueRun(ticket, continuation, within: outer) {
                     continuation.resume(throwing: refusal)
                 }
@@ -33,5 +33,63 @@ extension ThrottledQueue {
         let hold = Hold(queue: self, pool: nil, outer: outer, nestedIn: outer?.innermost(of: self))
         defer { endTask(startedAt: hold.startedAt, ticket: ticket) }
         return try await Hold.withTaskHold(hold) { try await work() }
+    }
+
+    /// A `run` caller waiting for the worker to start its turn.
+    final class Ticket: @unchecked Sendable {
+        // Sendable: `phase`, `continuation` and `nestedIn` are guarded by the queue's mutex.
+        enum Phase { case new, queued, granted, ended, cancelled }
+        var phase = Phase.new
+        /// A `run` caller's, resumed when the worker starts it.
+        var continuation: Waiter?
+        /// For a nested `run`, the running task it is nested in, which it waits for if another task
+        /// nested in it runs (see ``Hold/hasNestedTaskRunning``).
+        var nestedIn: Hold?
+
+        func takeContinuation() -> Waiter? {
+            defer { continuation = nil }
+            return continuation
+        }
+    }
+
+    /// Queues a `run` caller, which the worker resumes when its turn comes; nested in this queue's
+    /// running task if `outer` holds it.
+    ///
+    /// - Returns: Why it was not queued: it was cancelled already, or the pool refused a worker.
+    private func queueRun(_ ticket: Ticket, _ continuation: Waiter, within outer: Hold?) -> (any Error)? {
+        mutex.withLock { () -> (any Error)? in
+            guard ticket.phase == .new else { return CancellationError() }
+            let holder = outer?.innermost(of: self)
+            if let holder { schedule.began(at: holder.startedAt) }
+            ticket.nestedIn = holder
+            do {
+                try enqueueForWorker(.run(ticket), gap: nil, nested: holder != nil)
+            } catch {
+                return error
+            }
+            ticket.continuation = continuation
+            ticket.phase = .queued
+            return nil
+        }
+    }
+
+    /// Takes a cancelled `run` caller out of the queue, if its turn has not come, and lets the
+    /// worker re-decide (it goes back to its pool if nothing else is queued).
+    ///
+    /// - Returns: The continuation to resume with `CancellationError`, if it was queued.
+    private func leave(_ ticket: Ticket) -> Waiter? {
+        mutex.withLock {
+            switch ticket.phase {
+            case .new:
+                ticket.phase = .cancelled
+                return nil
+            case .queued:
+                return removeForWorker(where: { item in
+                    if case .run(let queued) = item { queued === ticket } else { false }
+                }).waiters.first
+            case .granted, .ended, .cancelled:
+                return nil
+            }
+        }
     }
 }

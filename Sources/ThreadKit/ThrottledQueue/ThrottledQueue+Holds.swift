@@ -59,14 +59,14 @@ extension ThrottledQueue {
             if let nestedIn { contexts.append(SerialContext(.nestedTurn(nestedIn))) }
         }
 
+        /// This hold and the ones it is nested in, innermost first.
+        private var chain: UnfoldFirstSequence<Hold> {
+            sequence(first: self, next: \.outer)
+        }
+
         /// The innermost hold of `queue`'s running task in this chain.
         func innermost(of queue: ThrottledQueue) -> Hold? {
-            var hold: Hold? = self
-            while let current = hold {
-                if current.queue === queue { return current }
-                hold = current.outer
-            }
-            return nil
+            chain.first { $0.queue === queue }
         }
 
         /// The queues whose running tasks this chain holds, and the nested turns they take, as
@@ -75,22 +75,13 @@ extension ThrottledQueue {
         /// Takes no lock: a blocking wait calls it with its own lock held.
         func heldContexts() -> [SerialContext] {
             var contexts: [SerialContext] = []
-            var hold: Hold? = self
-            while let current = hold {
-                current.contexts(into: &contexts)
-                hold = current.outer
-            }
+            for hold in chain { hold.contexts(into: &contexts) }
             return contexts
         }
 
         /// The first hold in this chain whose task runs on a thread of `pool`.
         func first(onThreadOf pool: ThreadPool) -> Hold? {
-            var hold: Hold? = self
-            while let current = hold {
-                if current.pool === pool { return current }
-                hold = current.outer
-            }
-            return nil
+            chain.first { $0.pool === pool }
         }
 
         /// Runs `work`, `run`'s work, with `hold` as the current task's innermost hold, and sets the

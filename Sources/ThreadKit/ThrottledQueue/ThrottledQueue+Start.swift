@@ -1,0 +1,59 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+extension ThrottledQueue {
+    /// How long after the earliest allowed instant a waiting task starts.
+    ///
+    /// A task body reads the clock a moment after the queue starts it, and that moment varies by a
+    /// microsecond or two, by tens when an interrupt lands in between. Aiming this much later means
+    /// the task bodies themselves never observe two starts closer than the rules allow. (A task that
+    /// arrives after its gap has passed by more than this starts at once.)
+    static let startMargin = Duration.microseconds(25)
+
+    /// The longest a thread watches the clock before a start, instead of sleeping.
+    ///
+    /// A thread woken by the kernel at a deadline runs tens of microseconds after it (more on a
+    /// virtual machine); an API's rate limit counts from the request, so a thread sleeps until a
+    /// little before the start and spends the rest yielding the core. At short intervals
+    /// ``approachShare`` makes it shorter.
+    static let finalApproach = Duration.microseconds(100)
+
+    /// The share of the time between two starts that watching the clock may take: 1/20.
+    ///
+    /// With ``finalApproach`` it bounds the clock-watching to min(100 µs, 5 %) of the time from the
+    /// previous start: at most 5 % of a core at any interval (1 % at 10 ms), where a fixed 100 µs
+    /// cost 10 % at a 1 ms interval and all of a core at 100 µs. The price is precision at short
+    /// intervals only: a start 1 ms after the last watches the clock for the last 50 µs.
+    static let approachShare = 20
+
+    /// One step toward a start allowed at `allowed`, as the schedule's
+    /// ``ThrottleSchedule/approach(toStartAt:now:)`` says: sleeps on `condition` (which any change
+    /// signals) or watches the clock, then returns `nil` for the caller to decide again; or, once it
+    /// is time, returns the instant to start at. Every start, by the worker or by a `sync` caller,
+    /// nested or not, is carried out by this one function. Mutex held.
+    func _blockingApproach(toStartAt allowed: MonotonicInstant, on condition: MonotonicCondition) -> MonotonicInstant? {
+        let now = MonotonicInstant.now()
+        switch schedule.approach(toStartAt: allowed, now: now) {
+        case .startNow:
+            return now
+        case .sleep(let wake):
+            condition.wait(mutex, until: wake)
+        case .spin(let target):
+            mutex.unlock()
+            Self.spin(until: target)
+            mutex.lock()
+        }
+        return nil
+    }
+
+    /// Yields the core until `deadline`, which is at most ``finalApproach`` away: a spin, not a
+    /// blocking wait. Mutex not held.
+    private static func spin(until deadline: MonotonicInstant) {
+        while MonotonicInstant.now() < deadline { sched_yield() }
+    }
+}
