@@ -244,6 +244,10 @@ struct Report {
             failures: failures)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        // A ratio of two zero medians (a row with nothing to count in a quick run) is not a number;
+        // JSON has no literal for it, so it is written as a string rather than failing the whole file.
+        encoder.nonConformingFloatEncodingStrategy = .convertToString(
+            positiveInfinity: "Infinity", negativeInfinity: "-Infinity", nan: "NaN")
         return try encoder.encode(document)
     }
 
