@@ -170,15 +170,8 @@ enum ExecutionContexts {
     /// Hands `work` to the thread whose parker is `owner`, and blocks until it has run there,
     /// serving nested requests meanwhile. The work holds what this thread holds.
     private static func request(_ work: () -> Void, from owner: Parker, for record: Record) {
-        withoutActuallyEscaping(work) { work in
-            let borrowed = BorrowedWork(work)
-            let completion = Completion(waiter: record.parker)
-            owner.post(NestedRequest(
-                work: borrowed, handover: Handover(caller: Unmanaged.passUnretained(record), context: nil, serving: true),
-                completion: completion))
-            completion._blockingWait()
-            borrowed.discard()
-        }
+        let handover = Handover(caller: Unmanaged.passUnretained(record), context: nil, serving: true)
+        _ = LentWork._blockingLend({ handover.run(work) }, to: { owner.post($0) })
     }
 
     /// Whether the calling thread runs the work of a thread-affine context it holds: nested
