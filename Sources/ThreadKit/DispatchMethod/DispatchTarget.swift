@@ -25,15 +25,14 @@ public enum DispatchTarget: Sendable {
 }
 
 extension DispatchTarget: CustomStringConvertible {
+    /// The target as ThreadKit's messages name it: `DedicatedThread "db"`, `the main queue`, named
+    /// as its serial context is in a deadlock message (a pool of any size by its name).
     public var description: String {
         switch self {
-        case .main: "the main queue"
         case .global(let qos): "the global queue (\(qos))"
-        case .serialQueue(let queue): "serial DispatchQueue '\(queue.label)'"
-        case .concurrentQueue(let queue): "concurrent DispatchQueue '\(queue.label)'"
-        case .pool(let pool): "ThreadPool '\(pool.name)'"
-        case .thread(let thread): "DedicatedThread '\(thread.name)'"
-        case .throttled(let queue): "ThrottledQueue '\(queue.label)'"
+        case .concurrentQueue(let queue): "concurrent DispatchQueue \"\(queue.label)\""
+        case .pool(let pool): SerialContext(.pool(pool)).description
+        case .main, .serialQueue, .thread, .throttled: serialContext!.description
         }
     }
 }

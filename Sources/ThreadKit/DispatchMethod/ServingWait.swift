@@ -1,23 +1,5 @@
 import Synchronization
 
-/// Where re-entered work runs (rule 1 of ``ExecutionContexts``): the pure decision.
-enum ReentryPlace: Equatable, Sendable {
-    /// On the calling thread, at once.
-    case inline
-    /// On the thread that runs the context's work, which serves the request in its wait.
-    case owner
-
-    /// - Parameters:
-    ///   - isThreadAffine: The context's work must run on its own thread (a dedicated thread, a
-    ///     serial queue, the main queue).
-    ///   - ownerIsCaller: The calling thread is the one that runs the context's work.
-    ///   - ownerServes: The thread that runs the context's work waits in a way that serves nested
-    ///     requests. When it does not, the work runs inline: waiting for it could never end.
-    init(isThreadAffine: Bool, ownerIsCaller: Bool, ownerServes: Bool) {
-        self = isThreadAffine && !ownerIsCaller && ownerServes ? .owner : .inline
-    }
-}
-
 extension ExecutionContexts {
     /// Where one thread sleeps in its serving waits, and where work re-entering a thread-affine
     /// context it runs (A → B → A) is left for it.
