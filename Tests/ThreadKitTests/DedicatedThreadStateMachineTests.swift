@@ -1,14 +1,14 @@
 import Testing
 @testable import ThreadKit
 
-/// A dedicated thread's decisions, driven event by event: no threads, no clock, no sleeps.
-///
-/// Every event is tried in every state the events can lead to (``Situation``): each test switches
-/// over all of them without a `default`, so a state added later fails to compile until every
-/// event says what it does there. The thread's own reports in a state it cannot be in stop the
-/// process; the exit tests at the end prove that for each report.
-@Suite("DedicatedThreadStateMachine")
-struct DedicatedThreadStateMachineTests {
+/// The longest spin of the machines under test.
+private let spinCeiling = Duration.microseconds(20)
+private let refusal = DedicatedThreadError.disposed(name: "t")
+private let startFailure = DedicatedThreadError.threadStartFailed(name: "t", errno: 11)
+
+/// The words the specification below is written in: the items, a machine with its batch, and
+/// the situations a thread can be in.
+extension DedicatedThreadStateMachineTests {
     typealias Machine = DedicatedThreadStateMachine<Item>
     typealias State = Machine.State
     typealias Wake = Machine.Wake
@@ -30,17 +30,41 @@ struct DedicatedThreadStateMachineTests {
         }
     }
 
-    static let ceiling = Duration.microseconds(20)
-    static let refusal = DedicatedThreadError.disposed(name: "t")
-    static let startFailure = DedicatedThreadError.threadStartFailed(name: "t", errno: 11)
+    /// The state, the queue and the batch at one moment, compared at once.
+    struct Snapshot: Equatable {
+        var state: State
+        var queue: [Item]
+        var batch: [Item]
+
+        /// This one with `state`, and with `queue` and `batch` where given.
+        func with(state: State, queue: [Item]? = nil, batch: [Item]? = nil) -> Snapshot {
+            Snapshot(state: state, queue: queue ?? self.queue, batch: batch ?? self.batch)
+        }
+
+        /// This one after the thread's `step` left the machine in `state`: a new batch is the queue.
+        func after(_ step: Machine.ThreadStep, state: State) -> Snapshot {
+            step == .runBatch ? with(state: state, queue: [], batch: queue) : with(state: state)
+        }
+    }
+
+    /// A report of the thread's, or of its start.
+    enum Report: String, Codable, Sendable, CustomTestStringConvertible {
+        case ranOut = "out of work"
+        case spinEnded = "a spin's end"
+        case wokeUp = "a wakeup"
+        case startFailure = "a failure to start"
+
+        var testDescription: String { rawValue }
+    }
 
     /// A machine and the batch its thread is running, as the core keeps them.
     struct Fixture {
-        var machine = Machine(name: "t", spinCeiling: DedicatedThreadStateMachineTests.ceiling)
+        var machine = Machine(name: "t", spinCeiling: spinCeiling)
         var batch = RingBuffer<Item>()
 
         var queue: [Item] { Self.items(machine.queue) }
         var batchItems: [Item] { Self.items(batch) }
+        var snapshot: Snapshot { Snapshot(state: machine.state, queue: queue, batch: batchItems) }
 
         mutating func submit(_ item: Item) -> Wake {
             do {
@@ -56,6 +80,18 @@ struct DedicatedThreadStateMachineTests {
         mutating func spinEnded() -> Machine.ThreadStep { machine.spinEnded(refilling: &batch) }
         mutating func wokeUp(after slept: Duration = .milliseconds(1)) -> Machine.ThreadStep {
             machine.threadWokeUp(afterSleeping: slept, refilling: &batch)
+        }
+
+        /// Makes the thread's `report`; its answer, if it has one.
+        mutating func report(_ report: Report) -> Machine.ThreadStep? {
+            switch report {
+            case .ranOut: return ranOut()
+            case .spinEnded: return spinEnded()
+            case .wokeUp: return wokeUp()
+            case .startFailure:
+                machine.threadFailedToStart(errno: 11)
+                return nil
+            }
         }
 
         /// The thread runs the rest of its batch.
@@ -131,8 +167,16 @@ struct DedicatedThreadStateMachineTests {
             return fixture
         }
 
+        /// Applies `event` to this situation's machine: its answer, and the machine before and after.
+        func apply<Answer>(_ event: (inout Fixture) -> Answer) -> (answer: Answer, before: Snapshot, after: Snapshot) {
+            var fixture = make()
+            let before = fixture.snapshot
+            let answer = event(&fixture)
+            return (answer, before, fixture.snapshot)
+        }
+
         private func steps(_ f: inout Fixture) {
-            let spin = Machine.ThreadStep.spin(DedicatedThreadStateMachineTests.ceiling)
+            let spin = Machine.ThreadStep.spin(spinCeiling)
             switch self {
             case .acceptingWorking:
                 break
@@ -219,7 +263,16 @@ struct DedicatedThreadStateMachineTests {
             }
         }
     }
+}
 
+/// A dedicated thread's decisions, driven event by event: no threads, no clock, no sleeps.
+///
+/// Every event is tried in every state the events can lead to (``Situation``): each test switches
+/// over all of them without a `default`, so a state added later fails to compile until every
+/// event says what it does there. The thread's own reports in a state it cannot be in stop the
+/// process; the exit tests at the end prove that for each report.
+@Suite("DedicatedThreadStateMachine")
+struct DedicatedThreadStateMachineTests {
     // MARK: - The states
 
     @Test("Each situation is the state its events lead to", arguments: Situation.allCases)
@@ -245,63 +298,52 @@ struct DedicatedThreadStateMachineTests {
     @Test("submit: queued while taking work or paused, with the one wakeup the thread needs; refused once disposed or never started",
           arguments: Situation.allCases)
     func submit(_ situation: Situation) {
-        var fixture = situation.make()
-        let queued = fixture.queue, batch = fixture.batchItems
-        /// The wakeup expected, and the activity after it; `nil`: refused.
-        let expected: (wake: Wake, state: State)?
+        let run = situation.apply { fixture in
+            Result { () throws(DedicatedThreadError) in try fixture.machine.submit(.closure(9)) }
+        }
+        func queued(_ wake: Wake, then state: State) -> (answer: Result<Wake, DedicatedThreadError>, after: Snapshot) {
+            (.success(wake), run.before.with(state: state, queue: run.before.queue + [.closure(9)]))
+        }
+        let expected: (answer: Result<Wake, DedicatedThreadError>, after: Snapshot)
         switch situation {
         case .acceptingWorking, .acceptingWorkingThroughBatch, .acceptingSpinningNudged, .acceptingSleepingForWorkSignalled,
              .acceptingSleepingSincePausedSignalled:
-            expected = (.none, situation.state)
+            expected = queued(.none, then: situation.state)
         case .acceptingSpinning:
-            expected = (.nudge, .alive(.accepting, .spinning(nudged: true)))
+            expected = queued(.nudge, then: .alive(.accepting, .spinning(nudged: true)))
         case .acceptingSleepingForWork:
-            expected = (.signal, .alive(.accepting, .sleeping(forWork: true, signalled: true)))
+            expected = queued(.signal, then: .alive(.accepting, .sleeping(forWork: true, signalled: true)))
         case .acceptingSleepingSincePaused:
-            expected = (.signal, .alive(.accepting, .sleeping(forWork: false, signalled: true)))
+            expected = queued(.signal, then: .alive(.accepting, .sleeping(forWork: false, signalled: true)))
         case .pausedWorking, .pausedSpinning, .pausedSpinningWithWork, .pausedSpinningNudged, .pausedSleepingForWork,
              .pausedSleepingForWorkSignalled, .pausedSleeping, .pausedSleepingWithWork, .pausedSleepingSignalled:
-            expected = (.none, situation.state)  // a paused thread starts nothing: no need to wake it
+            expected = queued(.none, then: situation.state)  // a paused thread starts nothing: no need to wake it
         case .disposingWorking, .disposingWorkingThroughBatch, .disposingSpinningNudged, .disposingSleepingForWorkSignalled,
-             .disposingSleepingSignalled, .exited, .failedToStart:
-            expected = nil
+             .disposingSleepingSignalled, .exited:
+            expected = (.failure(refusal), run.before)
+        case .failedToStart:
+            expected = (.failure(startFailure), run.before)
         }
-        if let expected {
-            #expect(fixture.submit(.closure(9)) == expected.wake)
-            #expect(fixture.machine.state == expected.state)
-            #expect(fixture.queue == queued + [.closure(9)])
-        } else {
-            let refusal = situation == .failedToStart ? Self.startFailure : Self.refusal
-            #expect(throws: refusal) { _ = try fixture.machine.submit(.closure(9)) }
-            #expect(fixture.machine.state == situation.state)
-            #expect(fixture.queue == queued)
-        }
-        #expect(fixture.batchItems == batch)
+        #expect(run.answer == expected.answer)
+        #expect(run.after == expected.after)
     }
 
     @Test("pause: a thread taking work pauses, and its batch goes back to the front of the queue; elsewhere nothing changes",
           arguments: Situation.allCases)
     func pause(_ situation: Situation) {
-        var fixture = situation.make()
-        let queued = fixture.queue, batch = fixture.batchItems
-        fixture.pause()
+        let run = situation.apply { $0.pause() }
         switch situation.state {
         case .alive(.accepting, let activity):
-            #expect(fixture.machine.state == .alive(.paused, activity))
-            #expect(fixture.queue == batch + queued)
-            #expect(fixture.batchItems.isEmpty)
+            #expect(run.after == run.before.with(state: .alive(.paused, activity), queue: run.before.batch + run.before.queue, batch: []))
         case .alive(.paused, _), .alive(.disposing, _), .exited, .failedToStart:
-            #expect(fixture.machine.state == situation.state)
-            #expect(fixture.queue == queued)
-            #expect(fixture.batchItems == batch)
+            #expect(run.after == run.before)
         }
     }
 
     @Test("resume: a paused thread takes work again, and is woken if work is queued; elsewhere nothing changes",
           arguments: Situation.allCases)
     func resume(_ situation: Situation) {
-        var fixture = situation.make()
-        let queued = fixture.queue
+        let run = situation.apply { $0.machine.resume() }
         let expected: (wake: Wake, state: State)
         switch situation {
         case .pausedWorking:
@@ -328,9 +370,8 @@ struct DedicatedThreadStateMachineTests {
              .disposingSpinningNudged, .disposingSleepingForWorkSignalled, .disposingSleepingSignalled, .exited, .failedToStart:
             expected = (.none, situation.state)
         }
-        #expect(fixture.machine.resume() == expected.wake)
-        #expect(fixture.machine.state == expected.state)
-        #expect(fixture.queue == queued)
+        #expect(run.answer == expected.wake)
+        #expect(run.after == run.before.with(state: expected.state))
     }
 
     /// The wakeup a dispose gives a living thread: it must come to see that it is to exit.
@@ -352,36 +393,23 @@ struct DedicatedThreadStateMachineTests {
     @Test("dispose: a living thread refuses work from now on and is woken to run its queue and exit; a second dispose does nothing",
           arguments: Situation.allCases)
     func dispose(_ situation: Situation) {
-        var fixture = situation.make()
-        let queued = fixture.queue, batch = fixture.batchItems
+        let run = situation.apply { $0.machine.dispose() }
         let expected = Self.disposed(situation) ?? (.none, situation.state)
-        #expect(fixture.machine.dispose() == expected.wake)
-        #expect(fixture.machine.state == expected.state)
-        #expect(fixture.queue == queued)
-        #expect(fixture.batchItems == batch)
+        #expect(run.answer == expected.wake)
+        #expect(run.after == run.before.with(state: expected.state))
     }
 
     @Test("disposeNow: drops the closures of the batch, then of the queue, keeps the jobs, and wakes the thread as dispose does",
           arguments: Situation.allCases)
     func disposeNow(_ situation: Situation) {
-        var fixture = situation.make()
-        let queued = fixture.queue, batch = fixture.batchItems
-        let dropping = fixture.machine.disposeNow(batch: &fixture.batch, dropping: \.isClosure)
-        switch situation.state {
-        case .alive(.accepting, _), .alive(.paused, _):
-            let expected = Self.disposed(situation)!
-            #expect(dropping.wake == expected.wake)
-            #expect(fixture.machine.state == expected.state)
-        case .alive(.disposing, _):
-            #expect(dropping.wake == .none)  // woken by the dispose already
-            #expect(fixture.machine.state == situation.state)
-        case .exited, .failedToStart:
-            #expect(dropping.wake == .none)
-            #expect(fixture.machine.state == situation.state)
-        }
-        #expect(dropping.dropped == (batch + queued).filter(\.isClosure))
-        #expect(fixture.batchItems == batch.filter { !$0.isClosure })
-        #expect(fixture.queue == queued.filter { !$0.isClosure })
+        let run = situation.apply { fixture in fixture.machine.disposeNow(batch: &fixture.batch, dropping: \.isClosure) }
+        let before = run.before
+        // A thread disposed already was woken by that dispose.
+        let expected = Self.disposed(situation) ?? (.none, situation.state)
+        #expect(run.answer.wake == expected.wake)
+        #expect(run.answer.dropped == (before.batch + before.queue).filter(\.isClosure))
+        #expect(run.after == before.with(
+            state: expected.state, queue: before.queue.filter { !$0.isClosure }, batch: before.batch.filter { !$0.isClosure }))
     }
 
     @Test("disposeNow while working through a batch: the batch's closures go first, its jobs stay to run, then the thread exits")
@@ -402,100 +430,73 @@ struct DedicatedThreadStateMachineTests {
 
     // MARK: - The thread
 
-    @Test("The thread out of work: runs the queue as its next batch, exits once disposed and drained, sleeps while paused, else spins first",
-          arguments: Situation.allCases.filter { $0.state.isWorking })
-    func ranOut(_ situation: Situation) {
-        var fixture = situation.make()
-        fixture.runBatch()
-        let queued = fixture.queue
-        let expected: (step: Machine.ThreadStep, state: State, batch: [Item])
-        switch situation {
-        case .acceptingWorking:
-            expected = (.spin(Self.ceiling), .alive(.accepting, .spinning(nudged: false)), [])
-        case .acceptingWorkingThroughBatch, .disposingWorkingThroughBatch:
-            expected = (.runBatch, situation.state, queued)
-        case .pausedWorking:
-            expected = (.sleep, .alive(.paused, .sleeping(forWork: false, signalled: false)), [])
-        case .disposingWorking:
-            expected = (.exit, .exited, [])
-        case .acceptingSpinning, .acceptingSpinningNudged, .acceptingSleepingForWork, .acceptingSleepingForWorkSignalled,
-             .acceptingSleepingSincePaused, .acceptingSleepingSincePausedSignalled, .pausedSpinning, .pausedSpinningWithWork,
-             .pausedSpinningNudged, .pausedSleepingForWork, .pausedSleepingForWorkSignalled, .pausedSleeping,
-             .pausedSleepingWithWork, .pausedSleepingSignalled, .disposingSpinningNudged, .disposingSleepingForWorkSignalled,
-             .disposingSleepingSignalled, .exited, .failedToStart:
-            Issue.record("the thread cannot run out of work \(situation.rawValue): see the exit tests")
-            return
+    /// What the thread's report gets in a situation: the step, and the state after it; `nil`
+    /// where the thread cannot make that report (see ``outOfTurn(_:in:)``). Out of work, the
+    /// thread has run its batch; a wakeup comes after 1 ms.
+    static func answer(to report: Report, in situation: Situation) -> (step: Machine.ThreadStep, state: State)? {
+        let sleepsPaused = State.alive(.paused, .sleeping(forWork: false, signalled: false))
+        let spinsAfterWakeup = State.alive(.accepting, .spinning(nudged: false))
+        return switch (report, situation) {
+        // Out of work: the queue is the next batch; disposed and drained, exit; paused, sleep; else spin first.
+        case (.ranOut, .acceptingWorking): (.spin(spinCeiling), .alive(.accepting, .spinning(nudged: false)))
+        case (.ranOut, .acceptingWorkingThroughBatch), (.ranOut, .disposingWorkingThroughBatch): (.runBatch, situation.state)
+        case (.ranOut, .pausedWorking): (.sleep, sleepsPaused)
+        case (.ranOut, .disposingWorking): (.exit, .exited)
+        // A spin's end: as out of work, but never a second spin.
+        case (.spinEnded, .acceptingSpinning): (.sleep, .alive(.accepting, .sleeping(forWork: true, signalled: false)))
+        case (.spinEnded, .acceptingSpinningNudged): (.runBatch, .alive(.accepting, .working))
+        case (.spinEnded, .pausedSpinning), (.spinEnded, .pausedSpinningWithWork), (.spinEnded, .pausedSpinningNudged): (.sleep, sleepsPaused)
+        case (.spinEnded, .disposingSpinningNudged): (.exit, .exited)
+        // A wakeup, signalled or not: as out of work (the spin is halved by a 1 ms sleep for work).
+        case (.wokeUp, .acceptingSleepingForWork): (.spin(spinCeiling / 2), spinsAfterWakeup)
+        case (.wokeUp, .acceptingSleepingSincePaused): (.spin(spinCeiling), spinsAfterWakeup)
+        case (.wokeUp, .acceptingSleepingForWorkSignalled), (.wokeUp, .acceptingSleepingSincePausedSignalled):
+            (.runBatch, .alive(.accepting, .working))
+        case (.wokeUp, .pausedSleepingForWork), (.wokeUp, .pausedSleepingForWorkSignalled), (.wokeUp, .pausedSleeping),
+             (.wokeUp, .pausedSleepingWithWork), (.wokeUp, .pausedSleepingSignalled):
+            (.sleep, sleepsPaused)
+        case (.wokeUp, .disposingSleepingForWorkSignalled): (.exit, .exited)
+        case (.wokeUp, .disposingSleepingSignalled): (.runBatch, .alive(.disposing, .working))
+        default: nil
         }
-        #expect(fixture.ranOut() == expected.step)
-        #expect(fixture.machine.state == expected.state)
-        #expect(fixture.batchItems == expected.batch)
-        #expect(fixture.queue == (expected.step == .runBatch ? [] : queued))
     }
 
-    @Test("A spin's end: runs the work that came, exits once disposed, and otherwise sleeps; it never spins twice in a row",
-          arguments: Situation.allCases.filter { $0.state.isSpinning })
-    func spinEnded(_ situation: Situation) {
-        var fixture = situation.make()
-        let queued = fixture.queue
-        let expected: (step: Machine.ThreadStep, state: State)
-        switch situation {
-        case .acceptingSpinning:
-            expected = (.sleep, .alive(.accepting, .sleeping(forWork: true, signalled: false)))
-        case .acceptingSpinningNudged:
-            expected = (.runBatch, .alive(.accepting, .working))
-        case .pausedSpinning, .pausedSpinningWithWork, .pausedSpinningNudged:
-            expected = (.sleep, .alive(.paused, .sleeping(forWork: false, signalled: false)))
-        case .disposingSpinningNudged:
-            expected = (.exit, .exited)
-        case .acceptingWorking, .acceptingWorkingThroughBatch, .acceptingSleepingForWork, .acceptingSleepingForWorkSignalled,
-             .acceptingSleepingSincePaused, .acceptingSleepingSincePausedSignalled, .pausedWorking, .pausedSleepingForWork,
-             .pausedSleepingForWorkSignalled, .pausedSleeping, .pausedSleepingWithWork, .pausedSleepingSignalled,
-             .disposingWorking, .disposingWorkingThroughBatch, .disposingSleepingForWorkSignalled, .disposingSleepingSignalled,
-             .exited, .failedToStart:
-            Issue.record("the thread cannot end a spin \(situation.rawValue): see the exit tests")
-            return
+    static let threadReports = [Report.ranOut, .spinEnded, .wokeUp]
+
+    @Test("The thread reports only what it can be doing: out of work while working, a spin's end while spinning, a wakeup while sleeping",
+          arguments: threadReports)
+    func reportsInTurn(_ report: Report) {
+        for situation in Situation.allCases {
+            let inTurn = switch report {
+            case .ranOut: situation.state.isWorking
+            case .spinEnded: situation.state.isSpinning
+            case .wokeUp: situation.state.isSleeping
+            case .startFailure: situation == .acceptingWorking
+            }
+            #expect((Self.answer(to: report, in: situation) != nil) == inTurn, "\(report.rawValue), \(situation.rawValue)")
         }
-        #expect(fixture.spinEnded() == expected.step)
-        #expect(fixture.machine.state == expected.state)
-        #expect(fixture.batchItems == (expected.step == .runBatch ? queued : []))
     }
 
-    @Test("Waking up: runs the work that came, exits once disposed, sleeps on while paused, else spins; a sleep for work teaches the spin",
+    @Test("The thread's reports: the next batch, a spin, a sleep or the exit, in every state it can report in",
+          arguments: threadReports.flatMap { report in
+              Situation.allCases.filter { answer(to: report, in: $0) != nil }.map { (report, $0) }
+          })
+    func threadReport(_ report: Report, in situation: Situation) throws {
+        var fixture = situation.make()
+        if report == .ranOut { fixture.runBatch() }
+        let before = fixture.snapshot
+        let expected = try #require(Self.answer(to: report, in: situation))
+        #expect(fixture.report(report) == expected.step)
+        #expect(fixture.snapshot == before.after(expected.step, state: expected.state))
+    }
+
+    @Test("A sleep for work teaches the spin how soon work came; a sleep since a pause teaches it nothing",
           arguments: Situation.allCases.filter { $0.state.isSleeping })
-    func wokeUp(_ situation: Situation) {
+    func sleepTeachesSpin(_ situation: Situation) {
         var fixture = situation.make()
-        let queued = fixture.queue
-        // A sleep of 1 ms, far over the 20 µs ceiling, halves the spin if it was a sleep for work.
-        let halved = Self.ceiling / 2
-        let expected: (step: Machine.ThreadStep, state: State, spin: Duration)
-        switch situation {
-        case .acceptingSleepingForWork:
-            expected = (.spin(halved), .alive(.accepting, .spinning(nudged: false)), halved)
-        case .acceptingSleepingForWorkSignalled:
-            expected = (.runBatch, .alive(.accepting, .working), halved)
-        case .acceptingSleepingSincePaused:
-            expected = (.spin(Self.ceiling), .alive(.accepting, .spinning(nudged: false)), Self.ceiling)
-        case .acceptingSleepingSincePausedSignalled:
-            expected = (.runBatch, .alive(.accepting, .working), Self.ceiling)
-        case .pausedSleepingForWork, .pausedSleepingForWorkSignalled:
-            expected = (.sleep, .alive(.paused, .sleeping(forWork: false, signalled: false)), halved)
-        case .pausedSleeping, .pausedSleepingWithWork, .pausedSleepingSignalled:
-            expected = (.sleep, .alive(.paused, .sleeping(forWork: false, signalled: false)), Self.ceiling)
-        case .disposingSleepingForWorkSignalled:
-            expected = (.exit, .exited, halved)
-        case .disposingSleepingSignalled:
-            expected = (.runBatch, .alive(.disposing, .working), Self.ceiling)
-        case .acceptingWorking, .acceptingWorkingThroughBatch, .acceptingSpinning, .acceptingSpinningNudged,
-             .pausedWorking, .pausedSpinning, .pausedSpinningWithWork, .pausedSpinningNudged, .disposingWorking,
-             .disposingWorkingThroughBatch, .disposingSpinningNudged, .exited, .failedToStart:
-            Issue.record("the thread cannot wake up \(situation.rawValue): see the exit tests")
-            return
-        }
-        #expect(fixture.wokeUp() == expected.step)
-        #expect(fixture.machine.state == expected.state)
-        #expect(fixture.machine.spinBudget.current == expected.spin)
-        #expect(fixture.batchItems == (expected.step == .runBatch ? queued : []))
-        #expect(fixture.queue == (expected.step == .runBatch ? [] : queued))
+        _ = fixture.wokeUp(after: .milliseconds(1))
+        guard case .alive(_, .sleeping(let forWork, _)) = situation.state else { return }
+        #expect(fixture.machine.spinBudget.current == (forWork ? spinCeiling / 2 : spinCeiling))
     }
 
     /// Work comes 1 ms after each spin, far later than the spin's 20 µs: each sleep halves the spin.
@@ -528,7 +529,7 @@ struct DedicatedThreadStateMachineTests {
         #expect(fixture.submit(.closure(1)) == .signal)
         #expect(fixture.wokeUp(after: .microseconds(5)) == .runBatch)
         fixture.runBatch()
-        #expect(fixture.ranOut() == .spin(Self.ceiling))
+        #expect(fixture.ranOut() == .spin(spinCeiling))
     }
 
     @Test("A new thread that the system would not start refuses every submission from then on")
@@ -537,66 +538,21 @@ struct DedicatedThreadStateMachineTests {
         fixture.machine.threadFailedToStart(errno: 11)
         #expect(fixture.machine.state == .failedToStart(errno: 11))
         #expect(fixture.machine.hasExited)
-        #expect(throws: Self.startFailure) { _ = try fixture.machine.submit(.job(1)) }
+        #expect(throws: startFailure) { _ = try fixture.machine.submit(.job(1)) }
     }
 
     // MARK: - Reports out of turn
 
     @Test("The thread's reports in a state it cannot be in stop the process", arguments: [
-        OutOfTurn.ranOutWhileSpinning, .ranOutWhileSleeping, .ranOutAfterExit, .ranOutWithoutThread, .ranOutWithBatchLeft,
-        .spinEndedWhileWorking, .spinEndedWhileSleeping, .spinEndedAfterExit, .wokeUpWhileWorking, .wokeUpWhileSpinning,
-        .wokeUpWithoutThread, .startFailureAfterSubmit,
+        (Report.ranOut, Situation.acceptingSpinning), (.ranOut, .acceptingSleepingForWork), (.ranOut, .exited),
+        (.ranOut, .failedToStart), (.ranOut, .acceptingWorkingThroughBatch), (.spinEnded, .acceptingWorking),
+        (.spinEnded, .pausedSleeping), (.spinEnded, .exited), (.wokeUp, .disposingWorking), (.wokeUp, .pausedSpinning),
+        (.wokeUp, .failedToStart), (.startFailure, .acceptingWorkingThroughBatch),
     ])
-    func outOfTurn(_ report: OutOfTurn) async {
-        await #expect(processExitsWith: .failure) { [report] in
-            report.report()
-        }
-    }
-
-    /// A report that the thread cannot make where it is.
-    enum OutOfTurn: String, Codable, Sendable, CustomTestStringConvertible {
-        case ranOutWhileSpinning = "out of work while spinning"
-        case ranOutWhileSleeping = "out of work while sleeping"
-        case ranOutAfterExit = "out of work after exiting"
-        case ranOutWithoutThread = "out of work with no thread"
-        case ranOutWithBatchLeft = "out of work with items left in the batch"
-        case spinEndedWhileWorking = "a spin's end while working"
-        case spinEndedWhileSleeping = "a spin's end while sleeping"
-        case spinEndedAfterExit = "a spin's end after exiting"
-        case wokeUpWhileWorking = "a wakeup while working"
-        case wokeUpWhileSpinning = "a wakeup while spinning"
-        case wokeUpWithoutThread = "a wakeup with no thread"
-        case startFailureAfterSubmit = "a start failure after a submission"
-
-        var testDescription: String { rawValue }
-
-        /// Where the report comes.
-        var situation: Situation {
-            switch self {
-            case .ranOutWhileSpinning: .acceptingSpinning
-            case .ranOutWhileSleeping: .acceptingSleepingForWork
-            case .ranOutAfterExit, .spinEndedAfterExit: .exited
-            case .ranOutWithoutThread, .wokeUpWithoutThread: .failedToStart
-            case .ranOutWithBatchLeft, .startFailureAfterSubmit: .acceptingWorkingThroughBatch
-            case .spinEndedWhileWorking: .acceptingWorking
-            case .spinEndedWhileSleeping: .pausedSleeping
-            case .wokeUpWhileWorking: .disposingWorking
-            case .wokeUpWhileSpinning: .pausedSpinning
-            }
-        }
-
-        func report() {
+    func outOfTurn(_ report: Report, in situation: Situation) async {
+        await #expect(processExitsWith: .failure) { [report, situation] in
             var fixture = situation.make()
-            switch self {
-            case .ranOutWhileSpinning, .ranOutWhileSleeping, .ranOutAfterExit, .ranOutWithoutThread, .ranOutWithBatchLeft:
-                _ = fixture.ranOut()
-            case .spinEndedWhileWorking, .spinEndedWhileSleeping, .spinEndedAfterExit:
-                _ = fixture.spinEnded()
-            case .wokeUpWhileWorking, .wokeUpWhileSpinning, .wokeUpWithoutThread:
-                _ = fixture.wokeUp()
-            case .startFailureAfterSubmit:
-                fixture.machine.threadFailedToStart(errno: 11)
-            }
+            _ = fixture.report(report)  // out of work "with items left in the batch" where it has some
         }
     }
 }
