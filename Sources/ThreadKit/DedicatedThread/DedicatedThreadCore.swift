@@ -8,9 +8,14 @@ import Synchronization
 /// deinitialised like any object, and tells its core with ``release()``: the core then runs what
 /// is queued, as after ``dispose()``, and its thread exits. Work that captures the front keeps it
 /// alive until that work has run.
+///
+/// The core is the shell of a ``DedicatedThreadStateMachine``: every decision (take or refuse
+/// work, pause, dispose, what the thread does next, whom to wake) is the machine's, made under
+/// `mutex`; the core carries it out (signals, nudges, sleeps, runs items) and runs every closure
+/// outside its locks.
 final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendable {
-    // Sendable: `state` is guarded by `mutex`, `batch` by `batchMutex` (taken inside `mutex` when
-    // both are needed); `workNudge` is an atomic; the rest is constant.
+    // Sendable: `machine` is guarded by `mutex`, `batch` by `batchMutex` (taken inside `mutex`
+    // when both are needed); `workNudge` is an atomic; the rest is constant.
 
     let name: String
 
@@ -19,23 +24,23 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     private let workArrived = MonotonicCondition()
     /// Broadcast when the thread has exited.
     private let exited = MonotonicCondition()
-    private var state = State()
+    private var machine: DedicatedThreadStateMachine<Item>
     /// The items the thread took out of the queue in one go, to run one by one. Submitters never
     /// take this lock, so the thread and its submitters meet on `mutex` once per batch, not once
     /// per item; ``pause()``, ``pendingCount`` and ``disposeNow()`` look at both.
     private let batchMutex = PThreadMutex()
-    private var batch = Batch()
-    /// Bumped by a submitter that finds the thread spinning for work: it need not be woken.
+    private var batch = RingBuffer<Item>()
+    /// Bumped for the thread while it spins for work: it need not be woken.
     private let workNudge = Atomic<Int>(0)
 
     /// Creates the core and starts its thread; a refusal is kept (see ``DedicatedThread/init(name:)``).
     init(name: String) {
         self.name = name
+        machine = DedicatedThreadStateMachine(name: name, spinCeiling: Self.spinBeforeSleeping)
         do {
             try NamedThread.start(name: name) { [self] in runThread() }
         } catch {
-            state.lifecycle = .failedToStart(errno: error.errno)
-            state.hasExited = true
+            machine.threadFailedToStart(errno: error.errno)
         }
     }
 
@@ -97,24 +102,17 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
 
     /// ``DedicatedThread/pause()``.
     func pause() {
-        mutex.withLock {
-            // A disposed thread drains its queue; a pause now would strand it.
-            guard case .running = state.lifecycle else { return }
-            setPaused(true)
-        }
+        mutex.withLock { batchMutex.withLock { machine.pause(batch: &batch) } }
     }
 
     /// ``DedicatedThread/resume()``.
     func resume() {
-        mutex.withLock {
-            setPaused(false)
-            wakeThread()
-        }
+        mutex.withLock { wake(machine.resume()) }
     }
 
     /// ``DedicatedThread/isPaused``.
     var isPaused: Bool {
-        mutex.withLock { state.isPaused }
+        mutex.withLock { machine.isPaused }
     }
 
     /// ``DedicatedThread/isCurrent``.
@@ -124,42 +122,24 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
 
     /// ``DedicatedThread/dispose()``.
     func dispose() {
-        drain()
+        mutex.withLock { wake(machine.dispose()) }
     }
 
     /// The ``DedicatedThread`` was let go of: nothing can submit closures any more, so the thread
     /// runs what is queued, as after ``dispose()`` (a paused thread resumes: nobody is left to
     /// resume it), then exits.
     func release() {
-        drain()
-    }
-
-    /// Refuses new work, runs everything already queued, then lets the thread exit.
-    private func drain() {
-        mutex.withLock {
-            guard case .running = state.lifecycle else { return }
-            state.lifecycle = .draining
-            setPaused(false)
-            wakeThread()
-        }
+        dispose()
     }
 
     /// ``DedicatedThread/disposeNow()``.
     func disposeNow() -> Int {
         let dropped: [Item] = mutex.withLock {
-            switch state.lifecycle {
-            case .running, .draining: break
-            case .stopped, .failedToStart: return []
-            }
-            state.lifecycle = .stopped
-            setPaused(false)
-            let isClosure = { (item: Item) in if case .closure = item { true } else { false } }
-            // The batch was queued first: its closures are dropped first.
-            let dropped = batchMutex.withLock { batch.items.removeAll(where: isClosure) }
-                + state.queue.removeAll(where: isClosure)
-            wakeThread()
-            return dropped
+            let dropping = batchMutex.withLock { machine.disposeNow(batch: &batch, dropping: \.isClosure) }
+            wake(dropping.wake)
+            return dropping.dropped
         }
+        // Released, and their `run` callers resumed, after the lock is let go.
         for case .closure(_, let onDrop?) in dropped { onDrop() }
         return dropped.count
     }
@@ -168,72 +148,28 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     func awaitTermination(timeout: Duration) -> Bool {
         precondition(timeout >= .zero, "DedicatedThread '\(name)': awaitTermination timeout must not be negative, got \(timeout)")
         let deadline = MonotonicInstant.now().advanced(by: timeout)
-        return mutex.withLock {
-            while !state.hasExited {
-                if MonotonicInstant.now() >= deadline { return false }
-                _ = exited.wait(mutex, until: deadline)
-            }
-            return true
-        }
+        return mutex.withLock { _blockingWaitForExit(until: deadline) }
     }
 
     /// ``DedicatedThread/pendingCount``.
     var pendingCount: Int {
-        mutex.withLock { state.queue.count + batchMutex.withLock { batch.items.count } }
+        mutex.withLock { machine.queue.count + batchMutex.withLock { batch.count } }
     }
 
     // MARK: - Internals
-
-    private enum Lifecycle {
-        case running
-        /// ``dispose()``: running what is queued, then exiting.
-        case draining
-        /// ``disposeNow()``: queued closures dropped; running jobs and `sync` calls, then exiting.
-        case stopped
-        /// The system refused to start the thread.
-        case failedToStart(errno: Int32)
-    }
-
-    private struct State {
-        var lifecycle = Lifecycle.running
-        var queue = RingBuffer<Item>()
-        var isPaused = false
-        var hasExited = false
-        /// The thread is watching `workNudge` before it sleeps.
-        var isSpinning = false
-        /// How long the thread watches for work before it sleeps, learned from its last sleeps.
-        var spinBudget = SpinBudget(ceiling: DedicatedThreadCore.spinBeforeSleeping)
-        /// The thread sleeps on `workArrived`.
-        var isSleeping = false
-    }
-
-    /// What the thread took out of the queue and has not started yet, oldest first.
-    private struct Batch {
-        var items = RingBuffer<Item>()
-        /// A copy of `State.isPaused`, for the thread to look at between items.
-        var isPaused = false
-    }
 
     /// One unit of work in the queue.
     private enum Item {
         /// From ``execute(_:)`` or ``run(_:)``; `onDrop` resumes a `run` caller that ``disposeNow()`` dropped.
         case closure(@Sendable () -> Void, onDrop: (@Sendable () -> Void)?)
         case job(UnownedJob)
-        /// A blocked ``sync(_:)`` caller's work.
-        case sync(SyncRequest)
-    }
+        /// A blocked ``sync(_:)`` caller's work, lent while the caller waits.
+        case sync(ExecutionContexts.LentWork)
 
-    /// A `sync` caller's work, run on the thread while the caller waits for its completion.
-    private final class SyncRequest: Sendable {
-        /// `work` is a loan (see ``BorrowedWork``).
-        let work: BorrowedWork
-        /// Done once the thread has run the work. The caller waits for it on its own parker, where
-        /// it serves nested requests for a thread-affine context it runs (A → B → A).
-        let completion = ExecutionContexts.Completion()
-
-        /// A request for the calling thread to wait for.
-        init(_ work: @escaping () -> Void) {
-            self.work = BorrowedWork(work)
+        /// What ``disposeNow()`` drops: closures. A job belongs to a task that would otherwise
+        /// wait for ever, and a `sync` caller is blocked waiting for its result.
+        var isClosure: Bool {
+            if case .closure = self { true } else { false }
         }
     }
 
@@ -248,38 +184,24 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     private static let current = ThreadLocalPointer()
 
     private func submit(_ item: Item) throws(DedicatedThreadError) {
-        try mutex.withLock { () throws(DedicatedThreadError) in
-            switch state.lifecycle {
-            case .running: break
-            case .draining, .stopped: throw .disposed(name: name)
-            case .failedToStart(let errno): throw .threadStartFailed(name: name, errno: errno)
-            }
-            state.queue.append(item)
-            if state.queue.count == 1 { wakeThread() }
-        }
+        try mutex.withLock { () throws(DedicatedThreadError) in wake(try machine.submit(item)) }
     }
 
-    /// Tells the thread to look again if it spins or sleeps. Mutex held.
-    private func wakeThread() {
-        if state.isSleeping {
-            workArrived.signal()
-        } else if state.isSpinning {
-            workNudge.wrappingAdd(1, ordering: .releasing)
+    /// Carries out the machine's wakeup. Mutex held.
+    private func wake(_ wake: DedicatedThreadStateMachine<Item>.Wake) {
+        switch wake {
+        case .none: break
+        case .signal: workArrived.signal()
+        case .nudge: workNudge.wrappingAdd(1, ordering: .releasing)
         }
-    }
-
-    /// Pauses or resumes, in the state and in the batch's copy the thread reads. Mutex held.
-    private func setPaused(_ isPaused: Bool) {
-        state.isPaused = isPaused
-        batchMutex.withLock { batch.isPaused = isPaused }
     }
 
     /// `sync`, with the error path spelled out so that `sync` itself only rethrows `work`'s errors.
     ///
     /// Follows the rules of ``ExecutionContexts``: on this thread, inline; when the caller holds
     /// this thread through other contexts (A → B → A), the work runs on this thread, which serves
-    /// it in its own `sync` wait; a stop if waiting would close a cycle; else the work runs here,
-    /// after what was queued before it, holding what the caller held.
+    /// it in its own `sync` wait; a stop if waiting would close a cycle; else the work is lent to
+    /// this thread, to run after what was queued before it, holding what the caller held.
     private func sync<T>(
         _ work: () throws -> T, refused: (DedicatedThreadError) throws -> Never,
         rethrowing rethrow: (any Error) throws -> Never
@@ -294,174 +216,92 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
                     // The thread holds its own context. The caller waits serving: the work may
                     // send it a piece of a thread-affine context it runs.
                     let handover = ExecutionContexts.handover(in: nil, serving: true)
-                    withoutActuallyEscaping(work) { work in
-                        let request = SyncRequest { handover.run { result = Result { try work() } } }
+                    ExecutionContexts.blocking(for: context) {
                         do throws(DedicatedThreadError) {
-                            try submit(.sync(request))
+                            _ = try ExecutionContexts.LentWork._blockingLend(
+                                { handover.run { result = Result { try work() } } }, spinningFor: Self.spinBeforeSleeping,
+                                to: { lent throws(DedicatedThreadError) in try submit(.sync(lent)) })
                         } catch {
                             refusal = error
-                            return
-                        }
-                        ExecutionContexts.blocking(for: context) {
-                            request.completion._blockingWait(spinningFor: Self.spinBeforeSleeping)
                         }
                     }
                 }
             }
         }
         if let refusal { try refused(refusal) }
+        // A lent `sync` is never dropped: the thread runs every one before it exits.
         switch result! {
         case .success(let value): return value
         case .failure(let error): try rethrow(error)
         }
     }
 
-    /// The thread's body: run the batch item by item; when it is empty, take the whole queue as the
-    /// next batch, or watch briefly for work and then sleep; until disposed and drained.
+    /// The thread's body: runs its batch item by item, and asks the machine for the next one
+    /// whenever it is empty, until disposed and drained.
     private func runThread() {
         Self.current.current = Unmanaged.passUnretained(self).toOpaque()
         ExecutionContexts.holdForever(SerialContext(.thread(self)))
         // No binding outlives a run: `perform` consumes a temporary taken out of `next`, so the
         // item's closure is released before a lock is taken again.
         var next: Item?
-        var hasSpun = false
         while true {
             batchMutex.lock()
-            if !batch.isPaused { next = batch.items.popFirst() }
+            next = batch.popFirst()
             batchMutex.unlock()
             if next != nil {
-                if let request = perform(next.take()!) { request.completion.finish() }
-                hasSpun = false
-                continue
-            }
-            mutex.lock()
-            switch nextStep(hasSpun: hasSpun) {
-            case .runBatch:
-                mutex.unlock()
-                hasSpun = false
-            case .spin:
-                state.isSpinning = true
-                let nudge = workNudge.load(ordering: .acquiring)
-                let budget = state.spinBudget.current
-                mutex.unlock()
-                _ = spinBriefly(for: budget) { workNudge.load(ordering: .acquiring) != nudge }
-                mutex.lock()
-                state.isSpinning = false
-                mutex.unlock()
-                hasSpun = true
-            case .sleep:
-                state.isSleeping = true
-                let asleepSince = MonotonicInstant.now(), isWaitingForWork = !state.isPaused
-                _blockingWaitForWork()
-                state.isSleeping = false
-                if isWaitingForWork { state.spinBudget.slept(for: asleepSince.duration(to: .now())) }
-                mutex.unlock()
-                hasSpun = false
-            case .exit:
-                state.hasExited = true
-                exited.broadcast()
-                mutex.unlock()
+                perform(next.take()!)
+            } else if !_blockingTakeNextBatch() {
                 return
             }
         }
     }
 
-    private enum Step {
-        /// The batch has items to run (it was refilled from the queue, or a resume came meanwhile).
-        case runBatch
-        case spin
-        case sleep
-        case exit
-    }
-
-    /// What the thread does once its batch is empty or paused; refills the batch from the queue.
-    /// Mutex held.
-    private func nextStep(hasSpun: Bool) -> Step {
-        if state.isPaused { return .sleep }  // a dispose resumes it to drain
-        let batchIsEmpty = batchMutex.withLock {
-            // The batch is empty here, unless a resume came after the thread saw it paused.
-            if batch.items.isEmpty { swap(&batch.items, &state.queue) }
-            return batch.items.isEmpty
+    /// With the batch empty, carries out the machine's steps (spin, sleep) until it has refilled
+    /// the batch (`true`) or the thread is to exit (`false`).
+    private func _blockingTakeNextBatch() -> Bool {
+        mutex.lock()
+        defer { mutex.unlock() }
+        var step = batchMutex.withLock { machine.threadRanOutOfWork(refilling: &batch) }
+        while true {
+            switch step {
+            case .runBatch:
+                return true
+            case .spin(let budget):
+                let nudge = workNudge.load(ordering: .acquiring)
+                mutex.unlock()
+                _ = spinBriefly(for: budget) { workNudge.load(ordering: .acquiring) != nudge }
+                mutex.lock()
+                step = batchMutex.withLock { machine.spinEnded(refilling: &batch) }
+            case .sleep:
+                let asleepSince = MonotonicInstant.now()
+                workArrived.wait(mutex)
+                let slept = asleepSince.duration(to: .now())
+                step = batchMutex.withLock { machine.threadWokeUp(afterSleeping: slept, refilling: &batch) }
+            case .exit:
+                exited.broadcast()
+                return false
+            }
         }
-        if !batchIsEmpty { return .runBatch }
-        guard case .running = state.lifecycle else { return .exit }
-        return hasSpun || state.spinBudget.current == .zero ? .sleep : .spin
     }
 
-    /// Runs `item`; returns the `sync` request whose caller is to be told.
-    private func perform(_ item: consuming Item) -> SyncRequest? {
+    /// Waits until the thread has exited or `deadline` has passed; whether it has. Mutex held.
+    private func _blockingWaitForExit(until deadline: MonotonicInstant) -> Bool {
+        while !machine.hasExited {
+            if MonotonicInstant.now() >= deadline { return false }
+            _ = exited.wait(mutex, until: deadline)
+        }
+        return true
+    }
+
+    /// Runs `item` on the thread.
+    private func perform(_ item: consuming Item) {
         switch consume item {
         case .closure(let work, _):
             work()
-            return nil
         case .job(let job):
             job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
-            return nil
-        case .sync(let request):
-            request.work.run()
-            return request
+        case .sync(let lent):
+            lent.run()
         }
-    }
-
-    private func _blockingWaitForWork() {
-        workArrived.wait(mutex)
-    }
-}
-
-/// One ``DedicatedThread/run(_:)`` call: its work and its caller, joined to the caller's
-/// cancellation.
-///
-/// Exactly one of ``start()`` and ``end(throwing:)`` takes the work and the continuation: the
-/// thread starting the work, or its end without running (the caller's cancellation, a dropped or
-/// refused submission). The work is released by whoever took it, outside the lock.
-private final class RunCall<T: Sendable>: Sendable {
-    private struct State: Sendable {
-        var work: (@Sendable () throws -> T)?
-        var continuation: CheckedContinuation<T, any Error>?
-        /// Started or ended: nothing is left to take.
-        var isTaken = false
-    }
-
-    private let state: Locked<State>
-
-    init(_ work: @escaping @Sendable () throws -> T) {
-        state = Locked(State(work: work))
-    }
-
-    /// Keeps the caller's continuation; `false` (and the caller resumed) if the call ended first.
-    func attach(_ continuation: CheckedContinuation<T, any Error>) -> Bool {
-        let ended = state.withLock { state in
-            if !state.isTaken { state.continuation = continuation }
-            return state.isTaken
-        }
-        if ended { continuation.resume(throwing: CancellationError()) }
-        return !ended
-    }
-
-    /// On the thread: runs the work and resumes the caller with its result, unless the call ended.
-    func start() {
-        guard let (work, continuation) = take() else { return }
-        continuation.resume(with: Result { try work() })
-    }
-
-    /// Ends the call without running the work, if it has not started: the caller throws `error`.
-    func end(throwing error: any Error) {
-        guard let (work, continuation) = take() else { return }
-        _ = work  // released here, after the lock
-        continuation.resume(throwing: error)
-    }
-
-    /// The work and the continuation, once; `nil` for every later call. A call that ends before
-    /// ``attach(_:)`` leaves no continuation: `attach` resumes the caller.
-    private func take() -> (work: @Sendable () throws -> T, continuation: CheckedContinuation<T, any Error>)? {
-        var work: (@Sendable () throws -> T)?
-        let continuation = state.withLock { state -> CheckedContinuation<T, any Error>? in
-            guard !state.isTaken else { return nil }
-            state.isTaken = true
-            work = state.work.take()
-            return state.continuation.take()
-        }
-        guard let work, let continuation else { return nil }
-        return (work, continuation)
     }
 }

@@ -1,6 +1,5 @@
 import Dispatch
 import Foundation
-import Synchronization
 
 /// Where a ``DispatchMethod`` runs work: a Dispatch queue, or one of ThreadKit's executors.
 ///
@@ -26,15 +25,14 @@ public enum DispatchTarget: Sendable {
 }
 
 extension DispatchTarget: CustomStringConvertible {
+    /// The target as ThreadKit's messages name it: `DedicatedThread "db"`, `the main queue`, named
+    /// as its serial context is in a deadlock message (a pool of any size by its name).
     public var description: String {
         switch self {
-        case .main: "the main queue"
         case .global(let qos): "the global queue (\(qos))"
-        case .serialQueue(let queue): "serial DispatchQueue '\(queue.label)'"
-        case .concurrentQueue(let queue): "concurrent DispatchQueue '\(queue.label)'"
-        case .pool(let pool): "ThreadPool '\(pool.name)'"
-        case .thread(let thread): "DedicatedThread '\(thread.name)'"
-        case .throttled(let queue): "ThrottledQueue '\(queue.label)'"
+        case .concurrentQueue(let queue): "concurrent DispatchQueue \"\(queue.label)\""
+        case .pool(let pool): SerialContext(.pool(pool)).description
+        case .main, .serialQueue, .thread, .throttled: serialContext!.description
         }
     }
 }
@@ -143,14 +141,11 @@ extension DispatchTarget {
     }
 
     /// Like ``runAndWaitElsewhere(_:)``, but the caller sleeps on its own parker, serving nested
-    /// requests, while the target runs `work` (submitted asynchronously).
+    /// requests, while the target runs `work` (submitted asynchronously). A pool that drops the
+    /// work unrun (``ThreadPool/disposeNow()``) gives it back: the wait ends with its refusal.
     private func runAndWaitServing(_ work: () -> Void) throws {
-        try withoutActuallyEscaping(work) { work in
-            let borrowed = BorrowedWork(work)
-            let handOff = HandOff()
-            let watch = HandOffWatch(borrowed, handOff)
-            let run: @Sendable () -> Void = { watch.run() }
-            defer { borrowed.discard() }  // a target that let go of it unrun may still hold the watch
+        let ran = try ExecutionContexts.LentWork._blockingLend(work) { lent in
+            let run: @Sendable () -> Void = { lent.run() }
             switch self {
             case .main: DispatchQueue.main.async(execute: run)
             case .global(let qos): DispatchQueue.global(qos: qos).async(execute: run)
@@ -158,40 +153,9 @@ extension DispatchTarget {
             case .pool(let pool): try pool.execute(run)
             case .thread, .throttled: preconditionFailure("\(self) hands its work over itself")
             }
-            handOff.completion._blockingWait()
-            if !handOff.ran.load(ordering: .acquiring), case .pool(let pool) = self {
-                throw ThreadPoolError.disposed(pool: pool.name)
-            }
         }
-    }
-}
-
-/// What a `sync` caller waiting serving and the work it handed to a target share.
-private final class HandOff: Sendable {
-    /// Finished once the work has run, or once the target let go of it unrun.
-    let completion = ExecutionContexts.Completion()
-    /// Whether the work ran.
-    let ran = Atomic<Bool>(false)
-}
-
-/// Runs a handed-over work, and finishes its ``HandOff`` also when the target lets go of it unrun
-/// (a pool's `disposeNow()`): nobody waits forever.
-private final class HandOffWatch: Sendable {
-    private let work: BorrowedWork
-    private let handOff: HandOff
-
-    init(_ work: BorrowedWork, _ handOff: HandOff) {
-        self.work = work
-        self.handOff = handOff
-    }
-
-    func run() {
-        handOff.ran.store(true, ordering: .releasing)
-        work.run()
-        handOff.completion.finish()
-    }
-
-    deinit {
-        if !handOff.ran.load(ordering: .acquiring) { handOff.completion.finish() }
+        if !ran, case .pool(let pool) = self {
+            throw ThreadPoolError.disposed(pool: pool.name)
+        }
     }
 }

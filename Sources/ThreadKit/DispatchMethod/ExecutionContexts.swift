@@ -1,119 +1,3 @@
-import Dispatch
-import Foundation
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
-/// Something that runs one piece of work at a time: the main queue, a serial `DispatchQueue`, a
-/// ``DedicatedThread``, a ``ThrottledQueue`` or a ``ThreadPool`` of size 1.
-struct SerialContext: Hashable, Sendable, CustomStringConvertible {
-    enum Kind: Sendable {
-        case main
-        case queue(DispatchQueue)
-        /// A dedicated thread's core, which its thread holds: never the ``DedicatedThread`` itself,
-        /// which the thread must not keep alive.
-        case thread(DedicatedThreadCore)
-        case throttled(ThrottledQueue)
-        /// The turn of the tasks nested in one running task of a throttled queue (its `sync` and
-        /// `run` calls on the same queue): the concurrent child tasks of `run`'s work take it one
-        /// at a time. Held by the thread or task that runs such a nested task.
-        case nestedTurn(ThrottledQueue.Hold)
-        case pool(ThreadPool)
-    }
-
-    let kind: Kind
-    fileprivate let id: ObjectIdentifier
-    /// For a throttled queue held by running one of its tasks: that task's hold, so that a thread
-    /// the context is handed on to nests its own calls on the queue in that task, as the holder
-    /// would. Not part of the identity.
-    let throttleHold: ThrottledQueue.Hold?
-
-    init(_ kind: Kind, hold: ThrottledQueue.Hold? = nil) {
-        self.kind = kind
-        throttleHold = hold
-        switch kind {
-        case .main: id = MainQueue.identity
-        case .queue(let queue): id = ObjectIdentifier(queue)
-        case .thread(let thread): id = ObjectIdentifier(thread)
-        case .throttled(let queue): id = ObjectIdentifier(queue)
-        case .nestedTurn(let holder): id = ObjectIdentifier(holder)
-        case .pool(let pool): id = ObjectIdentifier(pool)
-        }
-    }
-
-    static func == (lhs: SerialContext, rhs: SerialContext) -> Bool { lhs.id == rhs.id }
-
-    /// Whether the context's work must run on one particular thread: a dedicated thread's on that
-    /// thread, a queue's on the thread that runs inside the queue (where `getSpecific` and an
-    /// actor's isolation check see it). A pool of size 1 and a throttled queue only promise one
-    /// piece of work at a time, wherever it runs.
-    var isThreadAffine: Bool {
-        switch kind {
-        case .main, .queue, .thread: true
-        case .throttled, .nestedTurn, .pool: false
-        }
-    }
-
-    func hash(into hasher: inout Hasher) { hasher.combine(id) }
-
-    var description: String {
-        switch kind {
-        case .main: "the main queue"
-        case .queue(let queue): "DispatchQueue \"\(queue.label)\""
-        case .thread(let thread): "DedicatedThread \"\(thread.name)\""
-        case .throttled(let queue): "ThrottledQueue \"\(queue.label)\""
-        // Named as its queue: waiting for the nested turn is waiting for the queue, to its user.
-        case .nestedTurn(let holder): "ThrottledQueue \"\(holder.queue.label)\""
-        case .pool(let pool): "ThreadPool \"\(pool.name)\""
-        }
-    }
-
-    /// The name alone, quoted, for the end of a deadlock message.
-    var shortDescription: String {
-        switch kind {
-        case .main: "the main queue"
-        case .queue(let queue): "\"\(queue.label)\""
-        case .thread(let thread): "\"\(thread.name)\""
-        case .throttled(let queue): "\"\(queue.label)\""
-        case .nestedTurn(let holder): "\"\(holder.queue.label)\""
-        case .pool(let pool): "\"\(pool.name)\""
-        }
-    }
-}
-
-/// The main queue's one identity, and whether the calling code runs on it.
-///
-/// On Linux every read of `DispatchQueue.main` makes a new wrapper object, so neither its identity
-/// nor the thread tells the main queue apart: after `dispatchMain()` its work runs on worker
-/// threads, and a freed wrapper's address is soon another queue's. As libdispatch-based libraries
-/// do, the main queue carries a specific of ours, which only code running on it sees.
-enum MainQueue {
-    /// Stands for the main queue: the object whose identity a main-queue context has.
-    private final class Marker: Sendable {}
-
-    private static let marker = Marker()
-
-    /// The identity of every ``SerialContext`` of the main queue.
-    static let identity = ObjectIdentifier(marker)
-
-    /// Set on the main queue once, on first use; libdispatch's specifics are thread-safe.
-    private static let key: DispatchSpecificKey<Marker> = {
-        let key = DispatchSpecificKey<Marker>()
-        DispatchQueue.main.setSpecific(key: key, value: marker)
-        return key
-    }()
-
-    /// Whether the calling code runs on the main queue: on the main thread before `dispatchMain()`
-    /// (libdispatch counts its code as the main queue's), or in main-queue work, wherever it runs.
-    static var isCurrent: Bool {
-        DispatchQueue.getSpecific(key: key) != nil
-    }
-}
-
 /// The serial contexts each thread holds, and the blocked threads' waits: re-entry and deadlock
 /// detection for every blocking wait in ThreadKit.
 ///
@@ -170,15 +54,8 @@ enum ExecutionContexts {
     /// Hands `work` to the thread whose parker is `owner`, and blocks until it has run there,
     /// serving nested requests meanwhile. The work holds what this thread holds.
     private static func request(_ work: () -> Void, from owner: Parker, for record: Record) {
-        withoutActuallyEscaping(work) { work in
-            let borrowed = BorrowedWork(work)
-            let completion = Completion(waiter: record.parker)
-            owner.post(NestedRequest(
-                work: borrowed, handover: Handover(caller: Unmanaged.passUnretained(record), context: nil, serving: true),
-                completion: completion))
-            completion._blockingWait()
-            borrowed.discard()
-        }
+        let handover = Handover(caller: Unmanaged.passUnretained(record), context: nil, serving: true)
+        _ = LentWork._blockingLend({ handover.run(work) }, to: { owner.post($0) })
     }
 
     /// Whether the calling thread runs the work of a thread-affine context it holds: nested
@@ -266,10 +143,10 @@ enum ExecutionContexts {
         // Sendable: the caller's record is read by the thread running the work while the caller
         // is blocked waiting for that work; the hand-off of the work orders the reads after the
         // caller's last change, and the caller changes it again only after the work has run.
-        fileprivate let caller: Unmanaged<Record>?
-        fileprivate let context: SerialContext?
+        let caller: Unmanaged<Record>?
+        let context: SerialContext?
         /// Whether the caller serves nested requests while it waits for this work.
-        fileprivate let serving: Bool
+        let serving: Bool
 
         /// Runs `body`, the caller's work, holding what the caller held and the work's context.
         ///
@@ -302,229 +179,22 @@ enum ExecutionContexts {
     static func holdForever(_ context: SerialContext) {
         Record.currentOrNew().push(context)
     }
+}
 
-    /// Runs `wait`, a blocking wait for work that `context` will run, after checking that it can
-    /// end: stops the process if the wait would close a cycle of blocked threads.
-    ///
-    /// Call it only after the re-entry check (the thread does not hold `context`).
-    static func blocking<T>(for context: SerialContext, _ wait: () throws -> T) rethrows -> T {
-        try includingMainQueue { try includingTaskHolds(except: context) { try register(waitFor: context, wait) } }
-    }
+/// Where re-entered work runs (rule 1 of ``ExecutionContexts``): the pure decision.
+enum ReentryPlace: Equatable, Sendable {
+    /// On the calling thread, at once.
+    case inline
+    /// On the thread that runs the context's work, which serves the request in its wait.
+    case owner
 
-    /// ``blocking(for:_:)`` once the task's holds are on the thread's record.
-    private static func register<T>(waitFor context: SerialContext, _ wait: () throws -> T) rethrows -> T {
-        guard let record = Record.current, record.held.count > 0 else { return try wait() }
-        let thread = ThreadKey(record)
-        // The registry keeps a view of the record's buffer (see `Record`).
-        let held = record.held
-        // A thread that serves a nested request while blocked in an outer wait is registered
-        // already: its outer entry comes back once this wait ends.
-        let outer = Registry.shared.withLock { graph in
-            if let cycle = graph.cycle(if: thread, holding: held, waitsFor: context) {
-                preconditionFailure(message(for: cycle))
-            }
-            return graph.block(thread, holding: held, waitingFor: context).map { (count: $0.holds.count, waitsFor: $0.waitsFor) }
-        }
-        record.registrationChanged(isRegistered: true)
-        defer {
-            Registry.shared.withLock { graph in
-                if let outer {
-                    // Viewed afresh: the buffer the outer entry viewed may have been outgrown.
-                    _ = graph.block(thread, holding: record.held(first: outer.count), waitingFor: outer.waitsFor)
-                } else {
-                    _ = graph.unblock(thread)
-                }
-            }
-            record.registrationChanged(isRegistered: outer != nil)
-        }
-        return try wait()
-    }
-
-    /// A thread in the registry: its record's identity, and its name for messages.
-    struct ThreadKey: Equatable, Sendable {
-        let id: ObjectIdentifier
-        let name: String
-
-        init(_ record: Record) {
-            id = ObjectIdentifier(record)
-            name = record.threadName
-        }
-
-        init(id: ObjectIdentifier, name: String) {
-            self.id = id
-            self.name = name
-        }
-
-        static func == (lhs: ThreadKey, rhs: ThreadKey) -> Bool { lhs.id == rhs.id }
-    }
-
-    /// `deadlock: thread "T1" holds DedicatedThread "db" and waits for ThrottledQueue "api", held by
-    /// thread "T2", which waits for "db"`.
-    static func message(for cycle: [WaitGraph<ThreadKey, HeldContexts>.Hop]) -> String {
-        let first = cycle[0]
-        var text = "deadlock: thread \"\(first.thread.name)\" holds \(first.holds) and waits for \(first.waitsFor)"
-        for hop in cycle.dropFirst() {
-            let waitsFor = hop.waitsFor == first.holds ? hop.waitsFor.shortDescription : hop.waitsFor.description
-            text += ", held by thread \"\(hop.thread.name)\", which waits for \(waitsFor)"
-        }
-        return text
-    }
-
-    /// The blocked threads that hold something, shared by all of them.
-    private enum Registry {
-        static let shared = Locked(WaitGraph<ThreadKey, HeldContexts>())
-    }
-
-    /// A held context, and which thread runs its work.
-    struct Held {
-        let context: SerialContext
-        /// The record of the thread that runs the context's work (it is the dedicated thread, or
-        /// runs inside the queue): where nested requests for a thread-affine context go. Blocked
-        /// for as long as another thread holds the context through it, so it stays alive.
-        let owner: Unmanaged<Record>
-        /// Whether `owner` waits in a way that serves nested requests (see ``Handover``).
-        let ownerServes: Bool
-    }
-
-    /// A thread's held contexts, innermost last, read in place.
-    struct HeldContexts: RandomAccessCollection, @unchecked Sendable {
-        // Sendable: read by other threads only while the owning thread is blocked (see `Record`).
-        fileprivate let entries: UnsafeBufferPointer<Held>
-
-        init(start: UnsafePointer<Held>?, count: Int) {
-            entries = UnsafeBufferPointer(start: start, count: count)
-        }
-
-        var startIndex: Int { 0 }
-        var endIndex: Int { entries.count }
-        subscript(position: Int) -> SerialContext { entries[position].context }
-
-        /// Whether `context` is among them: compares identities in place, copying no context.
-        func contains(_ context: SerialContext) -> Bool {
-            entries.contains { $0.context.id == context.id }
-        }
-
-        /// The innermost entry for `context`, if it is among them.
-        func last(holding context: SerialContext) -> Held? {
-            entries.last { $0.context.id == context.id }
-        }
-    }
-
-    /// One thread's held contexts, kept in a thread-specific slot from the first hold to the thread's end.
-    ///
-    /// The contexts sit in a buffer of the record's own that grows and never shrinks, so holding
-    /// and letting go allocate nothing once a thread has reached its usual depth. Other threads
-    /// read a view of the buffer only while the owner is blocked: a ``Handover``, and the registry
-    /// under its lock. One case needs care: a `DispatchQueue.sync` that runs its work on the
-    /// waiting thread itself lets the owner push while its registry entry still views the buffer.
-    /// If the buffer must grow then, the old one is kept, contents and all, until the owner's entry
-    /// changes; otherwise it is freed at once.
-    final class Record {
-        let threadName: String
-        /// Where this thread sleeps in its serving waits, and receives nested requests.
-        let parker = Parker()
-        private var base: UnsafeMutablePointer<Held>
-        private var capacity = 4
-        private var count = 0
-        /// Buffers outgrown while the registry viewed them, and how many contexts each holds.
-        private var outgrown: [(base: UnsafeMutablePointer<Held>, count: Int)] = []
-        /// Whether the registry has an entry for this thread, viewing the buffer.
-        private var isRegistered = false
-        /// Whether ``includingTaskHolds(_:)`` has pushed the current task's holds.
-        var holdsTaskHolds = false
-
-        private init() {
-            threadName = NamedThread.currentName()
-            base = .allocate(capacity: capacity)
-        }
-
-        deinit {
-            base.deinitialize(count: count)
-            base.deallocate()
-            releaseOutgrown()
-        }
-
-        /// What the thread holds now. Only the owning thread changes it; another thread may read it
-        /// while the owner is blocked (a ``Handover``, or the registry under its lock).
-        var held: HeldContexts { HeldContexts(start: base, count: count) }
-
-        /// The outermost `prefix` held contexts, viewed in the current buffer.
-        func held(first prefix: Int) -> HeldContexts { HeldContexts(start: base, count: min(prefix, count)) }
-
-        /// Holds `context`, whose work this thread runs.
-        func push(_ context: SerialContext) {
-            reserve(count + 1)
-            (base + count).initialize(to: Held(context: context, owner: Unmanaged.passUnretained(self), ownerServes: false))
-            count += 1
-        }
-
-        /// Holds what `caller`, blocked until this thread has run its work, holds; the contexts
-        /// whose work `caller` runs are served by it if it waits `serving`.
-        func push(contentsOf contexts: HeldContexts, handedOverBy caller: Unmanaged<Record>, serving: Bool) {
-            guard !contexts.isEmpty else { return }
-            reserve(count + contexts.count)
-            for (offset, entry) in contexts.entries.enumerated() {
-                let ownerServes = entry.owner.toOpaque() == caller.toOpaque() ? serving : entry.ownerServes
-                (base + count + offset).initialize(to: Held(context: entry.context, owner: entry.owner, ownerServes: ownerServes))
-            }
-            count += contexts.count
-        }
-
-        /// Lets go of everything held since the stack was `depth` deep.
-        func pop(to depth: Int) {
-            (base + depth).deinitialize(count: count - depth)
-            count = depth
-        }
-
-        /// The owner's registry entry was made, replaced or removed: no entry views an outgrown
-        /// buffer any more. Call it after the registry's lock is let go: the contexts released here
-        /// may be the last references to their objects.
-        func registrationChanged(isRegistered: Bool) {
-            self.isRegistered = isRegistered
-            releaseOutgrown()
-        }
-
-        private func reserve(_ needed: Int) {
-            guard needed > capacity else { return }
-            let newCapacity = max(needed, capacity * 2)
-            let newBase = UnsafeMutablePointer<Held>.allocate(capacity: newCapacity)
-            if isRegistered {
-                newBase.initialize(from: base, count: count)
-                outgrown.append((base, count))
-            } else {
-                newBase.moveInitialize(from: base, count: count)
-                base.deallocate()
-            }
-            base = newBase
-            capacity = newCapacity
-        }
-
-        private func releaseOutgrown() {
-            for buffer in outgrown {
-                buffer.base.deinitialize(count: buffer.count)
-                buffer.base.deallocate()
-            }
-            outgrown.removeAll()
-        }
-
-        private static let key: pthread_key_t = {
-            var key = pthread_key_t()
-            let result = pthread_key_create(&key) { value in
-                Unmanaged<Record>.fromOpaque(value!).release()
-            }
-            precondition(result == 0, "pthread_key_create failed with error \(result)")
-            return key
-        }()
-
-        static var current: Record? {
-            pthread_getspecific(key).map { Unmanaged<Record>.fromOpaque($0).takeUnretainedValue() }
-        }
-
-        static func currentOrNew() -> Record {
-            if let record = current { return record }
-            let record = Record()
-            pthread_setspecific(key, Unmanaged.passRetained(record).toOpaque())
-            return record
-        }
+    /// - Parameters:
+    ///   - isThreadAffine: The context's work must run on its own thread (a dedicated thread, a
+    ///     serial queue, the main queue).
+    ///   - ownerIsCaller: The calling thread is the one that runs the context's work.
+    ///   - ownerServes: The thread that runs the context's work waits in a way that serves nested
+    ///     requests. When it does not, the work runs inline: waiting for it could never end.
+    init(isThreadAffine: Bool, ownerIsCaller: Bool, ownerServes: Bool) {
+        self = isThreadAffine && !ownerIsCaller && ownerServes ? .owner : .inline
     }
 }

@@ -1,38 +1,20 @@
 import Synchronization
 
-/// Where re-entered work runs (rule 1 of ``ExecutionContexts``): the pure decision.
-enum ReentryPlace: Equatable, Sendable {
-    /// On the calling thread, at once.
-    case inline
-    /// On the thread that runs the context's work, which serves the request in its wait.
-    case owner
-
-    /// - Parameters:
-    ///   - isThreadAffine: The context's work must run on its own thread (a dedicated thread, a
-    ///     serial queue, the main queue).
-    ///   - ownerIsCaller: The calling thread is the one that runs the context's work.
-    ///   - ownerServes: The thread that runs the context's work waits in a way that serves nested
-    ///     requests. When it does not, the work runs inline: waiting for it could never end.
-    init(isThreadAffine: Bool, ownerIsCaller: Bool, ownerServes: Bool) {
-        self = isThreadAffine && !ownerIsCaller && ownerServes ? .owner : .inline
-    }
-}
-
 extension ExecutionContexts {
     /// Where one thread sleeps in its serving waits, and where work re-entering a thread-affine
     /// context it runs (A → B → A) is left for it.
     ///
     /// A thread that runs a thread-affine context's work and blocks until other work has run waits
-    /// here (``Completion/_blockingWait(spinningFor:)``), not on the other side's condition: the
+    /// here (``LentWork/_blockingLend(_:spinningFor:to:)``), not on the other side's condition: the
     /// work it waits for may need it to run a nested piece of A's work first, on A's thread.
     final class Parker: @unchecked Sendable {
         // Sendable: `requests` is guarded by `mutex`.
         private let mutex = PThreadMutex()
         private let changed = MonotonicCondition()
-        private var requests = RingBuffer<NestedRequest>()
+        private var requests = RingBuffer<LentWork>()
 
         /// Leaves `request` for the thread to run in its wait.
-        func post(_ request: NestedRequest) {
+        func post(_ request: LentWork) {
             mutex.withLock {
                 requests.append(request)
                 changed.broadcast()
@@ -53,7 +35,7 @@ extension ExecutionContexts {
             }
             // No binding outlives a run: the request is consumed as a temporary, released before
             // the lock is taken again.
-            var next: NestedRequest?
+            var next: LentWork?
             while !completion.isDone {
                 next = requests.popFirst()
                 if next == nil {
@@ -61,74 +43,104 @@ extension ExecutionContexts {
                     continue
                 }
                 mutex.unlock()
-                next.take()!.serve()
+                next.take()!.run()
                 mutex.lock()
             }
             mutex.unlock()
         }
     }
 
-    /// Whether the work a blocked caller waits for has run; wakes the caller's ``Parker`` when it has.
-    final class Completion: Sendable {
-        private static let pending = 0, done = 1, callerSleeps = 2
-        /// `pending`, then `done` once the work ran. A caller that stops spinning moves `pending`
-        /// to `callerSleeps` under its parker's mutex before it sleeps, and ``finish()``, finding
-        /// that, wakes it under the same mutex: no wakeup is lost.
+    /// Whether the work a blocked caller lent has run, or came back unrun; wakes the caller's
+    /// ``Parker`` when it has.
+    fileprivate final class Completion: Sendable {
+        private static let pending = 0, callerSleeps = 1, ran = 2, returnedUnrun = 3
+        /// `pending`, then `ran` or `returnedUnrun`. A caller that stops spinning moves `pending`
+        /// to `callerSleeps` under its parker's mutex before it sleeps, and ``finish(workRan:)``,
+        /// finding that, wakes it under the same mutex: no wakeup is lost.
         private let phase = Atomic<Int>(Completion.pending)
         private let waiter: Parker
 
-        /// A completion whose caller sleeps on `waiter`.
-        init(waiter: Parker) {
-            self.waiter = waiter
+        /// A completion for the calling thread to wait for, on its own parker.
+        init() {
+            waiter = Record.currentOrNew().parker
         }
 
-        /// A completion for the calling thread to wait for.
-        convenience init() {
-            self.init(waiter: Record.currentOrNew().parker)
-        }
+        var isDone: Bool { phase.load(ordering: .acquiring) >= Completion.ran }
 
-        var isDone: Bool { phase.load(ordering: .acquiring) == Completion.done }
+        /// Whether the work ran; meaningful once done.
+        var workRan: Bool { phase.load(ordering: .acquiring) == Completion.ran }
 
-        /// Tells the caller that its work has run.
-        func finish() {
-            if phase.exchange(Completion.done, ordering: .acquiringAndReleasing) == Completion.callerSleeps {
-                waiter.wake()
-            }
+        /// Tells the caller that its work has run, or that it never will.
+        func finish(workRan: Bool) {
+            let previous = phase.exchange(workRan ? Completion.ran : Completion.returnedUnrun, ordering: .acquiringAndReleasing)
+            if previous == Completion.callerSleeps { waiter.wake() }
         }
 
         /// Whether the caller may sleep: `false` once done. Parker's mutex held.
-        fileprivate func markCallerSleeps() -> Bool {
+        func markCallerSleeps() -> Bool {
             phase.compareExchange(
                 expected: Completion.pending, desired: Completion.callerSleeps, ordering: .acquiringAndReleasing
             ).exchanged
         }
 
-        /// Blocks the caller until the work has run: watches for `spin` first, then sleeps on its
-        /// parker, running the nested requests that come to it meanwhile.
-        func _blockingWait(spinningFor spin: Duration = .zero) {
+        /// Blocks the caller until the work has run or come back: watches for `spin` first, then
+        /// sleeps on its parker, running the nested requests that come to it meanwhile.
+        func _blockingWait(spinningFor spin: Duration) {
             if spin > .zero, spinBriefly(for: spin, until: { isDone }) { return }
             waiter._blockingServe(until: self)
         }
     }
 
-    /// Work that re-enters a thread-affine context, left for the thread that runs its work.
-    final class NestedRequest: Sendable {
-        /// The requester's closure, lent while the requester waits.
-        private let work: BorrowedWork
-        /// What the requester holds, for the work to hold too.
-        private let handover: Handover
+    /// A blocked caller's closure, lent to the thread that is to run it: the one way ThreadKit
+    /// runs a caller's work on another thread while the caller waits (a dedicated thread's
+    /// `sync`, a request for a thread-affine context's owner, a `sync` that waits serving).
+    ///
+    /// The borrower holds the loan; the lender keeps only its ``Completion``. Running the loan,
+    /// or letting go of it unrun (a target that drops its queue, a refused submission), finishes
+    /// the completion, so the lender never waits for ever. The closure is released before the
+    /// completion finishes: it never outlives the lender's wait (`withoutActuallyEscaping`
+    /// checks that).
+    final class LentWork: @unchecked Sendable {
+        // Sendable: `work` is taken once, by the borrower's run, or by the loan's end, which
+        // reference counting orders after any run.
+        private var work: (() -> Void)?
         private let completion: Completion
 
-        init(work: BorrowedWork, handover: Handover, completion: Completion) {
+        private init(_ work: @escaping () -> Void, _ completion: Completion) {
             self.work = work
-            self.handover = handover
             self.completion = completion
         }
 
-        /// Runs the work on the calling thread, holding what the requester held, and tells the requester.
-        fileprivate func serve() {
-            handover.run { work.run() }
-            completion.finish()
+        /// On the borrowing thread: runs the work, releases it, and wakes the lender.
+        func run() {
+            guard work != nil else { return }
+            work.take()!()  // the closure, a temporary, is released before the lender wakes
+            completion.finish(workRan: true)
+        }
+
+        deinit {
+            guard work != nil else { return }
+            work = nil
+            completion.finish(workRan: false)
+        }
+
+        /// Lends `work` to `borrower`, which hands the loan on to the thread that is to run it,
+        /// and blocks until that thread has run it or let go of it unrun: watches for `spin`
+        /// first, then sleeps on the calling thread's ``Parker``, running the nested requests
+        /// that come to it meanwhile.
+        ///
+        /// - Returns: Whether the work ran.
+        /// - Throws: What `borrower` threw (a refusal); the work did not run.
+        static func _blockingLend<Failure: Error>(
+            _ work: () -> Void, spinningFor spin: Duration = .zero, to borrower: (LentWork) throws(Failure) -> Void
+        ) throws(Failure) -> Bool {
+            try withoutActuallyEscaping(work) { (work) throws(Failure) -> Bool in
+                let completion = Completion()
+                // A temporary: once `borrower` returns, only what it handed the loan to holds it.
+                try borrower(LentWork(work, completion))
+                completion._blockingWait(spinningFor: spin)
+                return completion.workRan
+            }
         }
     }
 }

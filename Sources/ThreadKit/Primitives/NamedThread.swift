@@ -164,23 +164,10 @@ private enum ThreadName {
         init(_ name: String) { self.name = name }
     }
 
-    private static let key: pthread_key_t = {
-        var key = pthread_key_t()
-        let result = pthread_key_create(&key) { value in
-            Unmanaged<Box>.fromOpaque(value!).release()
-        }
-        precondition(result == 0, "pthread_key_create failed with error \(result)")
-        return key
-    }()
+    private static let perThread = ThreadLocalObject<Box>()
 
     static var current: String? {
-        get {
-            guard let value = pthread_getspecific(key) else { return nil }
-            return Unmanaged<Box>.fromOpaque(value).takeUnretainedValue().name
-        }
-        set {
-            if let old = pthread_getspecific(key) { Unmanaged<Box>.fromOpaque(old).release() }
-            pthread_setspecific(key, newValue.map { Unmanaged.passRetained(Box($0)).toOpaque() })
-        }
+        get { perThread.current?.name }
+        set { perThread.current = newValue.map(Box.init) }
     }
 }

@@ -1,0 +1,75 @@
+/// Rule 2 of ``ExecutionContexts``: the registry of blocked threads that hold something, and the
+/// check, before a thread blocks, that its wait does not close a cycle among them.
+extension ExecutionContexts {
+    /// Runs `wait`, a blocking wait for work that `context` will run, after checking that it can
+    /// end: stops the process if the wait would close a cycle of blocked threads.
+    ///
+    /// Call it only after the re-entry check (the thread does not hold `context`).
+    static func blocking<T>(for context: SerialContext, _ wait: () throws -> T) rethrows -> T {
+        try includingMainQueue { try includingTaskHolds(except: context) { try register(waitFor: context, wait) } }
+    }
+
+    /// ``blocking(for:_:)`` once the task's holds are on the thread's record.
+    private static func register<T>(waitFor context: SerialContext, _ wait: () throws -> T) rethrows -> T {
+        guard let record = Record.current, record.held.count > 0 else { return try wait() }
+        let thread = ThreadKey(record)
+        // The registry keeps a view of the record's buffer (see `Record`).
+        let held = record.held
+        // A thread that serves a nested request while blocked in an outer wait is registered
+        // already: its outer entry comes back once this wait ends.
+        let outer = Registry.shared.withLock { graph in
+            if let cycle = graph.cycle(if: thread, holding: held, waitsFor: context) {
+                preconditionFailure(message(for: cycle))
+            }
+            return graph.block(thread, holding: held, waitingFor: context).map { (count: $0.holds.count, waitsFor: $0.waitsFor) }
+        }
+        record.registrationChanged(isRegistered: true)
+        defer {
+            Registry.shared.withLock { graph in
+                if let outer {
+                    // Viewed afresh: the buffer the outer entry viewed may have been outgrown.
+                    _ = graph.block(thread, holding: record.held(first: outer.count), waitingFor: outer.waitsFor)
+                } else {
+                    _ = graph.unblock(thread)
+                }
+            }
+            record.registrationChanged(isRegistered: outer != nil)
+        }
+        return try wait()
+    }
+
+    /// A thread in the registry: its record's identity, and its name for messages.
+    struct ThreadKey: Equatable, Sendable {
+        let id: ObjectIdentifier
+        let name: String
+
+        init(_ record: Record) {
+            id = ObjectIdentifier(record)
+            name = record.threadName
+        }
+
+        init(id: ObjectIdentifier, name: String) {
+            self.id = id
+            self.name = name
+        }
+
+        static func == (lhs: ThreadKey, rhs: ThreadKey) -> Bool { lhs.id == rhs.id }
+    }
+
+    /// `deadlock: thread "T1" holds DedicatedThread "db" and waits for ThrottledQueue "api", held by
+    /// thread "T2", which waits for "db"`.
+    static func message(for cycle: [WaitGraph<ThreadKey, HeldContexts>.Hop]) -> String {
+        let first = cycle[0]
+        var text = "deadlock: thread \"\(first.thread.name)\" holds \(first.holds) and waits for \(first.waitsFor)"
+        for hop in cycle.dropFirst() {
+            let waitsFor = hop.waitsFor == first.holds ? hop.waitsFor.shortDescription : hop.waitsFor.description
+            text += ", held by thread \"\(hop.thread.name)\", which waits for \(waitsFor)"
+        }
+        return text
+    }
+
+    /// The blocked threads that hold something, shared by all of them.
+    private enum Registry {
+        static let shared = Locked(WaitGraph<ThreadKey, HeldContexts>())
+    }
+}
