@@ -9,37 +9,40 @@ import Testing
 struct DedicatedThreadRefusalExitTests {
     @Test("A sync onto a disposing thread that is blocked on the caller's context fails with the refusal, not a deadlock stop")
     func refusalBeforeTheCycleCheck() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let queue = DispatchQueue(label: "DTrefA")
-            let thread = DedicatedThread(name: "DTrefD")
-            let holdingQueue = Latch()
-            let refused = Latch()
-            let outcome = LockedValue<(any Error)?>(nil)
-            // The caller holds the queue, and stays inside it until its sync onto the thread is over.
-            DispatchMethod.async(on: .serialQueue(queue)).execute {
-                holdingQueue.countDown()
-                let deadline = ContinuousClock.now + .seconds(10)
-                while !ExecutionContexts.blockedThreadNames.contains("DTrefD") {
-                    precondition(ContinuousClock.now < deadline, "the dedicated thread never blocked on the queue")
-                    usleep(1_000)
-                }
-                thread.dispose()
-                do {
-                    try DispatchMethod.sync(on: .thread(thread)).execute {}.wait()
-                } catch {
-                    outcome.value = error
-                }
-                refused.countDown()
+        await #expect(processExitsWith: .success) { Self.syncOntoADisposingThreadBlockedOnTheCaller() }
+    }
+
+    /// The caller holds serial queue `DTrefA` and, inside it, syncs onto `DTrefD` once that
+    /// thread is disposing and blocked waiting for `DTrefA`: it gets the thread's refusal, and
+    /// both waits end. A stop, a hang (the watchdog) or another outcome fails.
+    static func syncOntoADisposingThreadBlockedOnTheCaller() {
+        DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
+        let holder = DispatchQueue(label: "DTrefA")
+        let disposing = DedicatedThread(name: "DTrefD")
+        let insideHolder = Latch()
+        let syncReturned = Latch()
+        let refusal = LockedValue<(any Error)?>(nil)
+        DispatchMethod.async(on: .serialQueue(holder)).execute {
+            insideHolder.countDown()
+            let deadline = ContinuousClock.now + .seconds(10)
+            while !ExecutionContexts.blockedThreadNames.contains("DTrefD") {
+                precondition(ContinuousClock.now < deadline, "the dedicated thread never blocked on the queue")
+                usleep(1_000)
             }
-            // The thread blocks waiting for the queue, which the caller holds.
-            try! thread.execute {
-                holdingQueue.wait()
-                _ = try? DispatchMethod.sync(on: .serialQueue(queue)).execute {}.wait()
+            disposing.dispose()
+            do {
+                try DispatchMethod.sync(on: .thread(disposing)).execute {}.wait()
+            } catch {
+                refusal.value = error
             }
-            precondition(refused.wait(timeout: .seconds(10)), "the sync onto the disposed thread never returned")
-            precondition(outcome.value as? DedicatedThreadError == .disposed(name: "DTrefD"), "got \(String(describing: outcome.value))")
-            precondition(thread.awaitTermination(timeout: .seconds(10)), "the disposed thread never exited")
+            syncReturned.countDown()
         }
+        try! disposing.execute {
+            insideHolder.wait()
+            _ = try? DispatchMethod.sync(on: .serialQueue(holder)).execute {}.wait()
+        }
+        precondition(syncReturned.wait(timeout: .seconds(10)), "the sync onto the disposed thread never returned")
+        precondition(refusal.value as? DedicatedThreadError == .disposed(name: "DTrefD"), "got \(String(describing: refusal.value))")
+        precondition(disposing.awaitTermination(timeout: .seconds(10)), "the disposed thread never exited")
     }
 }

@@ -220,36 +220,26 @@ import SeededRandom
         ])
     }
 
-    @Test func anHTTPResponseIsAllowedOnlyWhileTheTransferRuns() {
+    /// The Retry-After readings a response can carry, and the pause each asks for.
+    static let retryAfterPauses: [(RetryAfter.Reading?, Duration?)] = [
+        (nil, nil), (.pause(.zero), nil), (.invalid("neither a number of seconds nor an HTTP date"), nil),
+        (.pause(.milliseconds(1)), .milliseconds(1)), (.pause(.seconds(30)), .seconds(30)),
+    ]
+
+    @Test(arguments: retryAfterPauses)
+    func anHTTPResponseIsAllowedOnlyWhileTheTransferRunsAndPausesTheEndpointForItsRetryAfter(retryAfter: RetryAfter.Reading?, pause: Duration?) {
         var heard = Self.justStarted
         heard.receivedHeaders = true
         heard.lastActivity = Self.ms(50)
         var heardTimed = heard
         heardTimed.timer = "timeout timer"
-        check({ $0.responseReceived(isHTTP: true, retryAfter: nil, now: Self.ms(50)) }, unchanged: .ignore, [
-            .running: (.allow(idleTimeout: nil, pauseEndpointFor: nil), .running(heard)),
-            .runningWithTimer: (.allow(idleTimeout: nil, pauseEndpointFor: nil), .running(heardTimed)),
+        check({ $0.responseReceived(isHTTP: true, retryAfter: retryAfter, now: Self.ms(50)) }, unchanged: .ignore, [
+            .running: (.allow(idleTimeout: nil, pauseEndpointFor: pause), .running(heard)),
+            .runningWithTimer: (.allow(idleTimeout: nil, pauseEndpointFor: pause), .running(heardTimed)),
         ])
     }
 
-    @Test func aRetryAfterPauseIsCarriedOutOnlyWhileTheTransferRuns() {
-        var heard = Self.justStarted
-        heard.receivedHeaders = true
-        heard.lastActivity = Self.ms(50)
-        var heardTimed = heard
-        heardTimed.timer = "timeout timer"
-        check({ $0.responseReceived(isHTTP: true, retryAfter: .pause(.seconds(30)), now: Self.ms(50)) }, unchanged: .ignore, [
-            .running: (.allow(idleTimeout: nil, pauseEndpointFor: .seconds(30)), .running(heard)),
-            .runningWithTimer: (.allow(idleTimeout: nil, pauseEndpointFor: .seconds(30)), .running(heardTimed)),
-        ])
-    }
-
-    @Test func aRetryAfterOfNoTimeOrNotAValuePausesNothing() {
-        for reading: RetryAfter.Reading? in [nil, .pause(.zero), .invalid("neither a number of seconds nor an HTTP date")] {
-            var machine = Self.machine(.running)
-            #expect(machine.responseReceived(isHTTP: true, retryAfter: reading, now: Self.ms(50)) == .allow(idleTimeout: nil, pauseEndpointFor: nil),
-                    "\(String(describing: reading))")
-        }
+    @Test func aLongRequestsRetryAfterPauseComesWithItsIdleTimeout() {
         var long = Self.machine(.running, Self.long)
         #expect(long.responseReceived(isHTTP: true, retryAfter: .pause(.milliseconds(1)), now: Self.ms(50))
                 == .allow(idleTimeout: .init(deadline: Self.ms(250), phase: .idle), pauseEndpointFor: .milliseconds(1)))
