@@ -71,11 +71,13 @@ enum RequestEnding: Sendable, Equatable, CustomStringConvertible {
 /// ```
 /// unsubmitted ──cancel──▶ cancelledBeforeSubmission ──submit──▶ finished (refused: cancelled)
 ///      │ submit
-///      ├──────────────────────────────────────────────────────▶ finished (refused: disposed)
-///      ▼           (dispatcher disposed)
-///  admitting ──slots reject──────────────────────────────────▶ finished (refused: long-request limit)
-///      │ slots accept          ┌──────────▶ starting (the slots granted one at once)
-///      ▼                       │ slot granted
+///      ├──(dispatcher disposed)──▶ finished (refused: disposed)
+///      ▼
+///  admitting ──slots reject──▶ finished (refused: long-request limit)
+///      │ │
+///      │ └──slot granted at once┐
+///      │ slots accept           │
+///      ▼                        ▼
 ///   queued ──slot granted──▶ starting ──transfer made──▶ running ──complete──▶ finished
 ///      │                        │                          │
 ///      │ cancel, dispose,       │ cancel, dispose          │ cancel, dispose, timeout, not HTTP
