@@ -19,7 +19,7 @@ import SeededRandom
     /// The states a request can be in, each reached by the events a dispatcher sends: submitted at
     /// 0, accepted by the slots, its queue timer armed, granted a slot at 10 ms, its transfer
     /// `"task"` made, its timeout armed.
-    enum Stage: CaseIterable {
+    enum Stage: String, CaseIterable, Codable, Sendable {
         case unsubmitted, cancelledBeforeSubmission, admitting, queued, queuedWithTimer, starting, running, runningWithTimer
         case cancelling, cancellingAfterCallerGrace, finished
     }
@@ -127,7 +127,7 @@ import SeededRandom
         check({ $0.slotsAnswered(.accepted) }, unchanged: nil, [
             .admitting: (.armQueueTimer(deadline: Self.ms(500)), .queued(timer: nil)),
             .starting: (.none, .starting(since: Self.ms(10))),
-        ], stops: Set(Stage.allCases).subtracting([.admitting, .starting]))
+        ], stops: Stopping.accepted.stages)
         var grantedAtOnce = Self.machine(.admitting)
         #expect(grantedAtOnce.slotGranted(now: Self.ms(5)) == .startTransfer(cancelQueueTimer: nil))
         #expect(grantedAtOnce.slotsAnswered(.accepted) == .none)
@@ -137,36 +137,44 @@ import SeededRandom
     @Test func theSlotsRejectionRefusesTheRequestTheyCountedAlready() {
         check({ $0.slotsAnswered(.rejected(limit: 2)) }, unchanged: nil, [
             .admitting: (.refuse(.longRequestLimit(2), countAsFailed: false), .finished),
-        ], stops: Set(Stage.allCases).subtracting([.admitting]))
+        ], stops: Stopping.rejected.stages)
         #expect(RequestEnding.longRequestLimit(2).outcome == .failed)
     }
 
-    @Test func anAnswerFromTheSlotsToARequestNotBeingAdmittedStops() async {
-        await #expect(processExitsWith: .failure) {
-            var machine = RequestStateMachineTests.machine(.queued)
-            _ = machine.slotsAnswered(.accepted)
+    /// An event that stops the process in the stages it cannot come in.
+    enum Stopping: String, Codable, Sendable {
+        case accepted, rejected, cancel, dispose
+
+        /// The stages it stops in: the slots answer only a request being admitted (they accept one
+        /// they granted a slot to at once, too), and no ending comes between the submission and
+        /// their answer, which the dispatcher makes under one lock.
+        var stages: Set<Stage> {
+            switch self {
+            case .accepted: Set(Stage.allCases).subtracting([.admitting, .starting])
+            case .rejected: Set(Stage.allCases).subtracting([.admitting])
+            case .cancel, .dispose: [.admitting]
+            }
+        }
+
+        func send(to machine: inout Machine) {
+            switch self {
+            case .accepted: _ = machine.slotsAnswered(.accepted)
+            case .rejected: _ = machine.slotsAnswered(.rejected(limit: 1))
+            case .cancel: _ = machine.cancel()
+            case .dispose: _ = machine.dispose()
+            }
         }
     }
 
-    @Test func aRejectionAfterTheSlotsGrantedASlotStops() async {
-        await #expect(processExitsWith: .failure) {
-            var machine = RequestStateMachineTests.machine(.admitting)
-            _ = machine.slotGranted(now: .zero)
-            _ = machine.slotsAnswered(.rejected(limit: 1))
-        }
+    static let stoppingEvents: [(Stopping, Stage)] = [Stopping.accepted, .rejected, .cancel, .dispose].flatMap { event in
+        Stage.allCases.filter(event.stages.contains).map { (event, $0) }
     }
 
-    @Test func aCancelBetweenTheSubmissionAndTheSlotsAnswerStops() async {
-        await #expect(processExitsWith: .failure) {
-            var machine = RequestStateMachineTests.machine(.admitting)
-            _ = machine.cancel()
-        }
-    }
-
-    @Test func aDisposeBetweenTheSubmissionAndTheSlotsAnswerStops() async {
-        await #expect(processExitsWith: .failure) {
-            var machine = RequestStateMachineTests.machine(.admitting)
-            _ = machine.dispose()
+    @Test(arguments: stoppingEvents)
+    func anEventThatCannotComeInAStageStops(_ event: Stopping, in stage: Stage) async {
+        await #expect(processExitsWith: .failure) { [event, stage] in
+            var machine = RequestStateMachineTests.machine(stage)
+            event.send(to: &machine)
         }
     }
 
@@ -300,11 +308,11 @@ import SeededRandom
     @Test func cancelEndsTheRequestOnceWhereverItIs() {
         var table = Self.endsOnce(with: .cancelled)
         table[.unsubmitted] = (.none, .cancelledBeforeSubmission)
-        check({ $0.cancel() }, unchanged: Machine.EndAction.none, table, stops: [.admitting])
+        check({ $0.cancel() }, unchanged: Machine.EndAction.none, table, stops: Stopping.cancel.stages)
     }
 
     @Test func disposeEndsTheRequestOnceAndLeavesAnUnsubmittedOneToBeRefused() {
-        check({ $0.dispose() }, unchanged: Machine.EndAction.none, Self.endsOnce(with: .disposed), stops: [.admitting])
+        check({ $0.dispose() }, unchanged: Machine.EndAction.none, Self.endsOnce(with: .disposed), stops: Stopping.dispose.stages)
     }
 
     @Test func theQueueTimeoutEndsOnlyAWaitingRequest() {
