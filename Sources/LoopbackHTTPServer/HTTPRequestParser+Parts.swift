@@ -2,7 +2,8 @@ extension HTTPRequestParser {
     // Reading the parts of a request, each found by the parser's steps as a range of its buffer:
     // the request line, a header or trailer field, the body's framing, a chunk-size line.
 
-
+    /// The request line, `method SP request-target SP HTTP-version`: sets the request's method,
+    /// target and version. A 400 for anything else, a 505 for a well-formed version other than 1.0 or 1.1.
     mutating func readRequestLine(_ range: Range<Int>) throws(HTTPRequestError) {
         var spaces: [Int] = []
         for index in range {

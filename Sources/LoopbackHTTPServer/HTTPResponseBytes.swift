@@ -12,9 +12,13 @@ package enum HTTPResponseBytes {
     /// `headers` does not say so itself.
     ///
     /// - Parameters:
+    ///   - headers: No framing field (``framingFields``, in any case): the head writes its own.
     ///   - contentLength: The body's length; `nil` for a chunked body (`Transfer-Encoding: chunked`).
     ///   - keepAlive: Whether the client keeps the connection open after this response.
     package static func head(status: Int, headers: [String: String] = [:], contentLength: Int?, keepAlive: Bool) -> [UInt8] {
+        if let framing = headers.keys.first(where: isFramingField) {
+            preconditionFailure("HTTPResponseBytes.head: headers must not hold the framing field \(framing); the head writes its own")
+        }
         var fields = headers
         if let contentLength {
             fields["Content-Length"] = String(contentLength)
@@ -66,6 +70,13 @@ package enum HTTPResponseBytes {
                  body: Array("\(error.reason)\n".utf8), keepAlive: keepAlive)
     }
 
+    /// The fields that say where a body ends, in lower case: the server writes them itself, from
+    /// the body it sends.
+    package static let framingFields: Set<String> = ["content-length", "transfer-encoding"]
+
+    /// Whether `name` is one of the ``framingFields``, in any case.
+    package static func isFramingField(_ name: String) -> Bool { framingFields.contains(name.lowercased()) }
+
     /// Why a handler's `reply` cannot be sent as HTTP, or `nil` if it can.
     package static func problem(with reply: LoopbackHTTPServer.Reply) -> String? {
         switch reply {
@@ -77,6 +88,9 @@ package enum HTTPResponseBytes {
                 }
                 guard value.utf8.allSatisfy(HTTPCharacters.isFieldValueByte) else {
                     return "header \(name)'s value has a control character"
+                }
+                guard !isFramingField(name) else {
+                    return "header \(name) is the server's own: it frames the body itself"
                 }
             }
             return nil

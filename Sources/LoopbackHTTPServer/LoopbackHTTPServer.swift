@@ -81,8 +81,9 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
     /// How the server answers one request.
     ///
     /// A reply that cannot be sent as HTTP (a status outside 100...999, a header name that is not
-    /// a token or a header value with a control character, a chunk size below 1, a negative chunk
-    /// count) is answered with a 500 naming the problem instead. A delay or interval beyond a
+    /// a token or a header value with a control character, a `Content-Length` or
+    /// `Transfer-Encoding` header in any case, which the server writes itself from the body, a
+    /// chunk size below 1, a negative chunk count) is answered with a 500 naming the problem instead. A delay or interval beyond a
     /// year counts as a year; a negative one as zero.
     public enum Reply: Sendable {
         /// A whole response, after `delay`.

@@ -29,10 +29,7 @@ struct RequestRecord: Sendable {
     let endpoint: URLDispatcher.Endpoint
     let kind: URLDispatcher.Kind
     let request: URLRequest
-    let timeouts: RequestTimeouts
     let mailbox = RequestMailbox()
-
-    var isLong: Bool { kind != .short }
 }
 
 /// Delivers one request's events to its owner: in order, one at a time, never after the completion.

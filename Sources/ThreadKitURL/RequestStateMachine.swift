@@ -29,13 +29,16 @@ enum RequestEnding: Sendable, Equatable, CustomStringConvertible {
     case timedOut(URLDispatcherError.TimeoutPhase, after: Duration)
     /// The server's answer was not an HTTP response.
     case notHTTP
+    /// Refused by its endpoint's slots: a long request that does not wait found `limit` long
+    /// requests in flight or waiting.
+    case longRequestLimit(Int)
 
     /// The count it lands in.
     var outcome: EndpointSlots<Int>.Outcome {
         switch self {
         case .completed: .completed
         case .timedOut: .timedOut
-        case .failed, .cancelled, .disposed, .notHTTP: .failed
+        case .failed, .cancelled, .disposed, .notHTTP, .longRequestLimit: .failed
         }
     }
 
@@ -48,6 +51,7 @@ enum RequestEnding: Sendable, Equatable, CustomStringConvertible {
         case .disposed: "disposed"
         case .timedOut(let phase, let after): "timed out after \(after.readable) \(phase)"
         case .notHTTP: "not HTTP"
+        case .longRequestLimit(let limit): "refused at the long-request limit of \(limit)"
         }
     }
 
@@ -56,22 +60,30 @@ enum RequestEnding: Sendable, Equatable, CustomStringConvertible {
 
 /// The life of one ``URLDispatcher`` request: a pure state machine.
 ///
-/// Events go in (submitted, granted a slot, transfer made, response, chunk, transfer complete,
-/// cancel, dispose, a timer fired) and each returns what the dispatcher must do: start or cancel
-/// the transfer, give the slot back, tell the owner, arm or cancel a timer. It reads no clock,
-/// takes no lock and touches no session: times are offsets the caller passes, the transfer and the
-/// timers are opaque tokens (`URLSessionDataTask` and `TimerHandle` in the dispatcher, plain values
-/// in the tests). The dispatcher keeps one per request under its lock and carries the actions out.
+/// Events go in (submitted, the slots' answer, granted a slot, transfer made, response, chunk,
+/// transfer complete, cancel, dispose, a timer fired, graces armed) and each returns what the
+/// dispatcher must do: refuse the request, arm or cancel a timer, start or cancel the transfer,
+/// pause the endpoint, give the slot back, tell the owner. It reads no clock, takes no lock and
+/// touches no session: times are offsets the caller passes, the transfer and the timers are opaque
+/// tokens (`URLSessionDataTask` and `TimerHandle` in the dispatcher, plain values in the tests).
+/// The dispatcher keeps one per request under its lock and carries the actions out.
 ///
 /// ```
-/// unsubmitted ──cancel──▶ cancelledBeforeSubmission ──submit──▶ finished (refused)
+/// unsubmitted ──cancel──▶ cancelledBeforeSubmission ──submit──▶ finished (refused: cancelled)
 ///      │ submit
+///      ├──(dispatcher disposed)──▶ finished (refused: disposed)
 ///      ▼
+///  admitting ──slots reject──▶ finished (refused: long-request limit)
+///      │ │
+///      │ └──slot granted at once┐
+///      │ slots accept           │
+///      ▼                        ▼
 ///   queued ──slot granted──▶ starting ──transfer made──▶ running ──complete──▶ finished
 ///      │                        │                          │
-///      └──cancel, dispose, ─────┴──▶ finished               └──cancel, dispose, timeout, not HTTP──▶ cancelling
-///         queue timeout                                                                               │
-///                                                            finished ◀──transfer complete, slot grace─┘
+///      │ cancel, dispose,       │ cancel, dispose          │ cancel, dispose, timeout, not HTTP
+///      │ queue timeout          ▼                          ▼
+///      └──────────────────▶ finished                   cancelling ──transfer complete, slot grace,
+///                                                                   graces not armed──▶ finished
 /// ```
 ///
 /// Every request ends exactly once: the first ending wins, and every later event is ignored. A
@@ -86,6 +98,9 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
         case unsubmitted
         /// Cancelled before it was submitted: it is refused when it is.
         case cancelledBeforeSubmission
+        /// Submitted, and handed to its endpoint's slots, whose answer comes next (under the same
+        /// lock: no other event comes in between, but the slot they may grant at once).
+        case admitting(queueDeadline: Duration)
         /// Waiting for a slot; `timer` is its queue timeout, once armed.
         case queued(timer: Timer?)
         /// Granted a slot at `since`; its transfer is not made yet.
@@ -103,8 +118,6 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
         var transfer: Transfer
         /// The armed timeout: to the headers, for the whole request, or the idle one.
         var timer: Timer?
-        /// When it got its slot.
-        var startedAt: Duration
         var receivedHeaders = false
         /// When the slot was granted, or the last headers or chunk came.
         var lastActivity: Duration
@@ -112,10 +125,31 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
 
     /// The answer to ``submit(now:dispatcherDisposed:)``.
     enum SubmitAction: Equatable, Sendable {
-        /// Refuse it at once: the owner gets the ending thrown (or as its completion).
-        case refuse(RequestEnding)
-        /// Queue it with the endpoint's slots; arm its queue timeout for `queueDeadline` if it waits.
-        case enqueue(queueDeadline: Duration)
+        /// Refuse it at once: the owner gets the ending thrown (or as its completion). With
+        /// `countAsFailed`, count it failed with its endpoint's slots, which never knew it: every
+        /// request lands in exactly one count.
+        case refuse(RequestEnding, countAsFailed: Bool)
+        /// Hand it to its endpoint's slots, and report their answer (``slotsAnswered(_:)``).
+        case askSlots
+    }
+
+    /// What the endpoint's slots answered to a new request.
+    enum Admission: Equatable, Sendable {
+        /// They queued it, or granted it a slot at once (reported first, as ``slotGranted(now:)``).
+        case accepted
+        /// A long request that does not wait found `limit` long requests in flight or waiting;
+        /// the slots counted it failed.
+        case rejected(limit: Int)
+    }
+
+    /// The answer to ``slotsAnswered(_:)``.
+    enum AdmissionAction: Equatable, Sendable {
+        /// Nothing: it got its slot at once.
+        case none
+        /// It waits: arm its queue timeout for `deadline`.
+        case armQueueTimer(deadline: Duration)
+        /// Refuse it, as ``SubmitAction/refuse(_:countAsFailed:)`` says.
+        case refuse(RequestEnding, countAsFailed: Bool)
     }
 
     /// The answer to ``slotGranted(now:)``.
@@ -157,12 +191,13 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
         case expire(EndAction)
     }
 
-    /// The answer to ``responseReceived(isHTTP:now:)``.
+    /// The answer to ``responseReceived(isHTTP:retryAfter:now:)``.
     enum ResponseAction: Sendable {
         /// It is not running any more: drop the response, and let its transfer be (its cancel is on the way).
         case ignore
-        /// Let the transfer go on and deliver the response; arm `idleTimeout` (a long request).
-        case allow(idleTimeout: TimeoutArm?)
+        /// Let the transfer go on and deliver the response; arm `idleTimeout` (a long request);
+        /// pause the endpoint for `pauseEndpointFor` (its Retry-After), starting no request before.
+        case allow(idleTimeout: TimeoutArm?, pauseEndpointFor: Duration?)
         /// Not an HTTP response: carry out `action` (its transfer is cancelled).
         case reject(EndAction)
     }
@@ -172,12 +207,6 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
 
     init(timeouts: RequestTimeouts) {
         self.timeouts = timeouts
-    }
-
-    /// Whether it waits for a slot.
-    var isQueued: Bool {
-        if case .queued = state { return true }
-        return false
     }
 
     /// Whether it holds a slot and waits for its transfer to be made: the one moment the dispatcher
@@ -196,15 +225,33 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
         case .unsubmitted:
             if dispatcherDisposed {
                 state = .finished
-                return .refuse(.disposed)
+                return .refuse(.disposed, countAsFailed: true)
             }
-            state = .queued(timer: nil)
-            return .enqueue(queueDeadline: now + timeouts.queue)
+            state = .admitting(queueDeadline: now + timeouts.queue)
+            return .askSlots
         case .cancelledBeforeSubmission:
             state = .finished
-            return .refuse(.cancelled)
-        case .queued, .starting, .running, .cancelling, .finished:
+            return .refuse(.cancelled, countAsFailed: true)
+        case .admitting, .queued, .starting, .running, .cancelling, .finished:
             preconditionFailure("RequestStateMachine.submit: the request was submitted already (\(state))")
+        }
+    }
+
+    /// Its endpoint's slots answered its submission: it waits for a slot (its queue timeout to
+    /// arm), or has one already (they granted it at once), or is refused.
+    mutating func slotsAnswered(_ admission: Admission) -> AdmissionAction {
+        switch (state, admission) {
+        case (.admitting(let queueDeadline), .accepted):
+            state = .queued(timer: nil)
+            return .armQueueTimer(deadline: queueDeadline)
+        case (.admitting, .rejected(let limit)):
+            state = .finished
+            return .refuse(.longRequestLimit(limit), countAsFailed: false)
+        case (.starting, .accepted):
+            return .none
+        case (.unsubmitted, _), (.cancelledBeforeSubmission, _), (.queued, _), (.starting, .rejected), (.running, _),
+             (.cancelling, _), (.finished, _):
+            preconditionFailure("RequestStateMachine.slotsAnswered: \(admission) for a request not being admitted (\(state))")
         }
     }
 
@@ -216,10 +263,14 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
         return replaced
     }
 
-    /// The endpoint's slots granted it a slot at `now`. Only a waiting request is ever granted one:
-    /// the slots know a request only between its submission and its ending.
+    /// The endpoint's slots granted it a slot at `now`: as they answer its submission, or later,
+    /// while it waits. Only then: the slots know a request only between its submission and its ending.
     mutating func slotGranted(now: Duration) -> StartAction {
-        guard case .queued(let timer) = state else {
+        let timer: Timer?
+        switch state {
+        case .admitting: timer = nil
+        case .queued(let queueTimer): timer = queueTimer
+        case .unsubmitted, .cancelledBeforeSubmission, .starting, .running, .cancelling, .finished:
             preconditionFailure("RequestStateMachine.slotGranted: granted a slot while not waiting for one (\(state))")
         }
         state = .starting(since: now)
@@ -231,7 +282,7 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
         guard case .starting(let since) = state else {
             preconditionFailure("RequestStateMachine.transferCreated: no transfer is awaited (\(state))")
         }
-        state = .running(Running(transfer: transfer, startedAt: since, lastActivity: since))
+        state = .running(Running(transfer: transfer, lastActivity: since))
         switch timeouts.running {
         case .total(let timeout): return TimeoutArm(deadline: since + timeout, phase: .total)
         case .headersThenIdle(let headers, _): return TimeoutArm(deadline: since + headers, phase: .headers)
@@ -250,15 +301,18 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
 
     // MARK: - Session events
 
-    /// The response's headers came at `now`.
-    mutating func responseReceived(isHTTP: Bool, now: Duration) -> ResponseAction {
+    /// The response's headers came at `now`; `retryAfter` is what its Retry-After field asks of
+    /// the endpoint (``RetryAfter/read(_:limits:now:)``: `nil` unless honoured for this status).
+    mutating func responseReceived(isHTTP: Bool, retryAfter: RetryAfter.Reading?, now: Duration) -> ResponseAction {
         guard case .running(var running) = state else { return .ignore }
         guard isHTTP else { return .reject(endRunning(running, with: .notHTTP)) }
         running.receivedHeaders = true
         running.lastActivity = now
         state = .running(running)
-        guard case .headersThenIdle(_, let idle) = timeouts.running else { return .allow(idleTimeout: nil) }
-        return .allow(idleTimeout: TimeoutArm(deadline: now + idle, phase: .idle))
+        var pause: Duration?
+        if case .pause(let duration)? = retryAfter, duration > .zero { pause = duration }
+        guard case .headersThenIdle(_, let idle) = timeouts.running else { return .allow(idleTimeout: nil, pauseEndpointFor: pause) }
+        return .allow(idleTimeout: TimeoutArm(deadline: now + idle, phase: .idle), pauseEndpointFor: pause)
     }
 
     /// A chunk of the body came at `now`: returns whether to deliver it (only while it runs).
@@ -277,7 +331,7 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
             return .end(error.map { .failed($0) } ?? .completed, cancelTimer: running.timer)
         case .cancelling:
             return cancelLanded()
-        case .unsubmitted, .cancelledBeforeSubmission, .queued, .starting, .finished:
+        case .unsubmitted, .cancelledBeforeSubmission, .admitting, .queued, .starting, .finished:
             return .none
         }
     }
@@ -329,9 +383,17 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
         return .deliverCompletion(ending)
     }
 
-    /// The slot's grace after a cancel is over (or its timers could not be armed): the slot goes back.
+    /// The slot's grace after a cancel is over: the slot goes back.
     mutating func slotGraceEnded() -> EndAction {
         guard case .cancelling = state else { return .none }
+        return cancelLanded()
+    }
+
+    /// The graces after a cancel (``EndAction/cancelTransfer(_:_:cancelTimer:)``) were armed, or
+    /// could not be (the timer thread refused them). One that is missing would never end the
+    /// wait: the slot goes back at once, and the owner hears the ending if it has not.
+    mutating func gracesArmed(callerGrace: Bool, slotGrace: Bool) -> EndAction {
+        guard case .cancelling = state, !(callerGrace && slotGrace) else { return .none }
         return cancelLanded()
     }
 
@@ -341,6 +403,8 @@ struct RequestStateMachine<Transfer: Sendable, Timer: Sendable>: Sendable {
         switch state {
         case .unsubmitted, .cancelledBeforeSubmission, .cancelling, .finished:
             return .none
+        case .admitting:
+            preconditionFailure("RequestStateMachine: \(ending) between the submission and the slots' answer, which come under one lock")
         case .queued(let timer):
             state = .finished
             return .end(ending, cancelTimer: timer)

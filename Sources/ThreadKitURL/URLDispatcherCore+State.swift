@@ -66,6 +66,14 @@ extension URLDispatcherCore {
             }
         }
 
+        /// Forgets `record`, which its machine refused at once (`ending`), counting it failed with
+        /// its endpoint's slots if `countAsFailed`: returns the error its owner gets thrown.
+        mutating func refuse(_ record: RequestRecord, _ ending: RequestEnding, countAsFailed: Bool) -> any Error {
+            requests[record.id] = nil
+            if countAsFailed { endpoints[record.endpoint]!.slots.countUnsubmittedFailure() }
+            return URLDispatcherCore.error(ending, of: record)!   // a refusal is never `.completed`
+        }
+
         /// Marks the requests `decision` starts as starting, and collects them and the wake-up.
         mutating func grant(_ decision: EndpointSlots<Int>.Decision, at endpoint: URLDispatcher.Endpoint,
                             now: Duration, into effects: inout Effects) {

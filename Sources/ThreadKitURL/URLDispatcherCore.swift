@@ -78,7 +78,7 @@ final class URLDispatcherCore: Sendable {
                   timeouts: RequestTimeouts) -> RequestRecord {
         state.withLock { state in
             state.nextID += 1
-            let record = RequestRecord(id: state.nextID, endpoint: endpoint, kind: kind, request: request, timeouts: timeouts)
+            let record = RequestRecord(id: state.nextID, endpoint: endpoint, kind: kind, request: request)
             state.requests[record.id] = Request(record: record, life: Life(timeouts: timeouts))
             return record
         }
@@ -128,21 +128,27 @@ final class URLDispatcherCore: Sendable {
         let outcome = state.withLock { state -> Result<Effects, any Error> in
             state.addEndpoint(record.endpoint, defaultLimits: defaultLimits)
             switch state.requests[record.id]!.life.submit(now: now, dispatcherDisposed: state.disposed) {
-            case .refuse(let ending):
-                state.requests[record.id] = nil
-                state.endpoints[record.endpoint]!.slots.countUnsubmittedFailure()
-                return .failure(Self.error(ending, of: record)!)   // a refusal is never `.completed`
-            case .enqueue(let queueDeadline):
+            case .refuse(let ending, let countAsFailed):
+                return .failure(state.refuse(record, ending, countAsFailed: countAsFailed))
+            case .askSlots:
+                var effects = Effects()
+                let admission: Life.Admission
                 switch state.endpoints[record.endpoint]!.slots.submit(record.id, kind: record.kind.slotKind, now: now) {
                 case .rejected(let limit):
-                    state.requests[record.id] = nil
-                    return .failure(URLDispatcherError.longRequestLimit(endpoint: record.endpoint, limit: limit))
+                    admission = .rejected(limit: limit)
                 case .accepted(let decision):
-                    var effects = Effects()
-                    state.grant(decision, at: record.endpoint, now: now, into: &effects)
-                    if state.requests[record.id]?.life.isQueued == true { effects.armQueueTimer = (record, queueDeadline) }
-                    return .success(effects)
+                    admission = .accepted
+                    state.grant(decision, at: record.endpoint, now: now, into: &effects)   // it may start at once
                 }
+                switch state.requests[record.id]!.life.slotsAnswered(admission) {
+                case .none:
+                    break
+                case .armQueueTimer(let deadline):
+                    effects.armQueueTimer = (record, deadline)
+                case .refuse(let ending, let countAsFailed):
+                    return .failure(state.refuse(record, ending, countAsFailed: countAsFailed))
+                }
+                return .success(effects)
             }
         }
         switch outcome {
@@ -281,7 +287,7 @@ final class URLDispatcherCore: Sendable {
         let slotGrace = try? TimerThread.shared.schedule(after: Self.slotGrace) { [self] in
             handle(record.id, onTimer: true) { $0.slotGraceEnded() }
         }
-        if callerGrace == nil || slotGrace == nil { handle(record.id, onTimer: onTimer) { $0.slotGraceEnded() } }
+        handle(record.id, onTimer: onTimer) { $0.gracesArmed(callerGrace: callerGrace != nil, slotGrace: slotGrace != nil) }
     }
 
     // MARK: - Ending
@@ -329,37 +335,33 @@ final class URLDispatcherCore: Sendable {
     func received(_ response: URLResponse, for task: URLSessionTask, allow: () -> Void) {
         let http = response as? HTTPURLResponse
         let now = now()
-        let answer = state.withLock { state -> (RequestRecord, Life.TimeoutArm?, RetryAfter.Reading?, Effects)? in
+        let answer = state.withLock { state -> (RequestRecord, Life.TimeoutArm?, Duration?, RetryAfter.Reading?, Effects)? in
             guard let id = state.transfers[task.taskIdentifier], let record = state.requests[id]?.record else { return nil }
+            let limits = state.endpoints[record.endpoint]?.limits ?? defaultLimits
+            let reading = http.flatMap { RetryAfter.read($0, limits: limits, now: Date()) }
             var effects = Effects()
-            switch state.requests[id]!.life.responseReceived(isHTTP: http != nil, now: now) {
+            switch state.requests[id]!.life.responseReceived(isHTTP: http != nil, retryAfter: reading, now: now) {
             case .ignore:
                 return nil
             case .reject(let action):
                 state.settle(action, of: id, now: now, into: &effects)
-                return (record, nil, nil, effects)
-            case .allow(let idleTimeout):
+                return (record, nil, nil, nil, effects)
+            case .allow(let idleTimeout, let pause):
                 allow()
-                let limits = state.endpoints[record.endpoint]?.limits ?? defaultLimits
-                let reading = http.flatMap { RetryAfter.read($0, limits: limits, now: Date()) }
-                if case .pause(let pause)? = reading, pause > .zero {
+                if let pause {
                     let decision = state.endpoints[record.endpoint]!.slots.pause(until: now + pause, now: now)
                     state.grant(decision, at: record.endpoint, now: now, into: &effects)
                 }
-                return (record, idleTimeout, reading, effects)
+                return (record, idleTimeout, pause, reading, effects)
             }
         }
-        guard let (record, idleTimeout, reading, effects) = answer else { return }
-        if let http, let reading {
+        guard let (record, idleTimeout, pause, reading, effects) = answer else { return }
+        if let http, let pause {
+            Log.log(.urlDispatcher, "\(record.endpoint) answered \(http.statusCode) with Retry-After: paused for \(pause.readable)")
+        }
+        if let http, case .invalid(let reason)? = reading {
             let value = http.value(forHTTPHeaderField: "Retry-After") ?? ""
-            switch reading {
-            case .pause(let pause) where pause > .zero:
-                Log.log(.urlDispatcher, "\(record.endpoint) answered \(http.statusCode) with Retry-After: paused for \(pause.readable)")
-            case .pause:
-                break
-            case .invalid(let reason):
-                Log.log(.urlDispatcher, "\(record.endpoint) answered \(http.statusCode) with Retry-After \"\(value)\", \(reason): ignored")
-            }
+            Log.log(.urlDispatcher, "\(record.endpoint) answered \(http.statusCode) with Retry-After \"\(value)\", \(reason): ignored")
         }
         perform(effects, onTimer: false)
         if let idleTimeout { armTimeout(record, idleTimeout) }
@@ -391,6 +393,7 @@ final class URLDispatcherCore: Sendable {
         case .disposed: URLDispatcherError.disposed
         case .timedOut(let phase, let after): URLDispatcherError.timedOut(endpoint: record.endpoint, after: after, phase: phase)
         case .notHTTP: URLDispatcherError.notHTTP(endpoint: record.endpoint)
+        case .longRequestLimit(let limit): URLDispatcherError.longRequestLimit(endpoint: record.endpoint, limit: limit)
         }
     }
 

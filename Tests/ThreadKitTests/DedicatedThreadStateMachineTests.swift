@@ -295,6 +295,17 @@ struct DedicatedThreadStateMachineTests {
 
     // MARK: - Submitters and controllers
 
+    @Test("refusal: none while taking work or paused; a disposed thread's once disposing or exited; the start failure once it never started",
+          arguments: Situation.allCases)
+    func refusalOfASubmission(_ situation: Situation) {
+        let expected: DedicatedThreadError? = switch situation.state {
+        case .alive(.accepting, _), .alive(.paused, _): nil
+        case .alive(.disposing, _), .exited: refusal
+        case .failedToStart: startFailure
+        }
+        #expect(situation.make().machine.refusal == expected)
+    }
+
     @Test("submit: queued while taking work or paused, with the one wakeup the thread needs; refused once disposed or never started",
           arguments: Situation.allCases)
     func submit(_ situation: Situation) {

@@ -59,6 +59,11 @@ import LoopbackHTTPServer
         (.respond(status: 200, headers: ["a b": "x"]), "header name \"a b\" is not a token"),
         (.respond(status: 200, headers: ["a": "x\ny"]), "header a's value has a control character"),
         (.respond(status: 200, headers: ["a": "x\u{7F}"]), "header a's value has a control character"),
+        (.respond(status: 200, headers: ["Content-Length": "5"]), "header Content-Length is the server's own: it frames the body itself"),
+        (.respond(status: 200, headers: ["content-length": "5"]), "header content-length is the server's own: it frames the body itself"),
+        (.respond(status: 200, headers: ["Transfer-Encoding": "chunked"]),
+         "header Transfer-Encoding is the server's own: it frames the body itself"),
+        (.respond(status: 200, headers: ["TRANSFER-encoding": "gzip"]), "header TRANSFER-encoding is the server's own: it frames the body itself"),
         (.stream(chunks: -1, interval: .zero), "chunks must not be negative, got -1"),
         (.stream(chunks: 1, chunkSize: 0, interval: .zero), "chunkSize must be at least 1, got 0"),
     ])
@@ -73,5 +78,20 @@ import LoopbackHTTPServer
     ])
     func aReplyThatCanBeSentHasNoProblem(_ reply: LoopbackHTTPServer.Reply) {
         #expect(HTTPResponseBytes.problem(with: reply) == nil)
+    }
+
+    @Test func aHeadGivenAFramingFieldStops() async {
+        await #expect(processExitsWith: .failure) {
+            _ = HTTPResponseBytes.head(status: 200, headers: ["content-length": "3"], contentLength: 3, keepAlive: true)
+        }
+    }
+
+    @Test func theFramingFieldsAreKnownInAnyCase() {
+        for name in ["Content-Length", "content-length", "CONTENT-LENGTH", "Transfer-Encoding", "transfer-encoding"] {
+            #expect(HTTPResponseBytes.isFramingField(name), "\(name)")
+        }
+        for name in ["Content-Type", "Content-Length-X", "Connection", "TE"] {
+            #expect(!HTTPResponseBytes.isFramingField(name), "\(name)")
+        }
     }
 }

@@ -200,8 +200,14 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     ///
     /// Follows the rules of ``ExecutionContexts``: on this thread, inline; when the caller holds
     /// this thread through other contexts (A → B → A), the work runs on this thread, which serves
-    /// it in its own `sync` wait; a stop if waiting would close a cycle; else the work is lent to
-    /// this thread, to run after what was queued before it, holding what the caller held.
+    /// it in its own `sync` wait; a refusal (a disposed thread, or one that never started) is
+    /// thrown before anything else is decided, as for every other submission; a stop if waiting
+    /// would close a cycle; else the work is lent to this thread, to run after what was queued
+    /// before it, holding what the caller held.
+    ///
+    /// The caller is registered as waiting before its work is submitted, so that it is known as
+    /// blocked for as long as its work can run. A dispose that lands between the first refusal
+    /// check and the submission refuses the submission then: the caller gets that refusal.
     private func sync<T>(
         _ work: () throws -> T, refused: (DedicatedThreadError) throws -> Never,
         rethrowing rethrow: (any Error) throws -> Never
@@ -211,6 +217,7 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
         var result: Result<T, any Error>?
         var refusal: DedicatedThreadError?
         if !ExecutionContexts.reenter(context, { result = Result { try work() } }) {
+            if let refusal = mutex.withLock({ machine.refusal }) { try refused(refusal) }
             ExecutionContexts.includingMainQueue {
                 ExecutionContexts.includingTaskHolds {
                     // The thread holds its own context. The caller waits serving: the work may
@@ -218,9 +225,10 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
                     let handover = ExecutionContexts.handover(in: nil, serving: true)
                     ExecutionContexts.blocking(for: context) {
                         do throws(DedicatedThreadError) {
-                            _ = try ExecutionContexts.LentWork._blockingLend(
+                            let ran = try ExecutionContexts.LentWork._blockingLend(
                                 { handover.run { result = Result { try work() } } }, spinningFor: Self.spinBeforeSleeping,
                                 to: { lent throws(DedicatedThreadError) in try submit(.sync(lent)) })
+                            precondition(ran, "DedicatedThread '\(name)' let go of a sync caller's work unrun: it runs every one before it exits")
                         } catch {
                             refusal = error
                         }
@@ -229,8 +237,7 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
             }
         }
         if let refusal { try refused(refusal) }
-        // A lent `sync` is never dropped: the thread runs every one before it exits.
-        switch result! {
+        switch result! {   // the work ran: checked above
         case .success(let value): return value
         case .failure(let error): try rethrow(error)
         }

@@ -110,23 +110,25 @@ struct DedicatedThreadStateMachine<Item> {
         state = .failedToStart(errno: errno)
     }
 
+    /// The refusal a submission meets now: that of a disposed thread, or of one that never
+    /// started; `nil` while it takes work, paused or not. A `sync` caller asks before it
+    /// registers its wait, so that a refusal comes first (see ``DedicatedThreadCore``).
+    var refusal: DedicatedThreadError? {
+        switch state {
+        case .alive(.accepting, _), .alive(.paused, _): nil
+        case .alive(.disposing, _), .exited: .disposed(name: name)
+        case .failedToStart(let errno): .threadStartFailed(name: name, errno: errno)
+        }
+    }
+
     /// Queues `item`.
     ///
     /// - Returns: The wakeup the thread needs; none while paused.
-    /// - Throws: The refusal of a disposed thread, or of one that never started.
+    /// - Throws: ``refusal``, if there is one.
     mutating func submit(_ item: Item) throws(DedicatedThreadError) -> Wake {
-        switch state {
-        case .alive(.accepting, _):
-            queue.append(item)
-            return wake()
-        case .alive(.paused, _):
-            queue.append(item)
-            return .none
-        case .alive(.disposing, _), .exited:
-            throw .disposed(name: name)
-        case .failedToStart(let errno):
-            throw .threadStartFailed(name: name, errno: errno)
-        }
+        if let refusal { throw refusal }
+        queue.append(item)
+        return isPaused ? .none : wake()
     }
 
     /// Starts nothing after the item running now: the rest of the batch goes back to the front

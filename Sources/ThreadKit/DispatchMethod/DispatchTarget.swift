@@ -25,15 +25,23 @@ public enum DispatchTarget: Sendable {
 }
 
 extension DispatchTarget: CustomStringConvertible {
-    /// The target as ThreadKit's messages name it: `DedicatedThread "db"`, `the main queue`, named
-    /// as its serial context is in a deadlock message (a pool of any size by its name).
+    /// The target as ThreadKit's messages name it: `DedicatedThread 'db'`, `serial DispatchQueue
+    /// 'q'`, `the main queue`, `the global queue (default)`. A serial target is named from its
+    /// serial context's naming (a pool of any size as a one-thread pool is), with its label in
+    /// single quotes.
     public var description: String {
         switch self {
         case .global(let qos): "the global queue (\(qos))"
-        case .concurrentQueue(let queue): "concurrent DispatchQueue \"\(queue.label)\""
-        case .pool(let pool): SerialContext(.pool(pool)).description
-        case .main, .serialQueue, .thread, .throttled: serialContext!.description
+        case .concurrentQueue(let queue): "concurrent DispatchQueue '\(queue.label)'"
+        case .serialQueue: "serial " + Self.name(of: serialContext!)
+        case .pool(let pool): Self.name(of: SerialContext(.pool(pool)))
+        case .main, .thread, .throttled: Self.name(of: serialContext!)
         }
+    }
+
+    /// `DedicatedThread 'db'`: the context's kind and its label in single quotes, or `the main queue`.
+    private static func name(of context: SerialContext) -> String {
+        context.named.map { "\($0.kind) '\($0.label)'" } ?? "the main queue"
     }
 }
 

@@ -68,6 +68,12 @@ extension ExecutionContexts {
         return text
     }
 
+    /// The names of the threads blocked now in a wait that takes part in deadlock detection (for
+    /// tests: a scenario waits for a thread to block before it goes on).
+    static var blockedThreadNames: [String] {
+        Registry.shared.withLock { graph in graph.blocked.map(\.thread.name) }
+    }
+
     /// The blocked threads that hold something, shared by all of them.
     private enum Registry {
         static let shared = Locked(WaitGraph<ThreadKey, HeldContexts>())

@@ -14,7 +14,14 @@ extension ExecutionContexts {
 
     /// A thread's held contexts, innermost last, read in place.
     struct HeldContexts: RandomAccessCollection, @unchecked Sendable {
-        // Sendable: read by other threads only while the owning thread is blocked (see `Record`).
+        // Sendable without a lock: a view of a `Record`'s buffer, which only the owning thread
+        // writes. Another thread reads it only while the owner is blocked in the wait the view
+        // was made for: the registry under its lock (`Registry.shared`), which the owner takes
+        // after its last push and before blocking, or the thread running the owner's handed-over
+        // work, which the hand-off (a queue's or a parker's lock, or the submission's) orders
+        // after that push. The owner writes again only once its wait has ended, which the
+        // completion it waited for (an atomic or a lock, acquiring) orders after those reads;
+        // a buffer outgrown while the registry viewed it is kept until its entry changes.
         let entries: UnsafeBufferPointer<Held>
 
         init(start: UnsafePointer<Held>?, count: Int) {

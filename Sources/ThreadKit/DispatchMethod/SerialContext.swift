@@ -63,8 +63,9 @@ struct SerialContext: Hashable, Sendable, CustomStringConvertible {
         named.map { "\"\($0.label)\"" } ?? "the main queue"
     }
 
-    /// What kind of thing the context is, and its label; `nil` for the main queue, which has no label.
-    private var named: (kind: String, label: String)? {
+    /// What kind of thing the context is, and its label; `nil` for the main queue, which has no
+    /// label. The one naming table: deadlock messages and ``DispatchTarget/description`` use it.
+    var named: (kind: String, label: String)? {
         switch kind {
         case .main: nil
         case .queue(let queue): ("DispatchQueue", queue.label)

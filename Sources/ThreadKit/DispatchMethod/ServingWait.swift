@@ -91,9 +91,10 @@ extension ExecutionContexts {
         }
     }
 
-    /// A blocked caller's closure, lent to the thread that is to run it: the one way ThreadKit
-    /// runs a caller's work on another thread while the caller waits (a dedicated thread's
-    /// `sync`, a request for a thread-affine context's owner, a `sync` that waits serving).
+    /// A blocked caller's closure, lent to the thread that is to run it while the caller waits:
+    /// how a dedicated thread's `sync`, a request for a thread-affine context's owner and a `sync`
+    /// that waits serving run a caller's work on another thread. (A pool's `runAndWait` lends its
+    /// caller's work its own way, as `BorrowedWork`.)
     ///
     /// The borrower holds the loan; the lender keeps only its ``Completion``. Running the loan,
     /// or letting go of it unrun (a target that drops its queue, a refused submission), finishes
@@ -101,8 +102,13 @@ extension ExecutionContexts {
     /// completion finishes: it never outlives the lender's wait (`withoutActuallyEscaping`
     /// checks that).
     final class LentWork: @unchecked Sendable {
-        // Sendable: `work` is taken once, by the borrower's run, or by the loan's end, which
-        // reference counting orders after any run.
+        // Sendable without a lock: `work` is written once, in `init`, before the loan is shared,
+        // and then read and cleared by one thread at a time: the borrowing thread in `run()`
+        // (one borrower runs a loan, at most once), or `deinit`, which runs after the last
+        // reference is gone, and so after any `run()` (releasing the reference is a release,
+        // the last release's `deinit` an acquire, as for every class). The lender never touches
+        // it; it waits on `completion`, whose atomic `phase` (acquiring and releasing) orders
+        // everything the work did before the lender's wakeup.
         private var work: (() -> Void)?
         private let completion: Completion
 

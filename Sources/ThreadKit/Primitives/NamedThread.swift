@@ -42,7 +42,11 @@ enum NamedThread {
 
     /// What a new thread needs: its names and its body, handed over once.
     private final class Launch: @unchecked Sendable {
-        // Sendable: written before `pthread_create` (which orders it), then read by the new thread alone.
+        // Sendable without a lock: `name` and `kernelName` are constants, and `body` is written
+        // once, in `init`, before `pthread_create`, which makes every write before it visible
+        // to the new thread (POSIX memory synchronisation); from then on only the new thread
+        // touches it, once, in `run()`. If `pthread_create` fails there is no new thread, and
+        // the starting thread alone releases the launch.
         let name: String
         let kernelName: String
         var body: (@Sendable () -> Void)?
