@@ -134,19 +134,23 @@ struct OwnWaitsDeadlockExitTests {
             let cache = ThrottledQueue(label: "cache", interval: .zero)
             let runner = ThreadPool(name: "runner", size: 4)
             let nestedStarted = Latch()
+            let siblingHoldsCache = Latch()
             Task(executorPreference: runner) {
                 try await api.run {
                     await withTaskGroup(of: Void.self) { group in
                         group.addTask {
                             api.sync {
                                 nestedStarted.countDown()
-                                usleep(100_000)  // let the sibling take "cache" and wait for its turn on "api"
+                                siblingHoldsCache.wait()
                                 cache.sync {}
                             }
                         }
                         group.addTask {
                             nestedStarted.wait()
-                            _ = try? await cache.run { api.sync {} }
+                            _ = try? await cache.run {
+                                siblingHoldsCache.countDown()
+                                api.sync {}
+                            }
                         }
                     }
                 }
@@ -155,9 +159,13 @@ struct OwnWaitsDeadlockExitTests {
         }
         #if DEBUG
         let output = standardError(of: result) ?? ""
-        #expect(output.contains("deadlock: thread"), "standard error was: \(output)")
-        #expect(output.contains(#"waits for ThrottledQueue "cache""#), "standard error was: \(output)")
-        #expect(output.contains(#"which waits for "api""#), "standard error was: \(output)")
+        // Each child waits for the queue the other holds; whichever blocks second closes the cycle
+        // and names it from its side.
+        let cycle = output.split(separator: "\n").first { $0.contains("deadlock: thread") } ?? ""
+        let named = [("cache", "api"), ("api", "cache")].contains { waitsFor, heldBy in
+            cycle.contains(#"waits for ThrottledQueue "\#(waitsFor)""#) && cycle.contains(#"which waits for "\#(heldBy)""#)
+        }
+        #expect(named, "standard error was: \(output)")
         #endif
     }
 

@@ -16,7 +16,7 @@ struct MonotonicInstantTests {
         Thread.sleep(forTimeInterval: 0.02)
         let after = MonotonicInstant.now()
         #expect(before.duration(to: after) >= .milliseconds(20))
-        #expect(before.duration(to: after) < .milliseconds(20) + .milliseconds(250))
+        #expect(before.duration(to: after) < .milliseconds(20) + .seconds(1))
     }
 
     @Test("advanced(by:) adds exactly and saturates at both ends of the time line")
@@ -195,8 +195,8 @@ struct MutexConditionTests {
     }
 
     @Test("A timed wait with nobody signalling returns false, never before its deadline")
-    func timedWaitTimesOut() async {
-        let (spurious, deadline, end) = await onNewThread { () -> (Int, MonotonicInstant, MonotonicInstant) in
+    func timedWaitTimesOut() async throws {
+        let (spurious, deadline, end) = try await onNewThread(limit: .seconds(10)) { () -> (Int, MonotonicInstant, MonotonicInstant) in
             let mutex = PThreadMutex()
             let condition = MonotonicCondition()
             mutex.lock()
@@ -212,7 +212,8 @@ struct MutexConditionTests {
         }
         #expect(spurious < 100, "a wait without a signal keeps returning true")
         #expect(end >= deadline)
-        #expect(deadline.duration(to: end) < .milliseconds(250))
+        // Late by at most a second, which a loaded machine can take to schedule the thread again.
+        #expect(deadline.duration(to: end) < .seconds(1))
     }
 
     @Test("A timed wait whose deadline has passed returns false at once")
@@ -223,7 +224,7 @@ struct MutexConditionTests {
             let start = MonotonicInstant.now()
             #expect(!condition.wait(mutex, until: start.advanced(by: .milliseconds(-10))))
             #expect(!condition.wait(mutex, until: MonotonicInstant(nanoseconds: 0)))
-            #expect(start.duration(to: .now()) < .milliseconds(250))
+            #expect(start.duration(to: .now()) < .seconds(1))
         }
     }
 

@@ -7,72 +7,65 @@ import Testing
 /// threads reading its pipes, and this machine has only two of them.
 @Suite("ThreadPool preconditions", .serialized)
 struct ThreadPoolExitTests {
-    @Test("size 0 stops")
-    func sizeZero() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = ThreadPool(name: "Bad", size: 0)
+    /// A call that breaks one of the pool's preconditions, and what the message it stops with says.
+    enum BadCall: String, CaseIterable, Codable, Sendable, CustomTestStringConvertible {
+        case sizeZero, sizeNegative, negativeKeepAlive, zeroCollectionInterval, negativeCollectionInterval
+        case zeroQueueLimit, negativeWaitTimeout, negativeAwaitTermination
+
+        var testDescription: String {
+            switch self {
+            case .sizeZero: "size 0 stops"
+            case .sizeNegative: "size -1 stops"
+            case .negativeKeepAlive: "A negative keepAlive stops"
+            case .zeroCollectionInterval: "A zero collectionInterval stops"
+            case .negativeCollectionInterval: "A negative collectionInterval stops"
+            case .zeroQueueLimit: "queueLimit 0 stops"
+            case .negativeWaitTimeout: "A negative wait(timeout:) stops"
+            case .negativeAwaitTermination: "A negative awaitTermination timeout stops"
+            }
         }
-        expectMessage(result, contains: ["'Bad'", "size must be at least 1, got 0"])
+
+        /// What the message names: the pool, the argument and its value.
+        var message: [String] {
+            switch self {
+            case .sizeZero: ["'Bad'", "size must be at least 1, got 0"]
+            case .sizeNegative: ["size must be at least 1, got -1"]
+            case .negativeKeepAlive: ["keepAlive must not be negative", "-0.001 seconds"]
+            case .zeroCollectionInterval: ["collectionInterval must be more than zero", "0.0 seconds"]
+            case .negativeCollectionInterval: ["collectionInterval must be more than zero", "-15.0 seconds"]
+            case .zeroQueueLimit: ["queueLimit must be at least 1, got 0"]
+            case .negativeWaitTimeout: ["wait(timeout:)", "-1.0 seconds"]
+            case .negativeAwaitTermination: ["awaitTermination timeout must not be negative"]
+            }
+        }
+
+        /// Makes the call; it does not return.
+        func perform() {
+            switch self {
+            case .sizeZero: _ = ThreadPool(name: "Bad", size: 0)
+            case .sizeNegative: _ = ThreadPool(name: "Bad", size: -1)
+            case .negativeKeepAlive: _ = ThreadPool(name: "Bad", size: 1, keepAlive: .milliseconds(-1))
+            case .zeroCollectionInterval: _ = ThreadPool(name: "Bad", size: 1, collectionInterval: .zero)
+            case .negativeCollectionInterval: _ = ThreadPool(name: "Bad", size: 1, collectionInterval: .seconds(-15))
+            case .zeroQueueLimit: _ = ThreadPool(name: "Bad", size: 1, queueLimit: 0)
+            case .negativeWaitTimeout:
+                let pool = ThreadPool(name: "Bad", size: 1)
+                let task = try? pool.schedule {}
+                _ = task?.wait(timeout: .seconds(-1))
+            case .negativeAwaitTermination:
+                let pool = ThreadPool(name: "Bad", size: 1)
+                pool.dispose()
+                _ = pool.awaitTermination(timeout: .nanoseconds(-1))
+            }
+        }
     }
 
-    @Test("size -1 stops")
-    func sizeNegative() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = ThreadPool(name: "Bad", size: -1)
+    @Test("A bad argument stops the process with a message naming it and its value", arguments: BadCall.allCases)
+    func stops(_ call: BadCall) async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [call] in
+            call.perform()
         }
-        expectMessage(result, contains: ["size must be at least 1, got -1"])
-    }
-
-    @Test("A negative keepAlive stops")
-    func negativeKeepAlive() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = ThreadPool(name: "Bad", size: 1, keepAlive: .milliseconds(-1))
-        }
-        expectMessage(result, contains: ["keepAlive must not be negative", "-0.001 seconds"])
-    }
-
-    @Test("A zero collectionInterval stops")
-    func zeroCollectionInterval() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = ThreadPool(name: "Bad", size: 1, collectionInterval: .zero)
-        }
-        expectMessage(result, contains: ["collectionInterval must be more than zero", "0.0 seconds"])
-    }
-
-    @Test("A negative collectionInterval stops")
-    func negativeCollectionInterval() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = ThreadPool(name: "Bad", size: 1, collectionInterval: .seconds(-15))
-        }
-        expectMessage(result, contains: ["collectionInterval must be more than zero", "-15.0 seconds"])
-    }
-
-    @Test("queueLimit 0 stops")
-    func zeroQueueLimit() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = ThreadPool(name: "Bad", size: 1, queueLimit: 0)
-        }
-        expectMessage(result, contains: ["queueLimit must be at least 1, got 0"])
-    }
-
-    @Test("A negative wait(timeout:) stops")
-    func negativeWaitTimeout() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let pool = ThreadPool(name: "Bad", size: 1)
-            let task = try? pool.schedule {}
-            _ = task?.wait(timeout: .seconds(-1))
-        }
-        expectMessage(result, contains: ["wait(timeout:)", "-1.0 seconds"])
-    }
-
-    @Test("A negative awaitTermination timeout stops")
-    func negativeAwaitTermination() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let pool = ThreadPool(name: "Bad", size: 1)
-            pool.dispose()
-            _ = pool.awaitTermination(timeout: .nanoseconds(-1))
-        }
-        expectMessage(result, contains: ["awaitTermination timeout must not be negative"])
+        expectMessage(result, contains: call.message)
     }
 
     @Test("A valid configuration does not stop (the exit tests above fail for their argument alone)")
