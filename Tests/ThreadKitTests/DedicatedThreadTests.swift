@@ -381,52 +381,55 @@ struct DedicatedThreadTests {
 /// DedicatedThread's preconditions and failures, each in a process of its own.
 @Suite("DedicatedThread preconditions", .serialized)
 struct DedicatedThreadExitTests {
-    @Test("checkIsolated traps off the thread, naming it")
-    func checkIsolatedOffThread() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let thread = DedicatedThread(name: "db")
-            thread.checkIsolated()
+    /// A call that breaks one of the thread's preconditions, and what the message it stops with says.
+    enum BadCall: String, CaseIterable, Codable, Sendable, CustomTestStringConvertible {
+        case checkIsolatedOffThread = "checkIsolated traps off the thread, naming it"
+        case preconditionOffThread = "preconditionIsCurrent traps off the thread, naming it"
+        case actorAfterDispose = "An actor used after its thread was disposed stops, naming the thread"
+        case syncAfterDispose = "sync on a disposed thread stops, naming it"
+        case negativeTimeout = "A negative awaitTermination timeout stops, naming the value"
+
+        var testDescription: String { rawValue }
+
+        /// What the message names.
+        var message: [String] {
+            switch self {
+            case .checkIsolatedOffThread: ["DedicatedThread 'db'"]
+            case .preconditionOffThread: ["expected to run on DedicatedThread 'db'"]
+            case .actorAfterDispose: ["actor used after its DedicatedThread 'db' was disposed"]
+            case .syncAfterDispose: ["sync on DedicatedThread 'db'", "disposed"]
+            case .negativeTimeout: ["'db'", "must not be negative"]
+            }
         }
-        expectMessage(result, contains: ["DedicatedThread 'db'"])
+
+        /// Makes the call; it does not return.
+        func perform() async {
+            let thread = DedicatedThread(name: "db")
+            switch self {
+            case .checkIsolatedOffThread:
+                thread.checkIsolated()
+            case .preconditionOffThread:
+                thread.preconditionIsCurrent()
+            case .actorAfterDispose:
+                let counter = PinnedCounter(thread: thread)
+                thread.dispose()
+                _ = thread.awaitTermination(timeout: .seconds(10))
+                _ = await counter.increment()
+            case .syncAfterDispose:
+                thread.dispose()
+                thread.sync {}
+            case .negativeTimeout:
+                _ = thread.awaitTermination(timeout: .milliseconds(-1))
+            }
+        }
     }
 
-    @Test("preconditionIsCurrent traps off the thread, naming it")
-    func preconditionOffThread() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let thread = DedicatedThread(name: "db")
-            thread.preconditionIsCurrent()
+    @Test("A call the thread does not allow stops the process, naming the thread", arguments: BadCall.allCases)
+    func stops(_ call: BadCall) async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [call] in
+            await call.perform()
         }
-        expectMessage(result, contains: ["expected to run on DedicatedThread 'db'"])
-    }
-
-    @Test("An actor used after its thread was disposed stops, naming the thread")
-    func jobAfterDispose() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let thread = DedicatedThread(name: "db")
-            let counter = PinnedCounter(thread: thread)
-            thread.dispose()
-            _ = thread.awaitTermination(timeout: .seconds(10))
-            _ = await counter.increment()
-        }
-        expectMessage(result, contains: ["actor used after its DedicatedThread 'db' was disposed"])
-    }
-
-    @Test("sync on a disposed thread stops, naming it")
-    func syncAfterDispose() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let thread = DedicatedThread(name: "db")
-            thread.dispose()
-            thread.sync {}
-        }
-        expectMessage(result, contains: ["sync on DedicatedThread 'db'", "disposed"])
-    }
-
-    @Test("A negative awaitTermination timeout stops, naming the value")
-    func negativeTimeout() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = DedicatedThread(name: "db").awaitTermination(timeout: .milliseconds(-1))
-        }
-        expectMessage(result, contains: ["'db'", "must not be negative"])
+        expectMessage(result, contains: call.message)
     }
 
     #if os(Linux)

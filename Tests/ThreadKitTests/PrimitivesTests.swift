@@ -234,6 +234,19 @@ struct MutexConditionTests {
         let condition = MonotonicCondition()
         var waiting = 0
         var go = false
+
+        /// Once `count` threads have set `waiting` (holding the mutex, which they release only by
+        /// waiting), sets `go` and wakes them with `wake`, under the mutex; returns when it did.
+        func letGo(afterWaiting count: Int, sourceLocation: SourceLocation = #_sourceLocation,
+                   by wake: (MonotonicCondition) -> Void) async -> MonotonicInstant {
+            #expect(await eventually { mutex.withLock { waiting == count } }, "not every waiter waits", sourceLocation: sourceLocation)
+            let wokenAt = MonotonicInstant.now()
+            mutex.withLock {
+                go = true
+                wake(condition)
+            }
+            return wokenAt
+        }
     }
 
     @Test("signal() wakes a waiter long before its deadline, and its wait returns true")
@@ -252,13 +265,7 @@ struct MutexConditionTests {
             results.append((woken, .now()))
         }
         waiter.start()
-        // The waiter set `waiting` while holding the mutex and released it only by waiting.
-        #expect(await eventually { shared.mutex.withLock { shared.waiting == 1 } })
-        let signalledAt = MonotonicInstant.now()
-        shared.mutex.withLock {
-            shared.go = true
-            shared.condition.signal()
-        }
+        let signalledAt = await shared.letGo(afterWaiting: 1) { $0.signal() }
         #expect(await eventually { results.count == 1 })
         let result = try #require(results.values.first)
         #expect(result.woken)
@@ -284,12 +291,7 @@ struct MutexConditionTests {
                 wokenAt.append(.now())
             }.start()
         }
-        #expect(await eventually { shared.mutex.withLock { shared.waiting == 3 } })
-        let broadcastAt = MonotonicInstant.now()
-        shared.mutex.withLock {
-            shared.go = true
-            shared.condition.broadcast()
-        }
+        let broadcastAt = await shared.letGo(afterWaiting: 3) { $0.broadcast() }
         #expect(await eventually { wokenAt.count == 3 })
         for at in wokenAt.values { #expect(broadcastAt.duration(to: at) < .seconds(2)) }
     }

@@ -9,21 +9,16 @@ import Testing
 struct ThreadPoolExitTests {
     /// A call that breaks one of the pool's preconditions, and what the message it stops with says.
     enum BadCall: String, CaseIterable, Codable, Sendable, CustomTestStringConvertible {
-        case sizeZero, sizeNegative, negativeKeepAlive, zeroCollectionInterval, negativeCollectionInterval
-        case zeroQueueLimit, negativeWaitTimeout, negativeAwaitTermination
+        case sizeZero = "size 0 stops"
+        case sizeNegative = "size -1 stops"
+        case negativeKeepAlive = "A negative keepAlive stops"
+        case zeroCollectionInterval = "A zero collectionInterval stops"
+        case negativeCollectionInterval = "A negative collectionInterval stops"
+        case zeroQueueLimit = "queueLimit 0 stops"
+        case negativeWaitTimeout = "A negative wait(timeout:) stops"
+        case negativeAwaitTermination = "A negative awaitTermination timeout stops"
 
-        var testDescription: String {
-            switch self {
-            case .sizeZero: "size 0 stops"
-            case .sizeNegative: "size -1 stops"
-            case .negativeKeepAlive: "A negative keepAlive stops"
-            case .zeroCollectionInterval: "A zero collectionInterval stops"
-            case .negativeCollectionInterval: "A negative collectionInterval stops"
-            case .zeroQueueLimit: "queueLimit 0 stops"
-            case .negativeWaitTimeout: "A negative wait(timeout:) stops"
-            case .negativeAwaitTermination: "A negative awaitTermination timeout stops"
-            }
-        }
+        var testDescription: String { rawValue }
 
         /// What the message names: the pool, the argument and its value.
         var message: [String] {

@@ -57,11 +57,9 @@ struct ThrottledQueueHoldTests {
     @Test("Work queued on the queue that run's work holds, and waited for from inside that work, runs nested instead of hanging",
           arguments: Wait.allCases)
     func waitedForWorkOnTheHeldQueueRunsNested(wait: Wait) async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("TQhw"), size: 2)
-        defer { executor.dispose() }
         let queue = ThrottledQueue(label: "TQ held wait", interval: .milliseconds(20))
         let order = Recorder<String>()
-        let outcome = await ThrottledQueueRobustnessTests.finishes(on: executor) { () -> Int in
+        let value = await ThrottledQueueRobustnessTests.returned("waiting for work on the held queue", releasing: queue) { () -> Int in
             try await queue.run { () -> Int in
                 try? queue.async { order.append("queued") }
                 let value = try await wait.perform({
@@ -72,11 +70,7 @@ struct ThrottledQueueHoldTests {
                 return value
             }
         }
-        guard case .success(let value)? = outcome else {
-            Issue.record("waiting for work on the held queue did not return: \(String(describing: outcome))")
-            queue.cancelAll()
-            return
-        }
+        guard let value else { return }
         await ThrottledQueueTests.waitUntilIdle(queue)
         #expect(value == 7)
         #expect(order.values == ["waited-for step", "run's work ends", "queued"])
@@ -122,11 +116,9 @@ struct ThrottledQueueHoldTests {
 
     @Test("Structured child tasks (async let) of run's work keep its hold: their sync on the queue runs nested")
     func asyncLetChildKeepsTheHold() async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("TQal"), size: 4)
-        defer { executor.dispose() }
         let queue = ThrottledQueue(label: "TQ async let", interval: .zero)
         let order = Recorder<String>()
-        let outcome = await ThrottledQueueRobustnessTests.finishes(on: executor) {
+        let finished: Void? = await ThrottledQueueRobustnessTests.returned("a child task's sync inside run's work", releasing: queue, threads: 4) {
             try await queue.run {
                 try? queue.async { order.append("queued") }
                 async let child: Void = queue.sync { order.append("child") }
@@ -134,11 +126,7 @@ struct ThrottledQueueHoldTests {
                 order.append("run's work ends")
             }
         }
-        guard case .success? = outcome else {
-            Issue.record("a child task's sync inside run's work did not return: \(String(describing: outcome))")
-            queue.cancelAll()
-            return
-        }
+        guard finished != nil else { return }
         await ThrottledQueueTests.waitUntilIdle(queue)
         #expect(order.values == ["child", "run's work ends", "queued"])
     }
