@@ -381,57 +381,6 @@ struct DedicatedThreadTests {
 /// DedicatedThread's preconditions and failures, each in a process of its own.
 @Suite("DedicatedThread preconditions", .serialized)
 struct DedicatedThreadExitTests {
-    /// A call that breaks one of the thread's preconditions, and what the message it stops with says.
-    enum BadCall: String, CaseIterable, Codable, Sendable, CustomTestStringConvertible {
-        case checkIsolatedOffThread = "checkIsolated traps off the thread, naming it"
-        case preconditionOffThread = "preconditionIsCurrent traps off the thread, naming it"
-        case actorAfterDispose = "An actor used after its thread was disposed stops, naming the thread"
-        case syncAfterDispose = "sync on a disposed thread stops, naming it"
-        case negativeTimeout = "A negative awaitTermination timeout stops, naming the value"
-
-        var testDescription: String { rawValue }
-
-        /// What the message names.
-        var message: [String] {
-            switch self {
-            case .checkIsolatedOffThread: ["DedicatedThread 'db'"]
-            case .preconditionOffThread: ["expected to run on DedicatedThread 'db'"]
-            case .actorAfterDispose: ["actor used after its DedicatedThread 'db' was disposed"]
-            case .syncAfterDispose: ["sync on DedicatedThread 'db'", "disposed"]
-            case .negativeTimeout: ["'db'", "must not be negative"]
-            }
-        }
-
-        /// Makes the call; it does not return.
-        func perform() async {
-            let thread = DedicatedThread(name: "db")
-            switch self {
-            case .checkIsolatedOffThread:
-                thread.checkIsolated()
-            case .preconditionOffThread:
-                thread.preconditionIsCurrent()
-            case .actorAfterDispose:
-                let counter = PinnedCounter(thread: thread)
-                thread.dispose()
-                _ = thread.awaitTermination(timeout: .seconds(10))
-                _ = await counter.increment()
-            case .syncAfterDispose:
-                thread.dispose()
-                thread.sync {}
-            case .negativeTimeout:
-                _ = thread.awaitTermination(timeout: .milliseconds(-1))
-            }
-        }
-    }
-
-    @Test("A call the thread does not allow stops the process, naming the thread", arguments: BadCall.allCases)
-    func stops(_ call: BadCall) async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [call] in
-            await call.perform()
-        }
-        expectMessage(result, contains: call.message)
-    }
-
     #if os(Linux)
     @Test("A thread the system will not start makes execute and run throw, and awaitTermination true")
     func threadStartFailure() async {
