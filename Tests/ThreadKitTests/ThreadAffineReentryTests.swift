@@ -267,39 +267,31 @@ struct ThreadAffineReentryTests {
     }
 }
 
-/// Re-entered work that must run on its own thread, where running it elsewhere stops the process.
-@Suite("Re-entry on a thread-affine context, in a process of its own", .serialized)
-struct ThreadAffineReentryExitTests {
-    @Test("An actor whose executor is A can assumeIsolated in A → B → A, at depths 3 and 5")
-    func actorAssumeIsolatedInNestedLevel() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let a = DedicatedThread(name: "A")
-            let b = DedicatedThread(name: "B")
-            let store = PinnedCounter(thread: a)
-            let three = a.sync { b.sync { a.sync { store.assumeIsolated { $0.increment() } } } }
-            let five = a.sync {
-                b.sync { a.sync { b.sync { a.sync { store.assumeIsolated { $0.increment() } } } } }
-            }
-            a.sync { a.preconditionIsCurrent() }
-            b.sync { a.sync { b.sync { b.preconditionIsCurrent() } } }
-            precondition(three == 1 && five == 2, "counted \(three), \(five)")
+/// Re-entered work that must run on its own thread, where running it elsewhere would stop the
+/// process: `DeadlockExitTests` runs each in a process of its own.
+extension CompletingScenario {
+    static func actorAssumeIsolatedInNestedLevel() {
+        let a = DedicatedThread(name: "A")
+        let b = DedicatedThread(name: "B")
+        let store = PinnedCounter(thread: a)
+        let three = a.sync { b.sync { a.sync { store.assumeIsolated { $0.increment() } } } }
+        let five = a.sync {
+            b.sync { a.sync { b.sync { a.sync { store.assumeIsolated { $0.increment() } } } } }
         }
+        a.sync { a.preconditionIsCurrent() }
+        b.sync { a.sync { b.sync { b.preconditionIsCurrent() } } }
+        precondition(three == 1 && five == 2, "counted \(three), \(five)")
     }
 
-    @Test("An actor whose executor is A can assumeIsolated in a chain step on A that B's work waits for, in A → B")
-    func actorAssumeIsolatedInChainStepWaitedForThroughB() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let a = DedicatedThread(name: "A")
-            let b = DedicatedThread(name: "B")
-            let store = PinnedCounter(thread: a)
-            let counted = a.sync {
-                let step = DispatchMethod.async(on: .thread(a)).execute { store.assumeIsolated { $0.increment() } }
-                let next = step.then(.async(on: .thread(a))) { _ in store.assumeIsolated { $0.increment() } }
-                return b.sync { try! next.wait() }
-            }
-            precondition(counted == 2, "counted \(counted)")
+    static func actorAssumeIsolatedInChainStepWaitedForThroughB() {
+        let a = DedicatedThread(name: "A")
+        let b = DedicatedThread(name: "B")
+        let store = PinnedCounter(thread: a)
+        let counted = a.sync {
+            let step = DispatchMethod.async(on: .thread(a)).execute { store.assumeIsolated { $0.increment() } }
+            let next = step.then(.async(on: .thread(a))) { _ in store.assumeIsolated { $0.increment() } }
+            return b.sync { try! next.wait() }
         }
+        precondition(counted == 2, "counted \(counted)")
     }
 }

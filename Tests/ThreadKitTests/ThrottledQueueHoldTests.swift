@@ -177,57 +177,49 @@ struct ThrottledQueueHoldTests {
     }
 }
 
-/// Scenarios that stopped the process before their fix, checked in a child process.
-@Suite("ThrottledQueue run's hold, in a child process", .serialized)
-struct ThrottledQueueHoldExitTests {
-    @Test("An unstructured Task started inside run's work holds nothing of it: its wait on a thread that waits for the queue is no deadlock")
-    func unstructuredTaskIsNoHolderForTheDetector() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let api = ThrottledQueue(label: "api", interval: .zero)
-            let db = DedicatedThread(name: "db")
-            let runner = ThreadPool(name: "runner", size: 4)
-            let done = Latch()
-            Task(executorPreference: runner) {
-                try await api.run {
-                    // "db" waits for its turn on "api", which comes when this work ends.
-                    try db.execute { api.sync {} }
-                    while api.pendingCount == 0 { try await Task.sleep(for: .milliseconds(1)) }
-                    let calling = Latch()
-                    Task(executorPreference: runner) {
-                        calling.countDown()
-                        db.sync {}  // waits for "db", which waits for "api": the work ends, all go on
-                        done.countDown()
-                    }
-                    await onNewThread { _ = calling.wait(timeout: .seconds(5)) }
-                    // Let the unstructured task block on "db" while the work still holds "api".
-                    try await Task.sleep(for: .milliseconds(100))
+/// Run's hold in scenarios that stopped the process before their fix: `DeadlockExitTests` runs
+/// each in a process of its own.
+extension CompletingScenario {
+    static func unstructuredTaskIsNoHolderForTheDetector() {
+        let api = ThrottledQueue(label: "api", interval: .zero)
+        let db = DedicatedThread(name: "db")
+        let runner = ThreadPool(name: "runner", size: 4)
+        let done = Latch()
+        Task(executorPreference: runner) {
+            try await api.run {
+                // "db" waits for its turn on "api", which comes when this work ends.
+                try db.execute { api.sync {} }
+                while api.pendingCount == 0 { try await Task.sleep(for: .milliseconds(1)) }
+                let calling = Latch()
+                Task(executorPreference: runner) {
+                    calling.countDown()
+                    db.sync {}  // waits for "db", which waits for "api": the work ends, all go on
+                    done.countDown()
                 }
+                await onNewThread { _ = calling.wait(timeout: .seconds(5)) }
+                // Let the unstructured task block on "db" while the work still holds "api".
+                try await Task.sleep(for: .milliseconds(100))
             }
-            guard done.wait(timeout: .seconds(10)) else { exit(3) }
         }
+        guard done.wait(timeout: .seconds(10)) else { exit(3) }
     }
 
-    @Test("Inside run's work, a sync nested in the queue that reaches it again through a dedicated thread nests in that sync, instead of a false deadlock")
-    func nestedSyncReachedAgainThroughAThreadNestsInIt() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let api = ThrottledQueue(label: "api", interval: .zero)
-            let db = DedicatedThread(name: "db")
-            let runner = ThreadPool(name: "runner", size: 2)
-            let order = Recorder<String>()
-            let done = Latch()
-            Task(executorPreference: runner) {
-                try await api.run {
-                    api.sync {
-                        order.append("nested")
-                        db.sync { api.sync { order.append("nested again, on db") } }
-                    }
+    static func nestedSyncReachedAgainThroughAThreadNestsInIt() {
+        let api = ThrottledQueue(label: "api", interval: .zero)
+        let db = DedicatedThread(name: "db")
+        let runner = ThreadPool(name: "runner", size: 2)
+        let order = Recorder<String>()
+        let done = Latch()
+        Task(executorPreference: runner) {
+            try await api.run {
+                api.sync {
+                    order.append("nested")
+                    db.sync { api.sync { order.append("nested again, on db") } }
                 }
-                done.countDown()
             }
-            guard done.wait(timeout: .seconds(10)) else { exit(3) }
-            precondition(order.values == ["nested", "nested again, on db"], "ran \(order.values)")
+            done.countDown()
         }
+        guard done.wait(timeout: .seconds(10)) else { exit(3) }
+        precondition(order.values == ["nested", "nested again, on db"], "ran \(order.values)")
     }
 }

@@ -523,73 +523,59 @@ struct ThrottledQueueRobustnessTests {
     #endif
 }
 
-/// Issue 7's findings that stop the process, or stopped it before their fix, checked in a child process.
-///
-/// A scenario that hung before its fix waits with a timeout inside the child and then returns, so
-/// the child exits normally and the expectation of a failure fails instead of hanging. Serialized:
-/// while a child runs, Swift Testing blocks Swift concurrency threads reading its pipes.
-@Suite("ThrottledQueue robustness preconditions", .serialized)
-struct ThrottledQueueRobustnessExitTests {
-    @Test("waitUntilIdle() from inside run's async work stops with its precondition instead of hanging")
-    func waitUntilIdleInsideRun() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let queue = ThrottledQueue(label: "TQ exit run wait", interval: .zero)
-            let executor = ThreadPool(name: "TQxr", size: 1)
+/// Robustness scenarios that stop the process, or stopped it before their fix: `DeadlockExitTests`
+/// runs each in a process of its own. One that hung before its fix waits with a timeout.
+extension CompletingScenario {
+    static func syncOnADisposedPool() {
+        for disposeNow in [false, true] {
+            let pool = ThreadPool(name: "TQ gone", size: 1)
+            if disposeNow { _ = pool.disposeNow() } else { pool.dispose() }
+            let queue = ThrottledQueue(label: "TQ orphan", interval: .milliseconds(30), pool: pool)
             let done = Latch()
-            Task(executorPreference: executor) {
-                _ = try? await queue.run { queue.waitUntilIdle() }
+            let starts = LockedValue<[ContinuousClock.Instant]>([])
+            Thread {
+                let first = queue.sync { ContinuousClock.now }
+                let second = queue.sync { ContinuousClock.now }
+                starts.value = [first, second]
                 done.countDown()
+            }.start()
+            guard done.wait(timeout: .seconds(5)) else { exit(3) }
+            guard starts.value[1] - starts.value[0] >= .milliseconds(30) else { exit(4) }
+            do {
+                try queue.async {}
+                exit(5)
+            } catch ThreadPoolError.disposed(pool: "TQ gone") {
+            } catch {
+                exit(6)
             }
-            _ = done.wait(timeout: .seconds(5))
         }
-        #expect(stopped(result, saying: "TQ exit run wait", "waitUntilIdle() from inside its own task"))
+    }
+}
+
+extension StoppingScenario {
+    static func waitUntilIdleInsideRun() {
+        let queue = ThrottledQueue(label: "TQ exit run wait", interval: .zero)
+        let executor = ThreadPool(name: "TQxr", size: 1)
+        let done = Latch()
+        Task(executorPreference: executor) {
+            _ = try? await queue.run { queue.waitUntilIdle() }
+            done.countDown()
+        }
+        _ = done.wait(timeout: .seconds(5))
     }
 
-    @Test("B.sync from A's task on a shared one-thread pool, with B's work queued behind A, stops naming both queues instead of hanging")
-    func syncOntoAStarvedQueueStops() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let pool = ThreadPool(name: "TQ one", size: 1)
-            let a = ThrottledQueue(label: "TQ A", interval: .zero, pool: pool)
-            let b = ThrottledQueue(label: "TQ B", interval: .zero, pool: pool)
-            let queued = Latch(), done = Latch()
-            try? a.async {
-                queued.wait(timeout: .seconds(5))
-                b.sync {}
-                done.countDown()
-            }
-            try? b.async {}  // B's worker waits in the pool for the thread A's task holds
-            queued.countDown()
-            _ = done.wait(timeout: .seconds(5))
+    static func syncOntoAStarvedQueueStops() {
+        let pool = ThreadPool(name: "TQ one", size: 1)
+        let a = ThrottledQueue(label: "TQ A", interval: .zero, pool: pool)
+        let b = ThrottledQueue(label: "TQ B", interval: .zero, pool: pool)
+        let queued = Latch(), done = Latch()
+        try? a.async {
+            queued.wait(timeout: .seconds(5))
+            b.sync {}
+            done.countDown()
         }
-        #expect(stopped(
-            result, saying: "ThrottledQueue 'TQ B'", "ThrottledQueue 'TQ A'", "one-thread ThreadPool 'TQ one'", "would wait forever"))
-    }
-
-    @Test("sync on a queue whose pool was disposed runs on the caller, keeping the gap, instead of crashing")
-    func syncOnADisposedPool() async {
-        await #expect(processExitsWith: .success) {
-            for disposeNow in [false, true] {
-                let pool = ThreadPool(name: "TQ gone", size: 1)
-                if disposeNow { _ = pool.disposeNow() } else { pool.dispose() }
-                let queue = ThrottledQueue(label: "TQ orphan", interval: .milliseconds(30), pool: pool)
-                let done = Latch()
-                let starts = LockedValue<[ContinuousClock.Instant]>([])
-                Thread {
-                    let first = queue.sync { ContinuousClock.now }
-                    let second = queue.sync { ContinuousClock.now }
-                    starts.value = [first, second]
-                    done.countDown()
-                }.start()
-                guard done.wait(timeout: .seconds(5)) else { exit(3) }
-                guard starts.value[1] - starts.value[0] >= .milliseconds(30) else { exit(4) }
-                do {
-                    try queue.async {}
-                    exit(5)
-                } catch ThreadPoolError.disposed(pool: "TQ gone") {
-                } catch {
-                    exit(6)
-                }
-            }
-        }
+        try? b.async {}  // B's worker waits in the pool for the thread A's task holds
+        queued.countDown()
+        _ = done.wait(timeout: .seconds(5))
     }
 }
