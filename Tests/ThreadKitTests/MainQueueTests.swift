@@ -82,10 +82,10 @@ struct MainQueueTests {
     }
 }
 
-/// What needs the main queue of a process of its own (`DeadlockExitTests` runs each in one): under
+/// What needs the main queue of a process of its own (`ProcessExitTests` runs each in one): under
 /// `dispatchMain()`, which the test process's async entry point has called already, main-queue
 /// work runs on threads other than the main thread.
-extension CompletingScenario {
+extension ChildScenario {
     static func syncOnMainFromMainQueueUnderDispatchMain() {
         DispatchQueue.main.async {
             let direct = try? DispatchMethod.sync(on: .main).execute { 1 }.wait()
@@ -115,36 +115,18 @@ extension CompletingScenario {
     }
 }
 
-extension StoppingScenario {
+extension ChildScenario {
     static func mainQueueDedicatedThreadCycle() {
         let db = DedicatedThread(name: "db")
-        let bothInside = Latch(count: 2)
-        DispatchQueue.main.async {
-            bothInside.countDown()
-            bothInside.wait()
-            _ = try? DispatchMethod.sync(on: .thread(db)).execute {}.wait()
-        }
-        try! db.execute {
-            bothInside.countDown()
-            bothInside.wait()
-            usleep(100_000)  // let the main queue's work block first
-            _ = try? DispatchMethod.sync(on: .main).execute {}.wait()
-        }
+        crossWaits({ DispatchQueue.main.async(execute: $0) }, then: { _ = try? DispatchMethod.sync(on: .thread(db)).execute {}.wait() },
+                   { try! db.execute($0) }, then: { _ = try? DispatchMethod.sync(on: .main).execute {}.wait() })
     }
 
     static func mainQueueSerialQueueCycle() {
         let queue = DispatchQueue(label: "serial")
-        let bothInside = Latch(count: 2)
-        DispatchMethod.async(on: .main).execute {
-            bothInside.countDown()
-            bothInside.wait()
-            usleep(100_000)  // let the serial queue's work block first
-            _ = try? DispatchMethod.sync(on: .serialQueue(queue)).execute {}.wait()
-        }
-        DispatchMethod.async(on: .serialQueue(queue)).execute {
-            bothInside.countDown()
-            bothInside.wait()
-            _ = try? DispatchMethod.sync(on: .main).execute {}.wait()
-        }
+        crossWaits({ DispatchMethod.async(on: .serialQueue(queue)).execute($0) },
+                   then: { _ = try? DispatchMethod.sync(on: .main).execute {}.wait() },
+                   { DispatchMethod.async(on: .main).execute($0) },
+                   then: { _ = try? DispatchMethod.sync(on: .serialQueue(queue)).execute {}.wait() })
     }
 }

@@ -268,8 +268,8 @@ struct ThreadAffineReentryTests {
 }
 
 /// Re-entered work that must run on its own thread, where running it elsewhere would stop the
-/// process: `DeadlockExitTests` runs each in a process of its own.
-extension CompletingScenario {
+/// process: `ProcessExitTests` runs each in a process of its own.
+extension ChildScenario {
     static func actorAssumeIsolatedInNestedLevel() {
         let a = DedicatedThread(name: "A")
         let b = DedicatedThread(name: "B")

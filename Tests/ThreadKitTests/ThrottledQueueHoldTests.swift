@@ -177,9 +177,9 @@ struct ThrottledQueueHoldTests {
     }
 }
 
-/// Run's hold in scenarios that stopped the process before their fix: `DeadlockExitTests` runs
+/// Run's hold in scenarios that stopped the process before their fix: `ProcessExitTests` runs
 /// each in a process of its own.
-extension CompletingScenario {
+extension ChildScenario {
     static func unstructuredTaskIsNoHolderForTheDetector() {
         let api = ThrottledQueue(label: "api", interval: .zero)
         let db = DedicatedThread(name: "db")

@@ -525,7 +525,7 @@ struct ThrottledQueueRobustnessTests {
 
 /// Robustness scenarios that stop the process, or stopped it before their fix: `DeadlockExitTests`
 /// runs each in a process of its own. One that hung before its fix waits with a timeout.
-extension CompletingScenario {
+extension ChildScenario {
     static func syncOnADisposedPool() {
         for disposeNow in [false, true] {
             let pool = ThreadPool(name: "TQ gone", size: 1)
@@ -552,7 +552,7 @@ extension CompletingScenario {
     }
 }
 
-extension StoppingScenario {
+extension ChildScenario {
     static func waitUntilIdleInsideRun() {
         let queue = ThrottledQueue(label: "TQ exit run wait", interval: .zero)
         let executor = ThreadPool(name: "TQxr", size: 1)
