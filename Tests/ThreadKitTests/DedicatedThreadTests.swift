@@ -378,32 +378,28 @@ struct DedicatedThreadTests {
     }
 }
 
-/// DedicatedThread's preconditions and failures, each in a process of its own.
-@Suite("DedicatedThread preconditions", .serialized)
-struct DedicatedThreadExitTests {
+/// A dedicated thread the system will not start (`ProcessExitTests` runs it in a process of its own).
+extension ChildScenario {
     #if os(Linux)
-    @Test("A thread the system will not start makes execute and run throw, and awaitTermination true")
-    func threadStartFailure() async {
-        await #expect(processExitsWith: .success) {
-            let thread = ThreadStarts.refused { DedicatedThread(name: "db") }
-            do {
-                try thread.execute {}
-                fatalError("execute was accepted by a thread that does not exist")
-            } catch let error as DedicatedThreadError {
-                guard case .threadStartFailed(name: "db", _) = error else { fatalError("\(error)") }
-            } catch {
-                fatalError("\(error)")
-            }
-            do {
-                _ = try await thread.run { 1 }
-                fatalError("run was accepted by a thread that does not exist")
-            } catch let error as DedicatedThreadError {
-                guard case .threadStartFailed = error else { fatalError("\(error)") }
-            } catch {
-                fatalError("\(error)")
-            }
-            precondition(thread.awaitTermination(timeout: .zero))
+    static func dedicatedThreadStartFailure() async {
+        let thread = ThreadStarts.refused { DedicatedThread(name: "db") }
+        do {
+            try thread.execute {}
+            fatalError("execute was accepted by a thread that does not exist")
+        } catch let error as DedicatedThreadError {
+            guard case .threadStartFailed(name: "db", _) = error else { fatalError("\(error)") }
+        } catch {
+            fatalError("\(error)")
         }
+        do {
+            _ = try await thread.run { 1 }
+            fatalError("run was accepted by a thread that does not exist")
+        } catch let error as DedicatedThreadError {
+            guard case .threadStartFailed = error else { fatalError("\(error)") }
+        } catch {
+            fatalError("\(error)")
+        }
+        precondition(thread.awaitTermination(timeout: .zero))
     }
     #endif
 }

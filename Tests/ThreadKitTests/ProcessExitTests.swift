@@ -53,8 +53,8 @@ struct Specification: Sendable {
         Specification(sentence: sentence, ending: .stops([fragments]))
     }
 
-    static func stops(_ sentence: String, namingEither first: [String], or second: [String]) -> Specification {
-        Specification(sentence: sentence, ending: .stops([first, second]))
+    static func stops(_ sentence: String, namingOneOf alternatives: [[String]]) -> Specification {
+        Specification(sentence: sentence, ending: .stops(alternatives))
     }
 
     static func completes(_ sentence: String) -> Specification {
@@ -78,6 +78,13 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
     case twoThreads, threeThreads, scheduledTaskWaitCycle, siblingsWaitCycle, runWorkWaitCycle
     case waitUntilIdleHeldThroughAnotherThread, mainQueueDedicatedThreadCycle, mainQueueSerialQueueCycle
     case waitUntilIdleInsideRun, syncOntoAStarvedQueueStops
+    #if os(Linux)
+    // Threads the system will not start: an error, never a lost task, and a recovery.
+    case poolThreadStartFailure, threadStartFailureWithThreadsRunning, timerThreadStartFailure
+    case peakThreadsSkipsAFailedStart, disposeStartsAThreadForQueuedWork, dedicatedThreadStartFailure
+    #endif
+    // Pool threads ending while the global log delegate holds them up.
+    case awaitTerminationWaitsForExitLogs, collectedThreadRunsNothingAfter
     // Waits that close no cycle: they complete.
     case reentryIsNoDeadlock, syncOnMainFromMainQueueUnderDispatchMain
     case mainThroughADedicatedThreadBackToMain, actorAssumeIsolatedInNestedLevel
@@ -144,15 +151,23 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             .stops("Two dedicated threads that sync onto each other: the second wait is reported",
                    naming: #"deadlock: thread "cache" holds DedicatedThread "cache" and waits for DedicatedThread "db", held by thread "db", which waits for "cache""#)
         case .threeThreads:
-            .stops("Three contexts of three kinds, A → B → C → A, across three threads",
-                   naming: "deadlock: thread", #"holds DispatchQueue "serial" and waits for DedicatedThread "db""#, #"held by thread "db", which waits for ThreadPool "single""#, #"held by thread "single Thread1", which waits for "serial""#)
+            // Whichever of the three blocks last closes the cycle and names it from its side.
+            .stops("Three contexts of three kinds, A → B → C → A, across three threads", namingOneOf: [
+                ["deadlock: thread", #"holds DispatchQueue "serial" and waits for DedicatedThread "db""#,
+                 #"held by thread "db", which waits for ThreadPool "single""#, #"held by thread "single Thread1", which waits for "serial""#],
+                [#"deadlock: thread "db" holds DedicatedThread "db" and waits for ThreadPool "single""#,
+                 #"held by thread "single Thread1", which waits for DispatchQueue "serial""#, #"which waits for "db""#],
+                [#"deadlock: thread "single Thread1" holds ThreadPool "single" and waits for DispatchQueue "serial""#,
+                 #"which waits for DedicatedThread "db""#, #"held by thread "db", which waits for "single""#],
+            ])
         case .scheduledTaskWaitCycle:
             .stops("A dedicated thread waiting on a one-thread pool's task while the pool's thread syncs onto it is reported",
                    naming: #"deadlock: thread "single Thread1" holds ThreadPool "single" and waits for DedicatedThread "db", held by thread "db", which waits for "single""#)
         case .siblingsWaitCycle:
+            // Each child waits for the queue the other holds; whichever blocks second names the cycle.
             .stops("Child tasks of run's work: one nested in the queue waits for a queue the other holds, which waits for its turn: reported",
-                   namingEither: ["deadlock: thread", #"waits for ThrottledQueue "cache""#, #"which waits for "api""#],
-                   or: ["deadlock: thread", #"waits for ThrottledQueue "api""#, #"which waits for "cache""#])
+                   namingOneOf: [["deadlock: thread", #"waits for ThrottledQueue "cache""#, #"which waits for "api""#],
+                                 ["deadlock: thread", #"waits for ThrottledQueue "api""#, #"which waits for "cache""#]])
         case .runWorkWaitCycle:
             .stops("ThrottledQueue.run's work holds its queue while it blocks: a step it waits for that syncs back onto the queue is reported",
                    naming: #"deadlock: thread "db" holds DedicatedThread "db" and waits for ThrottledQueue "api", held by thread "runner Thread1", which waits for "db""#)
@@ -187,6 +202,24 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             .completes("Inside run's work, a sync nested in the queue that reaches it again through a dedicated thread nests in that sync, instead of a false deadlock")
         case .syncOnADisposedPool:
             .completes("sync on a queue whose pool was disposed runs on the caller, keeping the gap, instead of crashing")
+        #if os(Linux)
+        case .poolThreadStartFailure:
+            .completes("A thread that cannot start is an error, not a lost task; the pool recovers once threads can start")
+        case .threadStartFailureWithThreadsRunning:
+            .completes("A thread that cannot start while others run leaves its task queued for them")
+        case .timerThreadStartFailure:
+            .completes("A timer whose thread cannot start refuses the call with an error, and starts it on the next call")
+        case .peakThreadsSkipsAFailedStart:
+            .completes("statistics.peakThreads does not count a thread that failed to start")
+        case .disposeStartsAThreadForQueuedWork:
+            .completes("dispose() starts a thread for queued work when the pool has none left")
+        case .dedicatedThreadStartFailure:
+            .completes("A thread the system will not start makes execute and run throw, and awaitTermination true")
+        #endif
+        case .awaitTerminationWaitsForExitLogs:
+            .completes("awaitTermination returns true only after the exiting threads are done with the log delegate")
+        case .collectedThreadRunsNothingAfter:
+            .completes(#"a thread that logs "collected" runs no task afterwards: work that arrives while it logs gets another thread"#)
         case .poolFineArguments: .completes("ThreadPool: the smallest valid configuration and timeouts do not stop")
         case .timerFineArguments:
             .completes("TimerThread: zero delays, a one-nanosecond interval and a past instant do not stop")
@@ -280,6 +313,16 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         case .mainQueueSerialQueueCycle: Self.mainQueueSerialQueueCycle()
         case .waitUntilIdleInsideRun: Self.waitUntilIdleInsideRun()
         case .syncOntoAStarvedQueueStops: Self.syncOntoAStarvedQueueStops()
+        #if os(Linux)
+        case .poolThreadStartFailure: Self.poolThreadStartFailure()
+        case .threadStartFailureWithThreadsRunning: Self.threadStartFailureWithThreadsRunning()
+        case .timerThreadStartFailure: Self.timerThreadStartFailure()
+        case .peakThreadsSkipsAFailedStart: Self.peakThreadsSkipsAFailedStart()
+        case .disposeStartsAThreadForQueuedWork: Self.disposeStartsAThreadForQueuedWork()
+        case .dedicatedThreadStartFailure: await Self.dedicatedThreadStartFailure()
+        #endif
+        case .awaitTerminationWaitsForExitLogs: Self.awaitTerminationWaitsForExitLogs()
+        case .collectedThreadRunsNothingAfter: Self.collectedThreadRunsNothingAfter()
         case .reentryIsNoDeadlock: Self.reentryIsNoDeadlock()
         case .syncOnMainFromMainQueueUnderDispatchMain: Self.syncOnMainFromMainQueueUnderDispatchMain()
         case .mainThroughADedicatedThreadBackToMain: Self.mainThroughADedicatedThreadBackToMain()
