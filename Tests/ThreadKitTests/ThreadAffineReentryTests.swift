@@ -238,21 +238,17 @@ struct ThreadAffineReentryTests {
 
     @Test("Contexts without thread affinity still run nested work inline: a one-thread pool reached again from A runs on A")
     func poolOfOneRunsNestedWorkInline() async throws {
-        let pool = ThreadPool(name: KernelThreads.uniqueName("RAp"), size: 1)
-        let a = DedicatedThread(name: KernelThreads.uniqueName("RAp"))
-        defer {
-            pool.dispose()
-            a.dispose()
+        try await withPoolAndThread(pool: "RAp", thread: "RAp") { pool, a in
+            let method = DispatchMethod.sync(on: .pool(pool))
+            let seen = await guarded { () -> [Bool]? in
+                try? method.execute {
+                    a.sync {
+                        try! method.execute { [pool.isCurrentThreadMember, a.isCurrent] }.wait()
+                    }
+                }.wait()
+            }
+            #expect((seen ?? nil) == [false, true], "nil: the nesting hung")
         }
-        let method = DispatchMethod.sync(on: .pool(pool))
-        let seen = await guarded { () -> [Bool]? in
-            try? method.execute {
-                a.sync {
-                    try! method.execute { [pool.isCurrentThreadMember, a.isCurrent] }.wait()
-                }
-            }.wait()
-        }
-        #expect((seen ?? nil) == [false, true], "nil: the nesting hung")
     }
 
     @Test("A ThrottledQueue reached again through A runs the nested work inline, on A's thread")
