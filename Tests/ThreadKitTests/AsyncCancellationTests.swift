@@ -180,7 +180,8 @@ struct AsyncCancellationTests {
         /// outcome must be the same whichever came first, the cancellation or the submission.
         func waitUntilWorkIsQueued() async {
             if hasQueuedWork != nil {
-                #expect(await eventually(timeout: .seconds(5)) { hasQueuedWork == true })
+                // Generous: on a loaded machine the awaiting task's pool thread may be slow to start.
+                #expect(await eventually(timeout: .seconds(20)) { hasQueuedWork == true })
             } else {
                 try? await Task.sleep(for: .milliseconds(50))
             }

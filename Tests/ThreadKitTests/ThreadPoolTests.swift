@@ -505,16 +505,21 @@ struct ThreadPoolTaskTests {
         let gate = try pool.occupy()
         defer { gate.countDown() }
         let task = try pool.schedule {}
+        // The waiter is a thread of its own, not a child task: it must not depend on Swift's
+        // cooperative threads, which other suites' exit tests may hold on a loaded machine.
         let waiter = LockedValue<Int32?>(nil)
-        async let woken = onNewThread { () -> (Bool, MonotonicInstant) in
+        let woken = LockedValue<(finished: Bool, at: MonotonicInstant)?>(nil)
+        let done = Latch()
+        Thread {
             waiter.value = KernelThreads.currentID()
-            return (task.wait(timeout: .seconds(60)), MonotonicInstant.now())
-        }
-        // Not a blocking wait: blocking this thread could starve the child task that starts the waiter.
+            woken.value = (task.wait(timeout: .seconds(60)), MonotonicInstant.now())
+            done.countDown()
+        }.start()
         #expect(await eventually { waiter.value.map(KernelThreads.isSleeping) == true }, "the waiter never blocked")
         let cancelledAt = MonotonicInstant.now()
         #expect(task.cancel())
-        let (finished, wokeAt) = await woken
+        #expect(await onNewThread { done.wait(timeout: .seconds(30)) }, "the waiter was not woken")
+        let (finished, wokeAt) = try #require(woken.value)
         #expect(finished)
         // Woken by the cancel, not by its own 60 s timeout (the bound allows for a loaded machine).
         #expect(cancelledAt.duration(to: wokeAt) < .seconds(10))
