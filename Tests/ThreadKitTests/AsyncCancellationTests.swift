@@ -121,7 +121,8 @@ struct AsyncCancellationTests {
             self.throttled = throttled
         }
 
-        /// Stops the target from starting work until ``release()``.
+        /// Stops the target from starting work until ``releaseAndDrain()`` (a minute at most: longer
+        /// than any wait of the test, so that the hold never ends on its own while the test looks).
         func hold() async throws {
             isHeld.value = true
             let running = Latch()
@@ -129,13 +130,13 @@ struct AsyncCancellationTests {
             case .pool:
                 try pool!.execute { [gate] in
                     running.countDown()
-                    gate.wait(timeout: .seconds(10))
+                    gate.wait(timeout: .seconds(60))
                 }
                 _ = await onNewThread { running.wait(timeout: .seconds(5)) }
             case .thread:
                 try thread!.execute { [gate] in
                     running.countDown()
-                    gate.wait(timeout: .seconds(10))
+                    gate.wait(timeout: .seconds(60))
                 }
                 _ = await onNewThread { running.wait(timeout: .seconds(5)) }
             case .serialQueue, .concurrentQueue:
@@ -217,7 +218,7 @@ struct AsyncCancellationTests {
         }
         await held.waitUntilWorkIsQueued()
         task.cancel()
-        let result = await outcome(of: task)
+        let result = await outcome(of: task, within: .seconds(20))
         await held.releaseAndDrain()
         #expect(result != nil, "the await did not end when its task was cancelled", sourceLocation: sourceLocation)
         #expect(isCancellation(result), "the await ended with \(String(describing: result))", sourceLocation: sourceLocation)
