@@ -523,7 +523,7 @@ struct ThrottledQueueRobustnessTests {
     #endif
 }
 
-/// Robustness scenarios that stop the process, or stopped it before their fix: `DeadlockExitTests`
+/// Robustness scenarios that stop the process, or stopped it before their fix: `ProcessExitTests`
 /// runs each in a process of its own. One that hung before its fix waits with a timeout.
 extension ChildScenario {
     static func syncOnADisposedPool() {
