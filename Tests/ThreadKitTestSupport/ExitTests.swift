@@ -9,6 +9,12 @@ public func standardError(of result: ExitTest.Result?) -> String? {
 /// Whether an exit test's child stopped with a message on standard error that contains every one
 /// of `fragments` (a precondition's message names the argument and the value).
 public func stopped(_ result: ExitTest.Result?, saying fragments: String...) -> Bool {
+    stopped(result, saying: fragments)
+}
+
+/// Whether an exit test's child stopped with a message on standard error that contains every one
+/// of `fragments` (none: whether it stopped at all, as the exit test expected).
+public func stopped(_ result: ExitTest.Result?, saying fragments: [String]) -> Bool {
     guard let message = standardError(of: result) else { return false }
     return fragments.allSatisfy { message.contains($0) }
 }

@@ -81,6 +81,16 @@ public enum KernelThreads {
         ids(withPrefix: prefix).count
     }
 
+    /// Whether thread `id` is asleep in the kernel (state `S`: blocked in a wait, a lock, a sleep),
+    /// from `/proc/self/task/<id>/stat`; `false` once it has exited. For a test that must act only
+    /// once another thread has blocked where it was heading, instead of sleeping and hoping.
+    public static func isSleeping(_ id: Int32) -> Bool {
+        // The state follows the name, which is in parentheses and may itself hold ") ".
+        guard let stat = readProcFile("/proc/self/task/\(id)/stat"),
+              let nameEnd = stat.range(of: ") ", options: .backwards) else { return false }
+        return stat[nameEnd.upperBound...].first == "S"
+    }
+
     /// The context switches thread `id` has made so far, from `/proc/self/task/<id>/status`.
     public static func contextSwitches(ofThread id: Int32) -> (voluntary: Int, involuntary: Int)? {
         guard let status = readProcFile("/proc/self/task/\(id)/status") else { return nil }

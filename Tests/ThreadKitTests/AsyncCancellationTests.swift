@@ -48,6 +48,21 @@ struct AsyncCancellationTests {
         }
     }
 
+    /// Runs `body` in a task on a pool of the test's own, cancels the task once `work` has started,
+    /// then lets the work end; returns the task's outcome (`nil` if it did not end in time).
+    static func cancelOnceStarted(
+        _ work: BlockingWork, sourceLocation: SourceLocation = #_sourceLocation,
+        _ body: @escaping @Sendable () async throws -> Int
+    ) async -> Result<Int, any Error>? {
+        let executor = ThreadPool(name: KernelThreads.uniqueName("ACx"), size: 2)
+        defer { executor.dispose() }
+        let task = Task(executorPreference: executor, operation: body)
+        #expect(await work.waitUntilStarted(), "the work did not start", sourceLocation: sourceLocation)
+        task.cancel()
+        work.finish.countDown()
+        return await outcome(of: task)
+    }
+
     /// Each kind of target `DispatchMethod` can address and that the test can stop from starting work.
     enum Kind: String, CaseIterable, Sendable, CustomTestStringConvertible {
         case pool, thread, serialQueue, concurrentQueue, throttled
@@ -106,7 +121,8 @@ struct AsyncCancellationTests {
             self.throttled = throttled
         }
 
-        /// Stops the target from starting work until ``release()``.
+        /// Stops the target from starting work until ``releaseAndDrain()`` (a minute at most: longer
+        /// than any wait of the test, so that the hold never ends on its own while the test looks).
         func hold() async throws {
             isHeld.value = true
             let running = Latch()
@@ -114,13 +130,13 @@ struct AsyncCancellationTests {
             case .pool:
                 try pool!.execute { [gate] in
                     running.countDown()
-                    gate.wait(timeout: .seconds(10))
+                    gate.wait(timeout: .seconds(60))
                 }
                 _ = await onNewThread { running.wait(timeout: .seconds(5)) }
             case .thread:
                 try thread!.execute { [gate] in
                     running.countDown()
-                    gate.wait(timeout: .seconds(10))
+                    gate.wait(timeout: .seconds(60))
                 }
                 _ = await onNewThread { running.wait(timeout: .seconds(5)) }
             case .serialQueue, .concurrentQueue:
@@ -165,7 +181,8 @@ struct AsyncCancellationTests {
         /// outcome must be the same whichever came first, the cancellation or the submission.
         func waitUntilWorkIsQueued() async {
             if hasQueuedWork != nil {
-                #expect(await eventually(timeout: .seconds(5)) { hasQueuedWork == true })
+                // Generous: on a loaded machine the awaiting task's pool thread may be slow to start.
+                #expect(await eventually(timeout: .seconds(20)) { hasQueuedWork == true })
             } else {
                 try? await Task.sleep(for: .milliseconds(50))
             }
@@ -201,7 +218,7 @@ struct AsyncCancellationTests {
         }
         await held.waitUntilWorkIsQueued()
         task.cancel()
-        let result = await outcome(of: task)
+        let result = await outcome(of: task, within: .seconds(20))
         await held.releaseAndDrain()
         #expect(result != nil, "the await did not end when its task was cancelled", sourceLocation: sourceLocation)
         #expect(isCancellation(result), "the await ended with \(String(describing: result))", sourceLocation: sourceLocation)
@@ -211,16 +228,10 @@ struct AsyncCancellationTests {
     @Test("DispatchMethod.run cancelled once its work has started: the work runs to its end, the await returns its result",
           arguments: Kind.allCases, Way.allCases)
     func dispatchRunCancelledAfterStart(kind: Kind, way: Way) async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("ACx"), size: 2)
-        defer { executor.dispose() }
         let free = TestTarget(kind)
         let work = BlockingWork()
         let method = way.method(on: free.target)
-        let task = Task(executorPreference: executor) { try await method.run { work.run() } }
-        #expect(await work.waitUntilStarted())
-        task.cancel()
-        work.finish.countDown()
-        let result = await Self.outcome(of: task)
+        let result = await Self.cancelOnceStarted(work) { try await method.run { work.run() } }
         await free.releaseAndDrain()
         #expect(try result?.get() == 42)
         #expect(work.ran.value == 1)
@@ -261,11 +272,8 @@ struct AsyncCancellationTests {
         #expect(ran.value == 0)
 
         let work = BlockingWork()
-        let started = Task(executorPreference: executor) { try await DispatchMethod.inline.run { work.run() } }
-        #expect(await work.waitUntilStarted())
-        started.cancel()
-        work.finish.countDown()
-        #expect(try await Self.outcome(of: started)?.get() == 42)
+        let result = await Self.cancelOnceStarted(work) { try await DispatchMethod.inline.run { work.run() } }
+        #expect(try result?.get() == 42)
     }
 
     // MARK: - ExecutionChain.value
@@ -297,16 +305,10 @@ struct AsyncCancellationTests {
 
     @Test("A chain's value cancelled once the step has started: the step runs to its end, the await returns its result")
     func chainValueCancelledAfterStart() async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("ACx"), size: 2)
-        defer { executor.dispose() }
         let free = TestTarget(.thread)
         let work = BlockingWork()
         let chain = DispatchMethod.async(on: free.target).execute { work.run() }
-        let task = Task(executorPreference: executor) { try await chain.value }
-        #expect(await work.waitUntilStarted())
-        task.cancel()
-        work.finish.countDown()
-        let result = await Self.outcome(of: task)
+        let result = await Self.cancelOnceStarted(work) { try await chain.value }
         await free.releaseAndDrain()
         #expect(try result?.get() == 42)
         #expect(try chain.wait() == 42)
@@ -339,19 +341,14 @@ struct AsyncCancellationTests {
 
     @Test("ThrottledQueue.run cancelled once its work has started: the work runs to its end, the await returns its result")
     func throttledRunCancelledAfterStart() async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("ACx"), size: 2)
-        defer { executor.dispose() }
         let queue = ThrottledQueue(label: "AC run after", interval: .zero)
         let work = BlockingWork()
-        let task = Task(executorPreference: executor) {
+        let result = await Self.cancelOnceStarted(work) {
             try await queue.run { () async -> Int in
                 await onNewThread { work.run() }
             }
         }
-        #expect(await work.waitUntilStarted())
-        task.cancel()
-        work.finish.countDown()
-        #expect(try await Self.outcome(of: task)?.get() == 42)
+        #expect(try result?.get() == 42)
         #expect(work.ran.value == 1)
     }
 
@@ -370,16 +367,11 @@ struct AsyncCancellationTests {
 
     @Test("ThreadPool.run cancelled once its work has started: the work runs to its end, the await returns its result")
     func poolRunCancelledAfterStart() async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("ACx"), size: 2)
-        defer { executor.dispose() }
         let pool = ThreadPool(name: KernelThreads.uniqueName("ACr"), size: 1)
         defer { pool.dispose() }
         let work = BlockingWork()
-        let task = Task(executorPreference: executor) { try await pool.run { work.run() } }
-        #expect(await work.waitUntilStarted())
-        task.cancel()
-        work.finish.countDown()
-        #expect(try await Self.outcome(of: task)?.get() == 42)
+        let result = await Self.cancelOnceStarted(work) { try await pool.run { work.run() } }
+        #expect(try result?.get() == 42)
         #expect(work.ran.value == 1)
     }
 }

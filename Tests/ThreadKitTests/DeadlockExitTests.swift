@@ -3,80 +3,67 @@ import Foundation
 import Testing
 @testable import ThreadKit
 
-/// Cross-thread wait cycles stop the process the moment they close, with a message naming the cycle.
-///
-/// Each runs in a process of its own; in each, a watchdog ends the child with success after 20 s,
-/// so a hang fails the test (it expects a failure) instead of hanging the run.
-@Suite("Deadlock detection", .serialized)
-struct DeadlockExitTests {
-    @Test("Two dedicated threads that sync onto each other: the second wait is reported")
-    func twoThreads() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            DeadlockScenario.watchdog()
-            let first = DedicatedThread(name: "db")
-            let second = DedicatedThread(name: "cache")
-            let bothInside = Latch(count: 2)
-            try! first.execute {
-                bothInside.countDown()
-                bothInside.wait()
-                second.sync {}
-            }
-            try! second.execute {
-                bothInside.countDown()
-                bothInside.wait()
-                usleep(100_000)  // let "db" block first
-                first.sync {}
-            }
-            DeadlockScenario.sleepForever()
+// The scenarios of deadlock detection itself.
+
+extension ChildScenario {
+    /// A work started on its context by `startFirst` and one started on another by `startSecond`
+    /// wait until both are inside their contexts; then the first makes `firstWait` at once and the
+    /// second `secondWait` 100 ms later, so that on an idle machine the second wait closes the cycle.
+    static func crossWaits(
+        _ startFirst: (@escaping @Sendable () -> Void) -> Void, then firstWait: @escaping @Sendable () -> Void,
+        _ startSecond: (@escaping @Sendable () -> Void) -> Void, then secondWait: @escaping @Sendable () -> Void
+    ) {
+        let bothInside = Latch(count: 2)
+        startFirst {
+            bothInside.countDown()
+            bothInside.wait()
+            firstWait()
         }
-        expectMessage(result, contains: [
-            #"deadlock: thread "cache" holds DedicatedThread "cache" and waits for DedicatedThread "db", held by thread "db", which waits for "cache""#,
-        ])
+        startSecond {
+            bothInside.countDown()
+            bothInside.wait()
+            usleep(100_000)  // let the first block first
+            secondWait()
+        }
     }
 
-    @Test("Three contexts of three kinds, A → B → C → A, across three threads")
-    func threeThreads() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            DeadlockScenario.watchdog()
-            let db = DedicatedThread(name: "db")
-            let pool = ThreadPool(name: "single", size: 1)
-            let queue = DispatchQueue(label: "serial")
-            let allInside = Latch(count: 3)
-            try! db.execute {
-                allInside.countDown()
-                allInside.wait()
-                _ = try? DispatchMethod.sync(on: .pool(pool)).execute {}.wait()
-            }
-            try! pool.execute {
-                allInside.countDown()
-                allInside.wait()
-                usleep(50_000)
-                _ = try? DispatchMethod.sync(on: .serialQueue(queue)).execute {}.wait()
-            }
-            DispatchMethod.async(on: .serialQueue(queue)).execute {
-                allInside.countDown()
-                allInside.wait()
-                usleep(150_000)
-                _ = try? DispatchMethod.sync(on: .thread(db)).execute {}.wait()
-            }
-            DeadlockScenario.sleepForever()
-        }
-        expectMessage(result, contains: [
-            "deadlock: thread",
-            #"holds DispatchQueue "serial" and waits for DedicatedThread "db""#,
-            #"held by thread "db", which waits for ThreadPool "single""#,
-            #"held by thread "single Thread1", which waits for "serial""#,
-        ])
+    static func reentryIsNoDeadlock() {
+        let first = DedicatedThread(name: "A")
+        let second = DedicatedThread(name: "B")
+        let value = first.sync { second.sync { first.sync { second.sync { 42 } } } }
+        precondition(value == 42)
+    }
+}
+
+extension ChildScenario {
+    static func twoThreads() {
+        let first = DedicatedThread(name: "db")
+        let second = DedicatedThread(name: "cache")
+        crossWaits({ try! first.execute($0) }, then: { second.sync {} },
+                   { try! second.execute($0) }, then: { first.sync {} })
     }
 
-    @Test("A wait that re-enters a held context is no deadlock: A → B → A completes")
-    func reentryIsNoDeadlock() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let first = DedicatedThread(name: "A")
-            let second = DedicatedThread(name: "B")
-            let value = first.sync { second.sync { first.sync { second.sync { 42 } } } }
-            precondition(value == 42)
+    static func threeThreads() {
+        let db = DedicatedThread(name: "db")
+        let pool = ThreadPool(name: "single", size: 1)
+        let queue = DispatchQueue(label: "serial")
+        let allInside = Latch(count: 3)
+        try! db.execute {
+            allInside.countDown()
+            allInside.wait()
+            _ = try? DispatchMethod.sync(on: .pool(pool)).execute {}.wait()
+        }
+        try! pool.execute {
+            allInside.countDown()
+            allInside.wait()
+            usleep(50_000)
+            _ = try? DispatchMethod.sync(on: .serialQueue(queue)).execute {}.wait()
+        }
+        DispatchMethod.async(on: .serialQueue(queue)).execute {
+            allInside.countDown()
+            allInside.wait()
+            usleep(150_000)
+            _ = try? DispatchMethod.sync(on: .thread(db)).execute {}.wait()
         }
     }
 }
@@ -97,109 +84,62 @@ enum DeadlockScenario {
     }
 }
 
-@Suite("Deadlock detection in ThreadKit's own waits", .serialized)
-struct OwnWaitsDeadlockExitTests {
-    @Test("A dedicated thread waiting on a one-thread pool's task while the pool's thread syncs onto it is reported")
-    func scheduledTaskWaitCycle() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            DeadlockScenario.watchdog()
-            let db = DedicatedThread(name: "db")
-            let pool = ThreadPool(name: "single", size: 1)
-            let bothInside = Latch(count: 2)
-            try! pool.execute {
-                bothInside.countDown()
-                bothInside.wait()
-                usleep(100_000)  // let "db" block first
-                db.sync {}
-            }
-            try! db.execute {
-                bothInside.countDown()
-                bothInside.wait()
-                let task = try! pool.schedule {}
-                task.wait()
-            }
-            DeadlockScenario.sleepForever()
-        }
-        #if DEBUG
-        let output = standardError(of: result) ?? ""
-        #expect(output.contains(#"deadlock: thread "single Thread1" holds ThreadPool "single" and waits for DedicatedThread "db", held by thread "db", which waits for "single""#), "standard error was: \(output)")
-        #endif
+extension ChildScenario {
+    static func scheduledTaskWaitCycle() {
+        let db = DedicatedThread(name: "db")
+        let pool = ThreadPool(name: "single", size: 1)
+        crossWaits({ try! db.execute($0) }, then: { try! pool.schedule {}.wait() },
+                   { try! pool.execute($0) }, then: { db.sync {} })
     }
 
-    @Test("Child tasks of run's work: one nested in the queue waits for a queue the other holds, which waits for its turn: reported")
-    func siblingsWaitCycle() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            DeadlockScenario.watchdog()
-            let api = ThrottledQueue(label: "api", interval: .zero)
-            let cache = ThrottledQueue(label: "cache", interval: .zero)
-            let runner = ThreadPool(name: "runner", size: 4)
-            let nestedStarted = Latch()
-            Task(executorPreference: runner) {
-                try await api.run {
-                    await withTaskGroup(of: Void.self) { group in
-                        group.addTask {
-                            api.sync {
-                                nestedStarted.countDown()
-                                usleep(100_000)  // let the sibling take "cache" and wait for its turn on "api"
-                                cache.sync {}
-                            }
+    static func siblingsWaitCycle() {
+        let api = ThrottledQueue(label: "api", interval: .zero)
+        let cache = ThrottledQueue(label: "cache", interval: .zero)
+        let runner = ThreadPool(name: "runner", size: 4)
+        let nestedStarted = Latch()
+        let siblingHoldsCache = Latch()
+        Task(executorPreference: runner) {
+            try await api.run {
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        api.sync {
+                            nestedStarted.countDown()
+                            siblingHoldsCache.wait()
+                            cache.sync {}
                         }
-                        group.addTask {
-                            nestedStarted.wait()
-                            _ = try? await cache.run { api.sync {} }
+                    }
+                    group.addTask {
+                        nestedStarted.wait()
+                        _ = try? await cache.run {
+                            siblingHoldsCache.countDown()
+                            api.sync {}
                         }
                     }
                 }
             }
-            DeadlockScenario.sleepForever()
         }
-        #if DEBUG
-        let output = standardError(of: result) ?? ""
-        #expect(output.contains("deadlock: thread"), "standard error was: \(output)")
-        #expect(output.contains(#"waits for ThrottledQueue "cache""#), "standard error was: \(output)")
-        #expect(output.contains(#"which waits for "api""#), "standard error was: \(output)")
-        #endif
     }
 
-    @Test("ThrottledQueue.run's work holds its queue while it blocks: a step it waits for that syncs back onto the queue is reported")
-    func runWorkWaitCycle() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            DeadlockScenario.watchdog()
-            let db = DedicatedThread(name: "db")
-            let api = ThrottledQueue(label: "api", interval: .zero)
-            let runner = ThreadPool(name: "runner", size: 1)
-            Task(executorPreference: runner) {
-                try await api.run {
-                    let step = DispatchMethod.async(on: .thread(db)).execute {
-                        usleep(100_000)  // let the run's work block first
-                        api.sync {}
-                    }
-                    _ = try? step.wait()
+    static func runWorkWaitCycle() {
+        let db = DedicatedThread(name: "db")
+        let api = ThrottledQueue(label: "api", interval: .zero)
+        let runner = ThreadPool(name: "runner", size: 1)
+        Task(executorPreference: runner) {
+            try await api.run {
+                let step = DispatchMethod.async(on: .thread(db)).execute {
+                    usleep(100_000)  // let the run's work block first
+                    api.sync {}
                 }
+                _ = try? step.wait()
             }
-            DeadlockScenario.sleepForever()
         }
-        #if DEBUG
-        let output = standardError(of: result) ?? ""
-        #expect(output.contains(#"deadlock: thread "db" holds DedicatedThread "db" and waits for ThrottledQueue "api", held by thread "runner Thread1", which waits for "db""#), "standard error was: \(output)")
-        #endif
     }
 }
 
-@Suite("Waits that can never end, through held contexts", .serialized)
-struct TransitiveHoldExitTests {
-    @Test("waitUntilIdle() from work a queue's task waits for stops, as from inside the task itself")
-    func waitUntilIdleHeldThroughAnotherThread() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            DeadlockScenario.watchdog()
-            let queue = ThrottledQueue(label: "api", interval: .zero)
-            let thread = DedicatedThread(name: "db")
-            try! queue.async { thread.sync { queue.waitUntilIdle() } }
-            DeadlockScenario.sleepForever()
-        }
-        #if DEBUG
-        let output = standardError(of: result) ?? ""
-        #expect(output.contains("ThrottledQueue 'api': waitUntilIdle() from inside its own task would wait forever"), "standard error was: \(output)")
-        #endif
+extension ChildScenario {
+    static func waitUntilIdleHeldThroughAnotherThread() {
+        let queue = ThrottledQueue(label: "api", interval: .zero)
+        let thread = DedicatedThread(name: "db")
+        try! queue.async { thread.sync { queue.waitUntilIdle() } }
     }
 }

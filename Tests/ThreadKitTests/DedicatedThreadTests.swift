@@ -378,80 +378,28 @@ struct DedicatedThreadTests {
     }
 }
 
-/// DedicatedThread's preconditions and failures, each in a process of its own.
-@Suite("DedicatedThread preconditions", .serialized)
-struct DedicatedThreadExitTests {
-    @Test("checkIsolated traps off the thread, naming it")
-    func checkIsolatedOffThread() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let thread = DedicatedThread(name: "db")
-            thread.checkIsolated()
-        }
-        expectMessage(result, contains: ["DedicatedThread 'db'"])
-    }
-
-    @Test("preconditionIsCurrent traps off the thread, naming it")
-    func preconditionOffThread() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let thread = DedicatedThread(name: "db")
-            thread.preconditionIsCurrent()
-        }
-        expectMessage(result, contains: ["expected to run on DedicatedThread 'db'"])
-    }
-
-    @Test("An actor used after its thread was disposed stops, naming the thread")
-    func jobAfterDispose() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let thread = DedicatedThread(name: "db")
-            let counter = PinnedCounter(thread: thread)
-            thread.dispose()
-            _ = thread.awaitTermination(timeout: .seconds(10))
-            _ = await counter.increment()
-        }
-        expectMessage(result, contains: ["actor used after its DedicatedThread 'db' was disposed"])
-    }
-
-    @Test("sync on a disposed thread stops, naming it")
-    func syncAfterDispose() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let thread = DedicatedThread(name: "db")
-            thread.dispose()
-            thread.sync {}
-        }
-        expectMessage(result, contains: ["sync on DedicatedThread 'db'", "disposed"])
-    }
-
-    @Test("A negative awaitTermination timeout stops, naming the value")
-    func negativeTimeout() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = DedicatedThread(name: "db").awaitTermination(timeout: .milliseconds(-1))
-        }
-        expectMessage(result, contains: ["'db'", "must not be negative"])
-    }
-
+/// A dedicated thread the system will not start (`ProcessExitTests` runs it in a process of its own).
+extension ChildScenario {
     #if os(Linux)
-    @Test("A thread the system will not start makes execute and run throw, and awaitTermination true")
-    func threadStartFailure() async {
-        await #expect(processExitsWith: .success) {
-            let thread = ThreadStarts.refused { DedicatedThread(name: "db") }
-            do {
-                try thread.execute {}
-                fatalError("execute was accepted by a thread that does not exist")
-            } catch let error as DedicatedThreadError {
-                guard case .threadStartFailed(name: "db", _) = error else { fatalError("\(error)") }
-            } catch {
-                fatalError("\(error)")
-            }
-            do {
-                _ = try await thread.run { 1 }
-                fatalError("run was accepted by a thread that does not exist")
-            } catch let error as DedicatedThreadError {
-                guard case .threadStartFailed = error else { fatalError("\(error)") }
-            } catch {
-                fatalError("\(error)")
-            }
-            precondition(thread.awaitTermination(timeout: .zero))
+    static func dedicatedThreadStartFailure() async {
+        let thread = ThreadStarts.refused { DedicatedThread(name: "db") }
+        do {
+            try thread.execute {}
+            fatalError("execute was accepted by a thread that does not exist")
+        } catch let error as DedicatedThreadError {
+            guard case .threadStartFailed(name: "db", _) = error else { fatalError("\(error)") }
+        } catch {
+            fatalError("\(error)")
         }
+        do {
+            _ = try await thread.run { 1 }
+            fatalError("run was accepted by a thread that does not exist")
+        } catch let error as DedicatedThreadError {
+            guard case .threadStartFailed = error else { fatalError("\(error)") }
+        } catch {
+            fatalError("\(error)")
+        }
+        precondition(thread.awaitTermination(timeout: .zero))
     }
     #endif
 }

@@ -153,17 +153,13 @@ struct DispatchMethodTests {
 struct ExecutionChainTests {
     @Test("Steps pass values on, in order, each on its own target")
     func passesValues() async throws {
-        let pool = ThreadPool(name: KernelThreads.uniqueName("ECpool"), size: 2)
-        let thread = DedicatedThread(name: KernelThreads.uniqueName("ECthr"))
-        defer {
-            pool.dispose()
-            thread.dispose()
+        try await withPoolAndThread(pool: "ECpool", size: 2, thread: "ECthr") { (pool, thread) async throws in
+            let chain = DispatchMethod.async(on: .pool(pool)).execute { (2, pool.isCurrentThreadMember) }
+                .then(.async(on: .thread(thread))) { ($0.0 * 3, $0.1 && thread.isCurrent) }
+                .then(.async(on: .global())) { "\($0.0) \($0.1)" }
+            #expect(try await chain.value == "6 true")
+            #expect(try chain.wait() == "6 true")
         }
-        let chain = DispatchMethod.async(on: .pool(pool)).execute { (2, pool.isCurrentThreadMember) }
-            .then(.async(on: .thread(thread))) { ($0.0 * 3, $0.1 && thread.isCurrent) }
-            .then(.async(on: .global())) { "\($0.0) \($0.1)" }
-        #expect(try await chain.value == "6 true")
-        #expect(try chain.wait() == "6 true")
     }
 
     @Test("A thrown error skips the remaining steps and comes out of wait() and value")

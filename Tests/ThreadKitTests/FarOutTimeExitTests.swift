@@ -119,8 +119,7 @@ struct FarOutTimeExitTests {
             let pool = ThreadPool(name: "FarTerm", size: 2)
             precondition(try! pool.schedule {}.wait(timeout: .seconds(5)))
             pool.dispose()
-            precondition(pool.awaitTermination(timeout: FarOut.huge))
-            precondition(pool.awaitTermination(timeout: FarOut.largest))
+            FarOut.expectEnded(pool.awaitTermination(timeout:))
         }
     }
 
@@ -206,8 +205,7 @@ struct FarOutTimeExitTests {
             let thread = DedicatedThread(name: "FarDT")
             precondition(!thread.awaitTermination(timeout: .milliseconds(10)))
             thread.dispose()
-            precondition(thread.awaitTermination(timeout: FarOut.huge))
-            precondition(thread.awaitTermination(timeout: FarOut.largest))
+            FarOut.expectEnded(thread.awaitTermination(timeout:))
         }
     }
 
@@ -236,6 +234,12 @@ enum FarOut {
     static let huge = Duration.seconds(Int64.max) + .seconds(1)
     /// The largest duration `Duration.seconds` makes.
     static let largest = Duration.seconds(Int64.max)
+
+    /// A wait for an end that has come returns true, however far out its timeout.
+    static func expectEnded(_ awaitTermination: (Duration) -> Bool) {
+        precondition(awaitTermination(huge), "a wait with a far-out timeout missed the end")
+        precondition(awaitTermination(largest), "a wait with the largest timeout missed the end")
+    }
 
     /// Converts an instant once, so the conversion takes its reference, and lets that reference age.
     static func ageTheConversion() {

@@ -685,6 +685,24 @@ final class GateDelegate: LogDelegate {
         if let clock { lastTick.store(clock.increment(), ordering: .relaxed) }
     }
 
+    /// A delegate for a source of its own, installed, that holds up the delivery of `"first"`,
+    /// which a thread named `caller` logs (then calling `afterwards`): returns once it is held,
+    /// with the function that uninstalls the delegate (call it on the way out).
+    static func holdingFirst(
+        _ label: String, loggedOn caller: String, sourceLocation: SourceLocation = #_sourceLocation,
+        afterwards: @escaping @Sendable () -> Void = {}
+    ) async -> (source: Log.Source, delegate: GateDelegate, uninstall: () -> Void) {
+        let source = uniqueSource(label)
+        let delegate = GateDelegate(source: source, holdOn: "first")
+        let uninstall = delegate.install()
+        startThread(named: caller) {
+            Log.log(source, "first")
+            afterwards()
+        }
+        #expect(await eventually { delegate.entered.isOpen }, "the delivery of \"first\" never began", sourceLocation: sourceLocation)
+        return (source, delegate, uninstall)
+    }
+
     /// Makes this delegate `Log.delegate`, with its source enabled. Call what it returns on the way
     /// out (`defer`): it lets a held record go, disables the source and clears the delegate.
     func install() -> () -> Void {
@@ -771,18 +789,12 @@ extension LogDelegateTests {
 
     @Test("One Log.log call delivers its own record and at most 100 queued by others; the delivery thread delivers the rest")
     func oneCallDeliversABoundedNumberOfRecords() async throws {
-        let source = uniqueSource("bounded")
-        let delegate = GateDelegate(source: source, holdOn: "first")
-        let uninstall = delegate.install()
-        defer { uninstall() }
-
         let caller = KernelThreads.uniqueName("LogCaller")
         let callerReturned = Latch()
-        startThread(named: caller) {
-            Log.log(source, "first")
+        let (source, delegate, uninstall) = await GateDelegate.holdingFirst("bounded", loggedOn: caller) {
             callerReturned.countDown()
         }
-        #expect(await eventually { delegate.entered.isOpen })
+        defer { uninstall() }
         // While the caller delivers, logging only queues: none of these calls delivers anything.
         let others = 500
         for index in 0..<others { Log.log(source, "\(index)") }
@@ -803,13 +815,8 @@ extension LogDelegateTests {
 
     @Test("Over 32,768 waiting records, records are dropped, counted exactly, and the count is logged once")
     func theBacklogIsBoundedAndDropsAreCounted() async throws {
-        let source = uniqueSource("backlog")
-        let delegate = GateDelegate(source: source, holdOn: "first")
-        let uninstall = delegate.install()
+        let (source, delegate, uninstall) = await GateDelegate.holdingFirst("backlog", loggedOn: "LogBacklog")
         defer { uninstall() }
-
-        startThread(named: "LogBacklog") { Log.log(source, "first") }
-        #expect(await eventually { delegate.entered.isOpen })
         let logged = 40_000
         for index in 0..<logged { Log.log(source, "\(index)") }
         delegate.release.countDown()

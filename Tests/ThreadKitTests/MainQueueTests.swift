@@ -82,96 +82,51 @@ struct MainQueueTests {
     }
 }
 
-/// What needs the main queue of a process of its own: under `dispatchMain()`, which the test
-/// process's async entry point has called already, main-queue work runs on threads other than
-/// the main thread.
-@Suite("The main queue under dispatchMain(), in a process of its own", .serialized)
-struct MainQueueExitTests {
-    @Test("DispatchMethod.sync(on: .main) from work already on the main queue runs inline instead of trapping")
-    func syncOnMainFromMainQueueUnderDispatchMain() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            DispatchQueue.main.async {
-                let direct = try? DispatchMethod.sync(on: .main).execute { 1 }.wait()
-                let viaExecute = DispatchMethod.sync(on: .main).execute { 2 }
+/// What needs the main queue of a process of its own (`ProcessExitTests` runs each in one): under
+/// `dispatchMain()`, which the test process's async entry point has called already, main-queue
+/// work runs on threads other than the main thread.
+extension ChildScenario {
+    static func syncOnMainFromMainQueueUnderDispatchMain() {
+        DispatchQueue.main.async {
+            let direct = try? DispatchMethod.sync(on: .main).execute { 1 }.wait()
+            let viaExecute = DispatchMethod.sync(on: .main).execute { 2 }
+            let nested = try? DispatchMethod.sync(on: .main).execute {
+                try? DispatchMethod.sync(on: .main).execute { 3 }.wait()
+            }.wait()
+            exit(direct == 1 && (try? viaExecute.wait()) == 2 && nested == 3 ? EXIT_SUCCESS : EXIT_FAILURE)
+        }
+        DeadlockScenario.sleepForever()
+    }
+
+    static func mainThroughADedicatedThreadBackToMain() {
+        let thread = DedicatedThread(name: "db")
+        let key = DispatchSpecificKey<Int>()
+        DispatchQueue.main.setSpecific(key: key, value: 1)
+        DispatchQueue.main.async {
+            let seen = thread.sync { () -> [Bool] in
                 let nested = try? DispatchMethod.sync(on: .main).execute {
-                    try? DispatchMethod.sync(on: .main).execute { 3 }.wait()
+                    [DispatchQueue.getSpecific(key: key) == 1, thread.isCurrent]
                 }.wait()
-                exit(direct == 1 && (try? viaExecute.wait()) == 2 && nested == 3 ? EXIT_SUCCESS : EXIT_FAILURE)
+                return [thread.isCurrent] + (nested ?? [])
             }
-            DeadlockScenario.sleepForever()
+            exit(seen == [true, true, false] ? EXIT_SUCCESS : EXIT_FAILURE)
         }
+        DeadlockScenario.sleepForever()
+    }
+}
+
+extension ChildScenario {
+    static func mainQueueDedicatedThreadCycle() {
+        let db = DedicatedThread(name: "db")
+        crossWaits({ DispatchQueue.main.async(execute: $0) }, then: { _ = try? DispatchMethod.sync(on: .thread(db)).execute {}.wait() },
+                   { try! db.execute($0) }, then: { _ = try? DispatchMethod.sync(on: .main).execute {}.wait() })
     }
 
-    @Test("Main queue → dedicated thread → main queue: the nested work runs on the main queue, served by the blocked main-queue work")
-    func mainThroughADedicatedThreadBackToMain() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let thread = DedicatedThread(name: "db")
-            let key = DispatchSpecificKey<Int>()
-            DispatchQueue.main.setSpecific(key: key, value: 1)
-            DispatchQueue.main.async {
-                let seen = thread.sync { () -> [Bool] in
-                    let nested = try? DispatchMethod.sync(on: .main).execute {
-                        [DispatchQueue.getSpecific(key: key) == 1, thread.isCurrent]
-                    }.wait()
-                    return [thread.isCurrent] + (nested ?? [])
-                }
-                exit(seen == [true, true, false] ? EXIT_SUCCESS : EXIT_FAILURE)
-            }
-            DeadlockScenario.sleepForever()
-        }
-    }
-
-    @Test("Main queue ↔ dedicated thread: the second wait of the cycle is reported, naming the main queue")
-    func mainQueueDedicatedThreadCycle() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            DeadlockScenario.watchdog()
-            let db = DedicatedThread(name: "db")
-            let bothInside = Latch(count: 2)
-            DispatchQueue.main.async {
-                bothInside.countDown()
-                bothInside.wait()
-                _ = try? DispatchMethod.sync(on: .thread(db)).execute {}.wait()
-            }
-            try! db.execute {
-                bothInside.countDown()
-                bothInside.wait()
-                usleep(100_000)  // let the main queue's work block first
-                _ = try? DispatchMethod.sync(on: .main).execute {}.wait()
-            }
-            DeadlockScenario.sleepForever()
-        }
-        #if DEBUG
-        let output = standardError(of: result) ?? ""
-        #expect(output.contains(#"deadlock: thread "db" holds DedicatedThread "db" and waits for the main queue, held by thread"#), "standard error was: \(output)")
-        #expect(output.contains(#"which waits for "db""#), "standard error was: \(output)")
-        #endif
-    }
-
-    @Test("Main queue ↔ serial queue, both sent through DispatchMethod: the cycle is reported")
-    func mainQueueSerialQueueCycle() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            DeadlockScenario.watchdog()
-            let queue = DispatchQueue(label: "serial")
-            let bothInside = Latch(count: 2)
-            DispatchMethod.async(on: .main).execute {
-                bothInside.countDown()
-                bothInside.wait()
-                usleep(100_000)  // let the serial queue's work block first
-                _ = try? DispatchMethod.sync(on: .serialQueue(queue)).execute {}.wait()
-            }
-            DispatchMethod.async(on: .serialQueue(queue)).execute {
-                bothInside.countDown()
-                bothInside.wait()
-                _ = try? DispatchMethod.sync(on: .main).execute {}.wait()
-            }
-            DeadlockScenario.sleepForever()
-        }
-        #if DEBUG
-        let output = standardError(of: result) ?? ""
-        #expect(output.contains(#"holds the main queue and waits for DispatchQueue "serial""#), "standard error was: \(output)")
-        #expect(output.contains(#"which waits for the main queue"#), "standard error was: \(output)")
-        #endif
+    static func mainQueueSerialQueueCycle() {
+        let queue = DispatchQueue(label: "serial")
+        crossWaits({ DispatchMethod.async(on: .serialQueue(queue)).execute($0) },
+                   then: { _ = try? DispatchMethod.sync(on: .main).execute {}.wait() },
+                   { DispatchMethod.async(on: .main).execute($0) },
+                   then: { _ = try? DispatchMethod.sync(on: .serialQueue(queue)).execute {}.wait() })
     }
 }

@@ -27,27 +27,23 @@ struct ReentryTests {
 
     @Test("A → B → A through a dedicated thread and a one-thread pool: the pool's task waited for from B runs inline")
     func waitThroughAnotherContext() async throws {
-        let pool = ThreadPool(name: KernelThreads.uniqueName("RTp"), size: 1)
-        let thread = DedicatedThread(name: KernelThreads.uniqueName("RTt"))
-        defer {
-            pool.dispose()
-            thread.dispose()
-        }
-        let value = await guarded { () -> Int? in
-            let result = LockedValue<Int?>(nil)
-            let outer = try? pool.schedule {
-                // On the pool's thread: wait for the dedicated thread, whose work waits for the pool.
-                result.value = thread.sync { () -> Int in
-                    let box = LockedValue(0)
-                    let task = try? pool.schedule { box.value = 9 }
-                    task?.wait()
-                    return box.value
+        try await withPoolAndThread(pool: "RTp", thread: "RTt") { pool, thread in
+            let value = await guarded { () -> Int? in
+                let result = LockedValue<Int?>(nil)
+                let outer = try? pool.schedule {
+                    // On the pool's thread: wait for the dedicated thread, whose work waits for the pool.
+                    result.value = thread.sync { () -> Int in
+                        let box = LockedValue(0)
+                        let task = try? pool.schedule { box.value = 9 }
+                        task?.wait()
+                        return box.value
+                    }
                 }
+                outer?.wait()
+                return result.value
             }
-            outer?.wait()
-            return result.value
+            #expect(value == 9)  // nil: it hung
         }
-        #expect(value == 9)  // nil: it hung
     }
 
     @Test("A .block submission onto a full one-thread pool from work its thread waits for runs on the caller")

@@ -20,6 +20,18 @@ import SeededRandom
         RepeatSchedule.nextDeadline(after: at(due), interval: interval, spacing: .fixedDelay, now: at(returned)).nanoseconds
     }
 
+    /// 20,000 random runs: a grid step (up to 1 µs, or up to 1 s), the instant the run was due on
+    /// that grid, and an instant up to 51 steps after it (when the run is asked for its next beat).
+    static func randomRuns(seed: UInt64, smallSteps: Bool) -> [(step: UInt64, due: UInt64, later: UInt64)] {
+        var random = SplitMix64(seed: seed)
+        return (0..<20_000).map { _ in
+            let step = UInt64.random(in: 1...(smallSteps ? 1_000 : 1_000_000_000), using: &random)
+            let due = UInt64.random(in: 0...(1 << 50), using: &random)
+            let later = due + UInt64.random(in: 0...(step * UInt64.random(in: 0...50, using: &random) + step), using: &random)
+            return (step, due, later)
+        }
+    }
+
     // MARK: Fixed rate
 
     @Test("a run that finished on time is followed by the next beat")
@@ -73,12 +85,8 @@ import SeededRandom
 
     @Test("random instants: the result is the first beat of the grid at or after now", arguments: 0..<4)
     func randomInstantsStayOnTheGrid(seed: UInt64) {
-        var random = SplitMix64(seed: 0xBEA7 &+ seed)
         var failures: [String] = []
-        for _ in 0..<20_000 {
-            let step = UInt64.random(in: 1...(seed.isMultiple(of: 2) ? 1_000 : 1_000_000_000), using: &random)
-            let due = UInt64.random(in: 0...(1 << 50), using: &random)
-            let now = due + UInt64.random(in: 0...(step * UInt64.random(in: 0...50, using: &random) + step), using: &random)
+        for (step, due, now) in Self.randomRuns(seed: 0xBEA7 &+ seed, smallSteps: seed.isMultiple(of: 2)) {
             let next = Self.next(now: now, due: due, interval: .nanoseconds(step))
             let onGrid = next > due && (next - due) % step == 0
             let notPast = next >= now
@@ -139,12 +147,8 @@ import SeededRandom
     @Test("random instants: a fixed delay is exactly one interval after the return, a fixed rate on the grid; the delay is never sooner",
           arguments: 0..<4)
     func randomInstantsForBothSpacings(seed: UInt64) {
-        var random = SplitMix64(seed: 0xDE1A &+ seed)
         var failures: [String] = []
-        for _ in 0..<20_000 {
-            let step = UInt64.random(in: 1...(seed.isMultiple(of: 2) ? 1_000 : 1_000_000_000), using: &random)
-            let due = UInt64.random(in: 0...(1 << 50), using: &random)
-            let returned = due + UInt64.random(in: 0...(step * UInt64.random(in: 0...50, using: &random) + step), using: &random)
+        for (step, due, returned) in Self.randomRuns(seed: 0xDE1A &+ seed, smallSteps: seed.isMultiple(of: 2)) {
             let delay = Self.nextAfterDelay(returned: returned, due: due, interval: .nanoseconds(step))
             let rate = Self.next(now: returned, due: due, interval: .nanoseconds(step))
             if delay != returned + step { failures.append("delay: due \(due), step \(step), returned \(returned): \(delay)") }

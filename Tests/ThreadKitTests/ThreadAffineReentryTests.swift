@@ -238,21 +238,17 @@ struct ThreadAffineReentryTests {
 
     @Test("Contexts without thread affinity still run nested work inline: a one-thread pool reached again from A runs on A")
     func poolOfOneRunsNestedWorkInline() async throws {
-        let pool = ThreadPool(name: KernelThreads.uniqueName("RAp"), size: 1)
-        let a = DedicatedThread(name: KernelThreads.uniqueName("RAp"))
-        defer {
-            pool.dispose()
-            a.dispose()
+        try await withPoolAndThread(pool: "RAp", thread: "RAp") { pool, a in
+            let method = DispatchMethod.sync(on: .pool(pool))
+            let seen = await guarded { () -> [Bool]? in
+                try? method.execute {
+                    a.sync {
+                        try! method.execute { [pool.isCurrentThreadMember, a.isCurrent] }.wait()
+                    }
+                }.wait()
+            }
+            #expect((seen ?? nil) == [false, true], "nil: the nesting hung")
         }
-        let method = DispatchMethod.sync(on: .pool(pool))
-        let seen = await guarded { () -> [Bool]? in
-            try? method.execute {
-                a.sync {
-                    try! method.execute { [pool.isCurrentThreadMember, a.isCurrent] }.wait()
-                }
-            }.wait()
-        }
-        #expect((seen ?? nil) == [false, true], "nil: the nesting hung")
     }
 
     @Test("A ThrottledQueue reached again through A runs the nested work inline, on A's thread")
@@ -267,39 +263,31 @@ struct ThreadAffineReentryTests {
     }
 }
 
-/// Re-entered work that must run on its own thread, where running it elsewhere stops the process.
-@Suite("Re-entry on a thread-affine context, in a process of its own", .serialized)
-struct ThreadAffineReentryExitTests {
-    @Test("An actor whose executor is A can assumeIsolated in A → B → A, at depths 3 and 5")
-    func actorAssumeIsolatedInNestedLevel() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let a = DedicatedThread(name: "A")
-            let b = DedicatedThread(name: "B")
-            let store = PinnedCounter(thread: a)
-            let three = a.sync { b.sync { a.sync { store.assumeIsolated { $0.increment() } } } }
-            let five = a.sync {
-                b.sync { a.sync { b.sync { a.sync { store.assumeIsolated { $0.increment() } } } } }
-            }
-            a.sync { a.preconditionIsCurrent() }
-            b.sync { a.sync { b.sync { b.preconditionIsCurrent() } } }
-            precondition(three == 1 && five == 2, "counted \(three), \(five)")
+/// Re-entered work that must run on its own thread, where running it elsewhere would stop the
+/// process: `ProcessExitTests` runs each in a process of its own.
+extension ChildScenario {
+    static func actorAssumeIsolatedInNestedLevel() {
+        let a = DedicatedThread(name: "A")
+        let b = DedicatedThread(name: "B")
+        let store = PinnedCounter(thread: a)
+        let three = a.sync { b.sync { a.sync { store.assumeIsolated { $0.increment() } } } }
+        let five = a.sync {
+            b.sync { a.sync { b.sync { a.sync { store.assumeIsolated { $0.increment() } } } } }
         }
+        a.sync { a.preconditionIsCurrent() }
+        b.sync { a.sync { b.sync { b.preconditionIsCurrent() } } }
+        precondition(three == 1 && five == 2, "counted \(three), \(five)")
     }
 
-    @Test("An actor whose executor is A can assumeIsolated in a chain step on A that B's work waits for, in A → B")
-    func actorAssumeIsolatedInChainStepWaitedForThroughB() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let a = DedicatedThread(name: "A")
-            let b = DedicatedThread(name: "B")
-            let store = PinnedCounter(thread: a)
-            let counted = a.sync {
-                let step = DispatchMethod.async(on: .thread(a)).execute { store.assumeIsolated { $0.increment() } }
-                let next = step.then(.async(on: .thread(a))) { _ in store.assumeIsolated { $0.increment() } }
-                return b.sync { try! next.wait() }
-            }
-            precondition(counted == 2, "counted \(counted)")
+    static func actorAssumeIsolatedInChainStepWaitedForThroughB() {
+        let a = DedicatedThread(name: "A")
+        let b = DedicatedThread(name: "B")
+        let store = PinnedCounter(thread: a)
+        let counted = a.sync {
+            let step = DispatchMethod.async(on: .thread(a)).execute { store.assumeIsolated { $0.increment() } }
+            let next = step.then(.async(on: .thread(a))) { _ in store.assumeIsolated { $0.increment() } }
+            return b.sync { try! next.wait() }
         }
+        precondition(counted == 2, "counted \(counted)")
     }
 }

@@ -167,19 +167,24 @@ struct ThreadPoolHardeningTests {
         try pool.execute { gate.wait() }
         try pool.execute {}  // the queue is now full
         let callers = 8
+        let entered = Counter()
         let finished = Counter()
         for index in 0..<callers {
             Task.detached {
+                entered.increment()
                 let value = try? await pool.run { index }
                 if value == index { _ = finished.increment() }
             }
         }
-        #expect(await eventually { pool.statistics.queuedTasks == 1 && finished.value == 0 })
+        // Every caller has called run, more of them than there are cooperative threads.
+        #expect(await eventually { entered.value == callers }, "only \(entered.value) callers got a thread")
+        #expect(pool.statistics.queuedTasks == 1 && finished.value == 0)
         // Swift's cooperative threads are free: other async work still runs while the callers wait.
+        // Generous: other suites' exit tests hold cooperative threads while their children run.
         let probe = await onNewThread { () -> Bool in
             let done = Latch()
             Task.detached { done.countDown() }
-            return done.wait(timeout: .seconds(5))
+            return done.wait(timeout: .seconds(20))
         }
         #expect(probe, "the cooperative pool was blocked by run callers waiting for room")
         gate.countDown()

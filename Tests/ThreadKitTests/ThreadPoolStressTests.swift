@@ -259,17 +259,23 @@ struct ThreadPoolStressTests {
         where race.accepted[id] + race.refused[id] > 1 || race.ran[id] != race.accepted[id] {
             unaccounted.append(id)
         }
-        let (acceptedCount, refusedCount) = race.totals
         #expect(unaccounted == [])
-        #expect(refusedCount == 3 * submitters, "every submitter was refused three times, then stopped")
-        #expect(race.acceptedAfterRefusal.value == 0)
-        #expect(pool.statistics.completedTasks == acceptedCount)
-        #expect(pool.statistics.threads == 0)
-        #expect(await eventually { KernelThreads.count(ofPool: name) == 0 })
-        // Nothing starts a thread after the end.
+        #expect(pool.statistics.completedTasks == race.totals.accepted)
+        try await Self.expectEnded(race, pool, named: name)
+    }
+
+    /// How either race ends: every submitter refused exactly three times and nothing accepted after
+    /// a refusal; the pool's threads gone, and none started after the end.
+    private static func expectEnded(_ race: DisposeRace, _ pool: ThreadPool, named name: String,
+                            sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        #expect(race.totals.refused == 3 * race.submitters, "every submitter was refused three times, then stopped",
+                sourceLocation: sourceLocation)
+        #expect(race.acceptedAfterRefusal.value == 0, sourceLocation: sourceLocation)
+        #expect(pool.statistics.threads == 0, sourceLocation: sourceLocation)
+        #expect(await eventually { KernelThreads.count(ofPool: name) == 0 }, sourceLocation: sourceLocation)
         try await Task.sleep(for: .milliseconds(100))
-        #expect(KernelThreads.count(ofPool: name) == 0)
-        #expect(pool.statistics.threads == 0)
+        #expect(KernelThreads.count(ofPool: name) == 0, "a thread started after the end", sourceLocation: sourceLocation)
+        #expect(pool.statistics.threads == 0, sourceLocation: sourceLocation)
     }
 
     @Test(
@@ -301,14 +307,8 @@ struct ThreadPoolStressTests {
             let own = returnedIDs.filter { $0 / race.capacity == submitter }
             #expect(own == own.sorted())
         }
-        let (acceptedCount, refusedCount) = race.totals
-        #expect(acceptedCount == accepted.count)
-        #expect(refusedCount == 3 * submitters)
-        #expect(race.acceptedAfterRefusal.value == 0)
-        #expect(pool.statistics.completedTasks == acceptedCount - returned.count)
-        #expect(pool.statistics.threads == 0)
-        #expect(await eventually { KernelThreads.count(ofPool: name) == 0 })
-        try await Task.sleep(for: .milliseconds(100))
-        #expect(KernelThreads.count(ofPool: name) == 0)
+        #expect(race.totals.accepted == accepted.count)
+        #expect(pool.statistics.completedTasks == race.totals.accepted - returned.count)
+        try await Self.expectEnded(race, pool, named: name)
     }
 }

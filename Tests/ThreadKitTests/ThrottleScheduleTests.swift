@@ -586,14 +586,20 @@ struct ThrottleScheduleTests {
     }
 }
 
-/// `ThrottleSchedule.end(at:startedAt:)`: gaps count from when a task's own code began.
-@Suite struct ThrottleScheduleStartedAtTests {
+/// Made-up instants in microseconds, for the suites that follow a task's start to the microsecond.
+protocol MicrosecondInstants {}
+
+extension MicrosecondInstants {
     typealias Schedule = ThrottleSchedule<Int>
 
+    /// The instant `microseconds` after the origin (far from zero, so nothing saturates).
     func at(_ microseconds: Int) -> MonotonicInstant {
         MonotonicInstant(nanoseconds: 1_000_000_000_000).advanced(by: .microseconds(microseconds))
     }
+}
 
+/// `ThrottleSchedule.end(at:startedAt:)`: gaps count from when a task's own code began.
+@Suite struct ThrottleScheduleStartedAtTests: MicrosecondInstants {
     @Test("a later actual start moves the next gap, for both monitors' start-based rule")
     func laterStartMovesTheGap() {
         var schedule = Schedule(interval: .milliseconds(10), monitor: .concurrent, mutability: .all, limit: nil)
@@ -641,13 +647,7 @@ struct ThrottleScheduleTests {
 /// Nested tasks queued ahead of the queue (`run` inside `run`), `began(at:)`, and how a thread
 /// carries out a start (`approach(toStartAt:now:)`), with made-up instants in microseconds.
 @Suite("ThrottleSchedule: nested queue, began(at:), approach")
-struct ThrottleScheduleApproachTests {
-    typealias Schedule = ThrottleSchedule<Int>
-
-    func at(_ microseconds: Int) -> MonotonicInstant {
-        MonotonicInstant(nanoseconds: 1_000_000_000_000).advanced(by: .microseconds(microseconds))
-    }
-
+struct ThrottleScheduleApproachTests: MicrosecondInstants {
     // MARK: - Nested tasks queued ahead
 
     @Test("Nested items start ahead of the queue, in their order, at the nested start (gap from the running task's start), and count as starts")

@@ -57,11 +57,9 @@ struct ThrottledQueueHoldTests {
     @Test("Work queued on the queue that run's work holds, and waited for from inside that work, runs nested instead of hanging",
           arguments: Wait.allCases)
     func waitedForWorkOnTheHeldQueueRunsNested(wait: Wait) async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("TQhw"), size: 2)
-        defer { executor.dispose() }
         let queue = ThrottledQueue(label: "TQ held wait", interval: .milliseconds(20))
         let order = Recorder<String>()
-        let outcome = await ThrottledQueueRobustnessTests.finishes(on: executor) { () -> Int in
+        let value = await ThrottledQueueRobustnessTests.returned("waiting for work on the held queue", releasing: queue) { () -> Int in
             try await queue.run { () -> Int in
                 try? queue.async { order.append("queued") }
                 let value = try await wait.perform({
@@ -72,11 +70,7 @@ struct ThrottledQueueHoldTests {
                 return value
             }
         }
-        guard case .success(let value)? = outcome else {
-            Issue.record("waiting for work on the held queue did not return: \(String(describing: outcome))")
-            queue.cancelAll()
-            return
-        }
+        guard let value else { return }
         await ThrottledQueueTests.waitUntilIdle(queue)
         #expect(value == 7)
         #expect(order.values == ["waited-for step", "run's work ends", "queued"])
@@ -122,11 +116,9 @@ struct ThrottledQueueHoldTests {
 
     @Test("Structured child tasks (async let) of run's work keep its hold: their sync on the queue runs nested")
     func asyncLetChildKeepsTheHold() async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("TQal"), size: 4)
-        defer { executor.dispose() }
         let queue = ThrottledQueue(label: "TQ async let", interval: .zero)
         let order = Recorder<String>()
-        let outcome = await ThrottledQueueRobustnessTests.finishes(on: executor) {
+        let finished: Void? = await ThrottledQueueRobustnessTests.returned("a child task's sync inside run's work", releasing: queue, threads: 4) {
             try await queue.run {
                 try? queue.async { order.append("queued") }
                 async let child: Void = queue.sync { order.append("child") }
@@ -134,11 +126,7 @@ struct ThrottledQueueHoldTests {
                 order.append("run's work ends")
             }
         }
-        guard case .success? = outcome else {
-            Issue.record("a child task's sync inside run's work did not return: \(String(describing: outcome))")
-            queue.cancelAll()
-            return
-        }
+        guard finished != nil else { return }
         await ThrottledQueueTests.waitUntilIdle(queue)
         #expect(order.values == ["child", "run's work ends", "queued"])
     }
@@ -189,57 +177,49 @@ struct ThrottledQueueHoldTests {
     }
 }
 
-/// Scenarios that stopped the process before their fix, checked in a child process.
-@Suite("ThrottledQueue run's hold, in a child process", .serialized)
-struct ThrottledQueueHoldExitTests {
-    @Test("An unstructured Task started inside run's work holds nothing of it: its wait on a thread that waits for the queue is no deadlock")
-    func unstructuredTaskIsNoHolderForTheDetector() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let api = ThrottledQueue(label: "api", interval: .zero)
-            let db = DedicatedThread(name: "db")
-            let runner = ThreadPool(name: "runner", size: 4)
-            let done = Latch()
-            Task(executorPreference: runner) {
-                try await api.run {
-                    // "db" waits for its turn on "api", which comes when this work ends.
-                    try db.execute { api.sync {} }
-                    while api.pendingCount == 0 { try await Task.sleep(for: .milliseconds(1)) }
-                    let calling = Latch()
-                    Task(executorPreference: runner) {
-                        calling.countDown()
-                        db.sync {}  // waits for "db", which waits for "api": the work ends, all go on
-                        done.countDown()
-                    }
-                    await onNewThread { _ = calling.wait(timeout: .seconds(5)) }
-                    // Let the unstructured task block on "db" while the work still holds "api".
-                    try await Task.sleep(for: .milliseconds(100))
+/// Run's hold in scenarios that stopped the process before their fix: `ProcessExitTests` runs
+/// each in a process of its own.
+extension ChildScenario {
+    static func unstructuredTaskIsNoHolderForTheDetector() {
+        let api = ThrottledQueue(label: "api", interval: .zero)
+        let db = DedicatedThread(name: "db")
+        let runner = ThreadPool(name: "runner", size: 4)
+        let done = Latch()
+        Task(executorPreference: runner) {
+            try await api.run {
+                // "db" waits for its turn on "api", which comes when this work ends.
+                try db.execute { api.sync {} }
+                while api.pendingCount == 0 { try await Task.sleep(for: .milliseconds(1)) }
+                let calling = Latch()
+                Task(executorPreference: runner) {
+                    calling.countDown()
+                    db.sync {}  // waits for "db", which waits for "api": the work ends, all go on
+                    done.countDown()
                 }
+                await onNewThread { _ = calling.wait(timeout: .seconds(5)) }
+                // Let the unstructured task block on "db" while the work still holds "api".
+                try await Task.sleep(for: .milliseconds(100))
             }
-            guard done.wait(timeout: .seconds(10)) else { exit(3) }
         }
+        guard done.wait(timeout: .seconds(10)) else { exit(3) }
     }
 
-    @Test("Inside run's work, a sync nested in the queue that reaches it again through a dedicated thread nests in that sync, instead of a false deadlock")
-    func nestedSyncReachedAgainThroughAThreadNestsInIt() async {
-        await #expect(processExitsWith: .success) {
-            DeadlockScenario.watchdog(exitCode: EXIT_FAILURE)
-            let api = ThrottledQueue(label: "api", interval: .zero)
-            let db = DedicatedThread(name: "db")
-            let runner = ThreadPool(name: "runner", size: 2)
-            let order = Recorder<String>()
-            let done = Latch()
-            Task(executorPreference: runner) {
-                try await api.run {
-                    api.sync {
-                        order.append("nested")
-                        db.sync { api.sync { order.append("nested again, on db") } }
-                    }
+    static func nestedSyncReachedAgainThroughAThreadNestsInIt() {
+        let api = ThrottledQueue(label: "api", interval: .zero)
+        let db = DedicatedThread(name: "db")
+        let runner = ThreadPool(name: "runner", size: 2)
+        let order = Recorder<String>()
+        let done = Latch()
+        Task(executorPreference: runner) {
+            try await api.run {
+                api.sync {
+                    order.append("nested")
+                    db.sync { api.sync { order.append("nested again, on db") } }
                 }
-                done.countDown()
             }
-            guard done.wait(timeout: .seconds(10)) else { exit(3) }
-            precondition(order.values == ["nested", "nested again, on db"], "ran \(order.values)")
+            done.countDown()
         }
+        guard done.wait(timeout: .seconds(10)) else { exit(3) }
+        precondition(order.values == ["nested", "nested again, on db"], "ran \(order.values)")
     }
 }

@@ -54,6 +54,26 @@ struct ThrottledQueueRobustnessTests {
         return outcome.value
     }
 
+    /// Runs `operation` in a task on a pool of `threads` threads of the test's own, and returns
+    /// its value. If it throws or does not finish within `timeout`, records an issue saying that
+    /// `what` did not return, cancels what waits on `queue` (so that nothing is left hanging) and
+    /// returns `nil`.
+    static func returned<Result: Sendable>(
+        _ what: String, releasing queue: ThrottledQueue, threads: Int = 2, within timeout: Duration = .seconds(5),
+        sourceLocation: SourceLocation = #_sourceLocation,
+        _ operation: @escaping @Sendable () async throws -> Result
+    ) async -> Result? {
+        let executor = ThreadPool(name: KernelThreads.uniqueName("TQx"), size: threads)
+        defer { executor.dispose() }
+        let outcome = await finishes(within: timeout, on: executor, operation)
+        guard case .success(let value)? = outcome else {
+            Issue.record("\(what) did not return: \(String(describing: outcome))", sourceLocation: sourceLocation)
+            queue.cancelAll()
+            return nil
+        }
+        return value
+    }
+
     /// An object that calls `onDeinit` when the last reference to it goes.
     final class DeinitProbe: Sendable {
         private let onDeinit: @Sendable () -> Void
@@ -65,11 +85,9 @@ struct ThrottledQueueRobustnessTests {
 
     @Test("sync from inside run's async work runs nested (gap waited, ahead of queued tasks) instead of hanging")
     func syncInsideRunIsNested() async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("TQr"), size: 2)
-        defer { executor.dispose() }
         let queue = ThrottledQueue(label: "TQ run+sync", interval: .milliseconds(50))
         let order = Recorder<String>()
-        let outcome = await Self.finishes(on: executor) { () -> [Duration] in
+        let spacing = await Self.returned("sync inside run", releasing: queue) { () -> [Duration] in
             // The queue is idle: run's work cannot start before this. Measured from inside the work,
             // its start could read later than the queue's (a thread preempted on a loaded machine),
             // so the never-early checks count from here.
@@ -91,11 +109,7 @@ struct ThrottledQueueRobustnessTests {
                 return [first - called, second - called, first - outer]
             }
         }
-        guard case .success(let spacing)? = outcome else {
-            Issue.record("sync inside run did not return: \(String(describing: outcome))")
-            queue.cancelAll()
-            return
-        }
+        guard let spacing else { return }
         await ThrottledQueueTests.waitUntilIdle(queue)
         #expect(order.values == ["nested 1", "nested 2", "outer end", "queued"])
         // Gaps of 50 ms after run's work and after the first nested sync, each from its start.
@@ -106,8 +120,6 @@ struct ThrottledQueueRobustnessTests {
 
     @Test("Concurrent child tasks of run's work each get the queue to themselves: their nested sync and run calls never overlap")
     func nestedSiblingsKeepExclusion() async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("TQsib"), size: 8)
-        defer { executor.dispose() }
         // No gap: only the exclusion keeps the siblings apart.
         let queue = ThrottledQueue(label: "TQ siblings", interval: .zero)
         let inside = Counter()
@@ -119,7 +131,7 @@ struct ThrottledQueueRobustnessTests {
             inside.increment(by: -1)
             ran.increment()
         }
-        let outcome = await Self.finishes(within: .seconds(20), on: executor) {
+        let finished: Void? = await Self.returned("run with nested siblings", releasing: queue, threads: 8, within: .seconds(20)) {
             try await queue.run {
                 await withTaskGroup(of: Void.self) { group in
                     for index in 0..<8 {
@@ -134,24 +146,18 @@ struct ThrottledQueueRobustnessTests {
                 }
             }
         }
-        guard case .success? = outcome else {
-            Issue.record("run with nested siblings did not finish: \(String(describing: outcome))")
-            queue.cancelAll()
-            return
-        }
+        guard finished != nil else { return }
         #expect(ran.value == 8)
         #expect(overlaps.value == 0)
     }
 
     @Test("run's work holds its queue in every blocking wait: A.run → thread.sync / DispatchMethod.sync → A.sync runs nested")
     func runWorkHandsItsQueueOn() async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("TQho"), size: 2)
-        defer { executor.dispose() }
         let queue = ThrottledQueue(label: "TQ handover", interval: .zero)
         let thread = DedicatedThread(name: KernelThreads.uniqueName("TQhoD"))
         defer { thread.dispose() }
         let order = Recorder<String>()
-        let outcome = await Self.finishes(within: .seconds(10), on: executor) {
+        let finished: Void? = await Self.returned("a sync back onto the queue from run's work", releasing: queue, within: .seconds(10)) {
             try await queue.run {
                 try? queue.async { order.append("queued") }
                 thread.sync { queue.sync { order.append("through the thread") } }
@@ -161,11 +167,7 @@ struct ThrottledQueueRobustnessTests {
                 order.append("run's work ends")
             }
         }
-        guard case .success? = outcome else {
-            Issue.record("a sync back onto the queue from run's work hung: \(String(describing: outcome))")
-            queue.cancelAll()
-            return
-        }
+        guard finished != nil else { return }
         await ThrottledQueueTests.waitUntilIdle(queue)
         #expect(order.values == ["through the thread", "through DispatchMethod", "run's work ends", "queued"])
     }
@@ -198,11 +200,9 @@ struct ThrottledQueueRobustnessTests {
 
     @Test("run from inside run's async work runs nested (gap waited, ahead of queued tasks) instead of hanging")
     func runInsideRunIsNested() async throws {
-        let executor = ThreadPool(name: KernelThreads.uniqueName("TQr"), size: 2)
-        defer { executor.dispose() }
         let queue = ThrottledQueue(label: "TQ run+run", interval: .milliseconds(50))
         let order = Recorder<String>()
-        let outcome = await Self.finishes(on: executor) { () -> (Duration, Duration, Int) in
+        let returned = await Self.returned("run inside run", releasing: queue) { () -> (Duration, Duration, Int) in
             // The queue is idle: run's work cannot start before this (see `syncInsideRunIsNested`).
             let called = ContinuousClock.now
             return try await queue.run { () -> (Duration, Duration, Int) in
@@ -217,11 +217,8 @@ struct ThrottledQueueRobustnessTests {
                 return (start - called, start - outer, value)
             }
         }
-        guard case .success(let (spacing, measuredSpacing, value))? = outcome else {
-            Issue.record("run inside run did not return: \(String(describing: outcome))")
-            queue.cancelAll()
-            return
-        }
+        guard let returned else { return }
+        let (spacing, measuredSpacing, value) = returned
         await ThrottledQueueTests.waitUntilIdle(queue)
         #expect(value == 7)
         #expect(order.values == ["nested", "outer end", "queued"])
@@ -526,73 +523,59 @@ struct ThrottledQueueRobustnessTests {
     #endif
 }
 
-/// Issue 7's findings that stop the process, or stopped it before their fix, checked in a child process.
-///
-/// A scenario that hung before its fix waits with a timeout inside the child and then returns, so
-/// the child exits normally and the expectation of a failure fails instead of hanging. Serialized:
-/// while a child runs, Swift Testing blocks Swift concurrency threads reading its pipes.
-@Suite("ThrottledQueue robustness preconditions", .serialized)
-struct ThrottledQueueRobustnessExitTests {
-    @Test("waitUntilIdle() from inside run's async work stops with its precondition instead of hanging")
-    func waitUntilIdleInsideRun() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let queue = ThrottledQueue(label: "TQ exit run wait", interval: .zero)
-            let executor = ThreadPool(name: "TQxr", size: 1)
+/// Robustness scenarios that stop the process, or stopped it before their fix: `ProcessExitTests`
+/// runs each in a process of its own. One that hung before its fix waits with a timeout.
+extension ChildScenario {
+    static func syncOnADisposedPool() {
+        for disposeNow in [false, true] {
+            let pool = ThreadPool(name: "TQ gone", size: 1)
+            if disposeNow { _ = pool.disposeNow() } else { pool.dispose() }
+            let queue = ThrottledQueue(label: "TQ orphan", interval: .milliseconds(30), pool: pool)
             let done = Latch()
-            Task(executorPreference: executor) {
-                _ = try? await queue.run { queue.waitUntilIdle() }
+            let starts = LockedValue<[ContinuousClock.Instant]>([])
+            Thread {
+                let first = queue.sync { ContinuousClock.now }
+                let second = queue.sync { ContinuousClock.now }
+                starts.value = [first, second]
                 done.countDown()
+            }.start()
+            guard done.wait(timeout: .seconds(5)) else { exit(3) }
+            guard starts.value[1] - starts.value[0] >= .milliseconds(30) else { exit(4) }
+            do {
+                try queue.async {}
+                exit(5)
+            } catch ThreadPoolError.disposed(pool: "TQ gone") {
+            } catch {
+                exit(6)
             }
-            _ = done.wait(timeout: .seconds(5))
         }
-        #expect(stopped(result, saying: "TQ exit run wait", "waitUntilIdle() from inside its own task"))
+    }
+}
+
+extension ChildScenario {
+    static func waitUntilIdleInsideRun() {
+        let queue = ThrottledQueue(label: "TQ exit run wait", interval: .zero)
+        let executor = ThreadPool(name: "TQxr", size: 1)
+        let done = Latch()
+        Task(executorPreference: executor) {
+            _ = try? await queue.run { queue.waitUntilIdle() }
+            done.countDown()
+        }
+        _ = done.wait(timeout: .seconds(5))
     }
 
-    @Test("B.sync from A's task on a shared one-thread pool, with B's work queued behind A, stops naming both queues instead of hanging")
-    func syncOntoAStarvedQueueStops() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let pool = ThreadPool(name: "TQ one", size: 1)
-            let a = ThrottledQueue(label: "TQ A", interval: .zero, pool: pool)
-            let b = ThrottledQueue(label: "TQ B", interval: .zero, pool: pool)
-            let queued = Latch(), done = Latch()
-            try? a.async {
-                queued.wait(timeout: .seconds(5))
-                b.sync {}
-                done.countDown()
-            }
-            try? b.async {}  // B's worker waits in the pool for the thread A's task holds
-            queued.countDown()
-            _ = done.wait(timeout: .seconds(5))
+    static func syncOntoAStarvedQueueStops() {
+        let pool = ThreadPool(name: "TQ one", size: 1)
+        let a = ThrottledQueue(label: "TQ A", interval: .zero, pool: pool)
+        let b = ThrottledQueue(label: "TQ B", interval: .zero, pool: pool)
+        let queued = Latch(), done = Latch()
+        try? a.async {
+            queued.wait(timeout: .seconds(5))
+            b.sync {}
+            done.countDown()
         }
-        #expect(stopped(
-            result, saying: "ThrottledQueue 'TQ B'", "ThrottledQueue 'TQ A'", "one-thread ThreadPool 'TQ one'", "would wait forever"))
-    }
-
-    @Test("sync on a queue whose pool was disposed runs on the caller, keeping the gap, instead of crashing")
-    func syncOnADisposedPool() async {
-        await #expect(processExitsWith: .success) {
-            for disposeNow in [false, true] {
-                let pool = ThreadPool(name: "TQ gone", size: 1)
-                if disposeNow { _ = pool.disposeNow() } else { pool.dispose() }
-                let queue = ThrottledQueue(label: "TQ orphan", interval: .milliseconds(30), pool: pool)
-                let done = Latch()
-                let starts = LockedValue<[ContinuousClock.Instant]>([])
-                Thread {
-                    let first = queue.sync { ContinuousClock.now }
-                    let second = queue.sync { ContinuousClock.now }
-                    starts.value = [first, second]
-                    done.countDown()
-                }.start()
-                guard done.wait(timeout: .seconds(5)) else { exit(3) }
-                guard starts.value[1] - starts.value[0] >= .milliseconds(30) else { exit(4) }
-                do {
-                    try queue.async {}
-                    exit(5)
-                } catch ThreadPoolError.disposed(pool: "TQ gone") {
-                } catch {
-                    exit(6)
-                }
-            }
-        }
+        try? b.async {}  // B's worker waits in the pool for the thread A's task holds
+        queued.countDown()
+        _ = done.wait(timeout: .seconds(5))
     }
 }

@@ -88,6 +88,18 @@ struct ThrottledQueueTests {
     /// The name of the threads that blocking calls (`sync`, `waitUntilIdle`) are made from.
     static let caller = "TQ test caller"
 
+    /// Submits a task that blocks `queue` until the returned gate opens (60 s at most), and
+    /// returns once it runs.
+    static func occupy(_ queue: ThrottledQueue, sourceLocation: SourceLocation = #_sourceLocation) async throws -> Latch {
+        let gate = Latch(), started = Flag()
+        try queue.async {
+            started.set()
+            gate.wait(timeout: .seconds(60))
+        }
+        #expect(await eventually(timeout: .seconds(3)) { started.isSet }, "the blocking task did not start", sourceLocation: sourceLocation)
+        return gate
+    }
+
     /// Waits for every task of `queues` to finish, off the cooperative pool.
     ///
     /// A queue that is still busy after `timeout` is a failure, not a hang: the issue is recorded and
@@ -498,12 +510,8 @@ struct ThrottledQueueTests {
     @Test("cancelAll() hands back run waiters (CancellationError) and queued tasks, but a blocked sync caller keeps its place")
     func cancelAllAndWaiters() async throws {
         let queue = ThrottledQueue(label: "TQ cancel waiters", interval: .milliseconds(10))
-        let gate = Latch(), started = Flag(), runRan = Flag(), asyncRan = Flag(), syncRan = Flag()
-        try queue.async {
-            started.set()
-            gate.wait(timeout: .seconds(60))
-        }
-        #expect(await eventually(timeout: .seconds(3)) { started.isSet })
+        let gate = try await Self.occupy(queue)
+        let runRan = Flag(), asyncRan = Flag(), syncRan = Flag()
         let waiter = Task { try await queue.run { runRan.set() } }
         #expect(await eventually(timeout: .seconds(3)) { queue.pendingCount == 1 })
         let syncCaller = Task {
@@ -629,12 +637,8 @@ struct ThrottledQueueTests {
     @Test("A cancelled run waiter leaves the queue with CancellationError, and its work never runs")
     func cancelledRunWaiterLeaves() async throws {
         let queue = ThrottledQueue(label: "TQ run cancel", interval: .milliseconds(10))
-        let gate = Latch(), started = Flag(), ran = Flag()
-        try queue.async {
-            started.set()
-            gate.wait(timeout: .seconds(60))
-        }
-        #expect(await eventually(timeout: .seconds(3)) { started.isSet })
+        let gate = try await Self.occupy(queue)
+        let ran = Flag()
         let waiter = Task { try await queue.run { ran.set() } }
         #expect(await eventually(timeout: .seconds(3)) { queue.pendingCount == 1 })
         waiter.cancel()

@@ -7,6 +7,14 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
 /// The indexed timer heap against a trivially correct model: an array kept sorted by deadline, then
 /// by insertion order. No threads, no clock.
 @Suite struct TimerHeapTests {
+    /// Inserts `count` new items (ids 0 up) into `heap`, each due at a random instant before
+    /// `bound`, and returns them in id order.
+    static func insert(_ count: Int, into heap: inout TimerHeap<Item>, dueBefore bound: UInt64, using random: inout SplitMix64) -> [Item] {
+        let items = (0..<count).map(Item.init)
+        for item in items { heap.insert(item, deadline: at(UInt64.random(in: 0..<bound, using: &random))) }
+        return items
+    }
+
     final class Item: TimerHeapElement, CustomStringConvertible {
         var heapIndex: Int?
         let id: Int
@@ -149,8 +157,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
     func lazyRemovalIsBounded() {
         var random = SplitMix64(seed: 0x5EED)
         var heap = TimerHeap<Item>()
-        let items = (0..<100_000).map(Item.init)
-        for item in items { heap.insert(item, deadline: at(UInt64.random(in: 0..<1_000_000, using: &random))) }
+        let items = Self.insert(100_000, into: &heap, dueBefore: 1_000_000, using: &random)
         var worstRatio = 0.0
         var order = items
         order.shuffle(using: &random)
@@ -274,8 +281,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
     func removeAllEmptiesTheHeap() {
         var random = SplitMix64(seed: 99)
         var heap = TimerHeap<Item>()
-        let items = (0..<300).map(Item.init)
-        for item in items { heap.insert(item, deadline: at(UInt64.random(in: 0..<50, using: &random))) }
+        let items = Self.insert(300, into: &heap, dueBefore: 50, using: &random)
         var inHeap = Set(items.map(ObjectIdentifier.init))
         for item in items where Int.random(in: 0..<3, using: &random) == 0 {
             heap.remove(item)

@@ -6,49 +6,39 @@ import Testing
     typealias Graph = WaitGraph<String, [String]>
     typealias Hop = Graph.Hop
 
-    @Test("A thread that holds nothing never closes a cycle")
-    func holdingNothing() {
-        var graph = Graph()
-        graph.block("T2", holding: ["B"], waitingFor: "A")
-        #expect(graph.cycle(if: "T1", holding: [], waitsFor: "B") == nil)
+    /// Threads already blocked (each holding one context), and what T1 holds as it waits for B.
+    struct Scenario: Sendable, CustomTestStringConvertible {
+        let testDescription: String
+        let blocked: [Hop]
+        let t1Holds: [String]
+        /// The cycle T1's wait closes, starting at T1; `nil` if it closes none.
+        let cycle: [Hop]?
     }
 
-    @Test("Two threads: T1 holds A and waits for B while T2 holds B and waits for A")
-    func twoThreads() {
-        var graph = Graph()
-        graph.block("T2", holding: ["B"], waitingFor: "A")
-        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == [
-            Hop(thread: "T1", holds: "A", waitsFor: "B"),
-            Hop(thread: "T2", holds: "B", waitsFor: "A"),
-        ])
-    }
-
-    @Test("Three threads: A → B → C → A")
-    func threeThreads() {
-        var graph = Graph()
-        graph.block("T2", holding: ["B"], waitingFor: "C")
-        graph.block("T3", holding: ["C"], waitingFor: "A")
-        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == [
-            Hop(thread: "T1", holds: "A", waitsFor: "B"),
-            Hop(thread: "T2", holds: "B", waitsFor: "C"),
-            Hop(thread: "T3", holds: "C", waitsFor: "A"),
-        ])
-    }
-
-    @Test("A holder that is not blocked makes progress: no cycle")
-    func runningHolder() {
-        var graph = Graph()
-        graph.block("T3", holding: ["C"], waitingFor: "A")
+    static let scenarios: [Scenario] = [
+        Scenario(testDescription: "A thread that holds nothing never closes a cycle",
+                 blocked: [Hop(thread: "T2", holds: "B", waitsFor: "A")], t1Holds: [], cycle: nil),
+        Scenario(testDescription: "Two threads: T1 holds A and waits for B while T2 holds B and waits for A",
+                 blocked: [Hop(thread: "T2", holds: "B", waitsFor: "A")], t1Holds: ["A"],
+                 cycle: [Hop(thread: "T1", holds: "A", waitsFor: "B"), Hop(thread: "T2", holds: "B", waitsFor: "A")]),
+        Scenario(testDescription: "Three threads: A → B → C → A",
+                 blocked: [Hop(thread: "T2", holds: "B", waitsFor: "C"), Hop(thread: "T3", holds: "C", waitsFor: "A")],
+                 t1Holds: ["A"],
+                 cycle: [Hop(thread: "T1", holds: "A", waitsFor: "B"), Hop(thread: "T2", holds: "B", waitsFor: "C"),
+                         Hop(thread: "T3", holds: "C", waitsFor: "A")]),
         // Nobody blocked holds B: T1 waits for a thread that still runs.
-        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == nil)
-    }
+        Scenario(testDescription: "A holder that is not blocked makes progress: no cycle",
+                 blocked: [Hop(thread: "T3", holds: "C", waitsFor: "A")], t1Holds: ["A"], cycle: nil),
+        Scenario(testDescription: "A chain that ends elsewhere is no cycle",
+                 blocked: [Hop(thread: "T2", holds: "B", waitsFor: "C"), Hop(thread: "T3", holds: "C", waitsFor: "D")],
+                 t1Holds: ["A"], cycle: nil),
+    ]
 
-    @Test("A chain that ends elsewhere is no cycle")
-    func chainWithoutCycle() {
+    @Test("T1's wait for B closes exactly the cycle the blocked threads make, or none", arguments: scenarios)
+    func cycleOfAWait(_ scenario: Scenario) {
         var graph = Graph()
-        graph.block("T2", holding: ["B"], waitingFor: "C")
-        graph.block("T3", holding: ["C"], waitingFor: "D")
-        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == nil)
+        for hop in scenario.blocked { graph.block(hop.thread, holding: [hop.holds], waitingFor: hop.waitsFor) }
+        #expect(graph.cycle(if: "T1", holding: scenario.t1Holds, waitsFor: "B") == scenario.cycle)
     }
 
     @Test("Unblocking removes a thread from every cycle")

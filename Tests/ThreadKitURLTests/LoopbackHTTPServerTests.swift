@@ -7,6 +7,14 @@ import LoopbackHTTPServer
 
 /// The test server itself: loopback only, counts, and a clean shutdown.
 @Suite struct LoopbackHTTPServerTests {
+    /// A new connection to `server` that has sent `GET <target>`, its answer not read yet.
+    static func connection(to server: LoopbackHTTPServer, asking target: String,
+                           sourceLocation: SourceLocation = #_sourceLocation) throws -> RawHTTPClient {
+        let client = try #require(RawHTTPClient(port: server.port), sourceLocation: sourceLocation)
+        client.send("GET \(target) HTTP/1.1\n\n")
+        return client
+    }
+
     @Test func refusesAddressesOutsideLoopback() {
         #expect(throws: LoopbackHTTPServerError.self) { try LoopbackHTTPServer(address: "10.0.0.1") }
         #expect(throws: LoopbackHTTPServerError.self) { try LoopbackHTTPServer(address: "localhost") }
@@ -122,8 +130,7 @@ import LoopbackHTTPServer
                 : .respond(status: 200, headers: ["X-Bad": "a\r\nb"])
         }
         defer { server.shutdown() }
-        let client = try #require(RawHTTPClient(port: server.port))
-        client.send("GET /stream HTTP/1.1\n\n")
+        let client = try Self.connection(to: server, asking: "/stream")
         let stream = client.readResponse()
         #expect(stream?.status == 500 && stream?.text == "the handler's reply cannot be sent: chunkSize must be at least 1, got 0\n")
         client.send("GET / HTTP/1.1\n\n")
@@ -137,13 +144,11 @@ import LoopbackHTTPServer
         defer { server.shutdown() }
         var idle: [RawHTTPClient] = []
         for _ in 0..<2 {
-            let client = try #require(RawHTTPClient(port: server.port))
-            client.send("GET /?bytes=1 HTTP/1.1\n\n")
+            let client = try Self.connection(to: server, asking: "/?bytes=1")
             #expect(client.readResponse()?.text == "x")
             idle.append(client)   // kept alive, between requests
         }
-        let waiting = try #require(RawHTTPClient(port: server.port))
-        waiting.send("GET /?bytes=2 HTTP/1.1\n\n")
+        let waiting = try Self.connection(to: server, asking: "/?bytes=2")
         #expect(waiting.readResponse()?.text == "xx")
         // Exactly one idle connection was closed for it.
         let deadline = ContinuousClock.now + .seconds(10)
@@ -162,11 +167,9 @@ import LoopbackHTTPServer
         defer { server.shutdown() }
         var clients: [RawHTTPClient] = []
         for round in 0..<300 {
-            let first = try #require(RawHTTPClient(port: server.port))
-            first.send("GET /?bytes=1 HTTP/1.1\n\n")
+            let first = try Self.connection(to: server, asking: "/?bytes=1")
             #expect(first.readResponse()?.text == "x")
-            let next = try #require(RawHTTPClient(port: server.port))
-            next.send("GET /?bytes=2 HTTP/1.1\n\n")
+            let next = try Self.connection(to: server, asking: "/?bytes=2")
             let answer = next.readResponse(timeout: .seconds(5))?.text
             #expect(answer == "xx", "round \(round): the waiting connection was never served")
             clients = [first, next]   // keeps both open until the next round's are made
@@ -180,13 +183,11 @@ import LoopbackHTTPServer
         defer { server.shutdown() }
         var hung: [RawHTTPClient] = []
         for _ in 0..<2 {
-            let client = try #require(RawHTTPClient(port: server.port))
-            client.send("GET /hang HTTP/1.1\n\n")
+            let client = try Self.connection(to: server, asking: "/hang")
             hung.append(client)
         }
         #expect(await eventually { server.current == 2 })
-        let waiting = try #require(RawHTTPClient(port: server.port))   // the kernel completes the handshake
-        waiting.send("GET /?bytes=2 HTTP/1.1\n\n")
+        let waiting = try Self.connection(to: server, asking: "/?bytes=2")   // the kernel completes the handshake
         // Nothing signals "not accepted"; a while without an answer is the evidence.
         #expect(waiting.silent(for: .milliseconds(300)))
         #expect(server.connectionCount == 2 && server.total == 2)

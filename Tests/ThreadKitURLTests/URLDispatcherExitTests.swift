@@ -8,47 +8,59 @@ import ThreadKitURL
 /// Programmer errors stop the process with a message that names the argument and the value.
 @Suite("URLDispatcher preconditions")
 struct URLDispatcherExitTests {
-    @Test func aLongLimitNotBelowTheTotalStops() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = URLDispatcher.EndpointLimits(maxRequests: 3, maxLongRequests: 3)
+    /// A call that breaks one of the dispatcher's preconditions, and what the message it stops with says.
+    enum BadCall: String, CaseIterable, Codable, Sendable, CustomTestStringConvertible {
+        case longLimitNotBelowTheTotal = "a long limit not below the total stops"
+        case noRequestsAtAll = "no requests at all stops"
+        case explicitLongLimitAboveTheTotal = "an explicit long limit above the total stops, naming both"
+        case negativeLongLimit = "a negative long limit stops"
+        case limitsMadeInvalidThroughTheirPropertiesAtInit = "limits made invalid through their properties stop where init takes them"
+        case limitsMadeInvalidThroughTheirPropertiesAtSetLimits = "limits made invalid through their properties stop where setLimits takes them"
+        case negativeTimeout = "a negative timeout stops"
+
+        var testDescription: String { rawValue }
+
+        /// What the message names: the argument and its value.
+        var message: [String] {
+            switch self {
+            case .longLimitNotBelowTheTotal: ["maxLongRequests (3) must be less than maxRequests (3)"]
+            case .noRequestsAtAll: ["maxRequests must be at least 1, got 0"]
+            case .explicitLongLimitAboveTheTotal: ["maxLongRequests (2) must be less than maxRequests (1)"]
+            case .negativeLongLimit: ["maxLongRequests must be at least 0, got -1"]
+            case .limitsMadeInvalidThroughTheirPropertiesAtInit: ["maxLongRequests (3) must be less than maxRequests (3)"]
+            case .limitsMadeInvalidThroughTheirPropertiesAtSetLimits: ["maxRetryAfter must not be negative"]
+            case .negativeTimeout: ["timeout must not be negative", "-0.005 seconds"]
+            }
         }
-        #expect(stopped(result, saying: "maxLongRequests (3) must be less than maxRequests (3)"))
+
+        /// Makes the call; it does not return.
+        func perform() {
+            switch self {
+            case .longLimitNotBelowTheTotal: _ = URLDispatcher.EndpointLimits(maxRequests: 3, maxLongRequests: 3)
+            case .noRequestsAtAll: _ = URLDispatcher.EndpointLimits(maxRequests: 0, maxLongRequests: 0)
+            case .explicitLongLimitAboveTheTotal: _ = URLDispatcher.EndpointLimits(maxRequests: 1, maxLongRequests: 2)
+            case .negativeLongLimit: _ = URLDispatcher.EndpointLimits(maxRequests: 4, maxLongRequests: -1)
+            case .limitsMadeInvalidThroughTheirPropertiesAtInit:
+                var limits = URLDispatcher.EndpointLimits()
+                limits.maxRequests = 3   // the long limit stays 3
+                _ = URLDispatcher(limits: limits)
+            case .limitsMadeInvalidThroughTheirPropertiesAtSetLimits:
+                var limits = URLDispatcher.EndpointLimits()
+                limits.maxRetryAfter = .seconds(-1)
+                URLDispatcher().setLimits(limits, for: try! URLDispatcher.Endpoint(url: URL(string: "http://127.0.0.1:9/")!))
+            case .negativeTimeout:
+                let dispatcher = URLDispatcher()
+                _ = dispatcher.stream(for: URLRequest(url: URL(string: "http://127.0.0.1:9/")!), timeout: .milliseconds(-5))
+            }
+        }
     }
 
-    @Test func noRequestsAtAllStops() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = URLDispatcher.EndpointLimits(maxRequests: 0, maxLongRequests: 0)
+    @Test("A bad argument stops the process with a message naming it and its value", arguments: BadCall.allCases)
+    func stops(_ call: BadCall) async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [call] in
+            call.perform()
         }
-        #expect(stopped(result, saying: "maxRequests must be at least 1, got 0"))
-    }
-
-    @Test func anExplicitLongLimitAboveTheTotalStopsNamingBoth() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = URLDispatcher.EndpointLimits(maxRequests: 1, maxLongRequests: 2)
-        }
-        #expect(stopped(result, saying: "maxLongRequests (2) must be less than maxRequests (1)"))
-    }
-
-    @Test func limitsMadeInvalidThroughTheirPropertiesStopWhereTheyAreHandedOver() async {
-        let atInit = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            var limits = URLDispatcher.EndpointLimits()
-            limits.maxRequests = 3   // the long limit stays 3
-            _ = URLDispatcher(limits: limits)
-        }
-        #expect(stopped(atInit, saying: "maxLongRequests (3) must be less than maxRequests (3)"))
-        let atSetLimits = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            var limits = URLDispatcher.EndpointLimits()
-            limits.maxRetryAfter = .seconds(-1)
-            URLDispatcher().setLimits(limits, for: try! URLDispatcher.Endpoint(url: URL(string: "http://127.0.0.1:9/")!))
-        }
-        #expect(stopped(atSetLimits, saying: "maxRetryAfter must not be negative"))
-    }
-
-    @Test func aNegativeLongLimitStops() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = URLDispatcher.EndpointLimits(maxRequests: 4, maxLongRequests: -1)
-        }
-        #expect(stopped(result, saying: "maxLongRequests must be at least 0, got -1"))
+        #expect(stopped(result, saying: call.message))
     }
 
     /// A default never makes a valid argument trap: the long limit's default adapts to a small
@@ -66,13 +78,5 @@ struct URLDispatcherExitTests {
             precondition(!dispatcher.isLongRequestAllowed(to: URL(string: "http://127.0.0.1:9/")!))
             dispatcher.dispose()
         }
-    }
-
-    @Test func aNegativeTimeoutStops() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let dispatcher = URLDispatcher()
-            _ = dispatcher.stream(for: URLRequest(url: URL(string: "http://127.0.0.1:9/")!), timeout: .milliseconds(-5))
-        }
-        #expect(stopped(result, saying: "timeout must not be negative", "-0.005 seconds"))
     }
 }

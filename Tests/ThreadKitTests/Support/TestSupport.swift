@@ -49,3 +49,18 @@ func startThread(named name: String, _ body: @escaping @Sendable () -> Void) {
         body()
     }.start()
 }
+
+/// Runs `body` with a new pool of `size` threads and a new dedicated thread, each named by its
+/// prefix and a fresh number, and disposes both after it.
+func withPoolAndThread<Result>(
+    pool poolPrefix: String, size: Int = 1, thread threadPrefix: String,
+    _ body: (ThreadPool, DedicatedThread) async throws -> Result
+) async throws -> Result {
+    let pool = ThreadPool(name: KernelThreads.uniqueName(poolPrefix), size: size)
+    let thread = DedicatedThread(name: KernelThreads.uniqueName(threadPrefix))
+    defer {
+        pool.dispose()
+        thread.dispose()
+    }
+    return try await body(pool, thread)
+}
