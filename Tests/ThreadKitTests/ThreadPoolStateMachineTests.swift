@@ -72,6 +72,16 @@ struct ThreadPoolStateMachineTests {
         return machine
     }
 
+    /// A running pool of `size` threads, started and busy, whose queue (limit 1) one task fills,
+    /// with one `run(_:)` call waiting for room.
+    static func fullPoolWithWaitingCall(size: Int = 1) -> (Machine, [ThreadPool.WorkerID], Call) {
+        var machine = machine(size: size, queueLimit: 1)
+        let ids = (1...size).map { startWorker(&machine, "w\($0)") }
+        let call = Call("run")
+        #expect(machine.submit(from: .suspendedCall(call), reading(entries: 1)) == .suspended)
+        return (machine, ids, call)
+    }
+
     // MARK: - Submitting
 
     @Test("the first submission starts thread 1 with the work, and the peak counts it at once")
@@ -240,10 +250,8 @@ struct ThreadPoolStateMachineTests {
 
     @Test("a call let in while the only thread sleeps wakes it; with no thread, starts one")
     func admittedCallGetsAThread() {
-        var machine = Self.machine(size: 1, queueLimit: 1)
-        let id = Self.startWorker(&machine, "w1")
-        let call = Call("run")
-        #expect(machine.submit(from: .suspendedCall(call), Self.reading(entries: 1)) == .suspended)
+        var (machine, ids, call) = Self.fullPoolWithWaitingCall()
+        let id = ids[0]
         Self.sleep(&machine, id)
         let room = machine.tasksLeftQueue(.empty)
         #expect(room.admitted == [Machine.Admission(task: call, helper: .wake("w1"))])
@@ -251,8 +259,7 @@ struct ThreadPoolStateMachineTests {
 
     @Test("once disposed, room lets no call in: the calls are handed back", arguments: [Lifecycle.draining, .stopped])
     func noRoomAfterShutdown(lifecycle: Lifecycle) {
-        var machine = Self.busyPool(queueLimit: 1)
-        #expect(machine.submit(from: .suspendedCall(Call("c")), Self.reading(entries: 1)) == .suspended)
+        var (machine, _, _) = Self.fullPoolWithWaitingCall(size: 2)
         let shutdown = lifecycle == .draining ? machine.dispose(Self.reading(entries: 1)) : machine.disposeNow(Self.reading(entries: 1))
         #expect(shutdown?.waitingForRoom.count == 1)
         #expect(machine.tasksLeftQueue(.empty) == Machine.Room())
@@ -260,10 +267,8 @@ struct ThreadPoolStateMachineTests {
 
     @Test("cancelling a queued task in a full queue lets a waiting call in and wakes the sleeping thread for it")
     func cancelInFullQueue() {
-        var machine = Self.machine(size: 1, queueLimit: 1)
-        let id = Self.startWorker(&machine, "w1")
-        let call = Call("run")
-        #expect(machine.submit(from: .suspendedCall(call), Self.reading(entries: 1)) == .suspended)
+        var (machine, ids, call) = Self.fullPoolWithWaitingCall()
+        let id = ids[0]
         Self.sleep(&machine, id)
         let cancelled = machine.queuedTaskCancelled(Call("queued"), Self.reading(entries: 1))
         let room = Machine.Room(admitted: [Machine.Admission(task: call, helper: .wake("w1"))])
@@ -272,9 +277,7 @@ struct ThreadPoolStateMachineTests {
 
     @Test("cancelling a call that waits for room takes it off the list; nothing else changes", arguments: lifecycles)
     func cancelWaitingCall(lifecycle: Lifecycle) {
-        var machine = Self.busyPool(queueLimit: 1)
-        let call = Call("run")
-        #expect(machine.submit(from: .suspendedCall(call), Self.reading(entries: 1)) == .suspended)
+        var (machine, _, call) = Self.fullPoolWithWaitingCall(size: 2)
         if lifecycle != .running {
             // A call its caller cancelled as the shutdown took it stays listed for its canceller.
             let shutdown = lifecycle == .draining ? machine.dispose(.empty) : machine.disposeNow(.empty)
@@ -333,10 +336,8 @@ struct ThreadPoolStateMachineTests {
 
     @Test("the last look before sleeping: work or calls let in keep the worker awake; nothing lets it sleep until its collector tick", arguments: lifecycles)
     func lookBeforeSleeping(lifecycle: Lifecycle) {
-        var machine = Self.machine(size: 1, queueLimit: 1)
-        let id = Self.startWorker(&machine, "w1")
-        let call = Call("run")
-        #expect(machine.submit(from: .suspendedCall(call), Self.reading(entries: 1)) == .suspended)
+        var (machine, ids, call) = Self.fullPoolWithWaitingCall()
+        let id = ids[0]
         switch lifecycle {
         case .running: break
         case .draining: _ = machine.dispose(.empty)
@@ -371,11 +372,8 @@ struct ThreadPoolStateMachineTests {
 
     @Test("a worker that skipped cancelled entries before sleeping takes the call it let in itself: no thread starts for it")
     func skippingWorkerTakesAdmittedCall() {
-        var machine = Self.machine(size: 2, queueLimit: 1)
-        let first = Self.startWorker(&machine, "w1")
-        let second = Self.startWorker(&machine, "w2")
-        let call = Call("run")
-        #expect(machine.submit(from: .suspendedCall(call), Self.reading(entries: 1)) == .suspended)
+        var (machine, ids, call) = Self.fullPoolWithWaitingCall(size: 2)
+        let (first, second) = (ids[0], ids[1])
         Self.sleep(&machine, second)
         _ = machine.sleepEnded(second, .timedOut, slept: .seconds(15))
         #expect(machine.lookedBeforeLeaving(second, .nothing, Self.reading(entries: 1)).0 == .exit)
@@ -456,36 +454,23 @@ struct ThreadPoolStateMachineTests {
         #expect(machine.threadExited(.empty) == (lifecycle != .running))
     }
 
-    @Test("work arriving while the last thread retires gets a new thread, from a submitter or from the retiring thread's look")
-    func workArrivingWhileLastThreadRetires() {
-        var machine = Self.machine(size: 1, queueLimit: 1)
-        let id = Self.startWorker(&machine, "w1")
-        let call = Call("run")
-        #expect(machine.submit(from: .suspendedCall(call), Self.reading(entries: 1)) == .suspended)
-        Self.sleep(&machine, id)
-        _ = machine.sleepEnded(id, .timedOut, slept: .seconds(15))
-        // A submitter that saw the thread counted pushed without the mutex; it reads the lower count.
-        #expect(machine.threadForPushedWork(Self.reading(entries: 1)) == .start(thread: 2))
-        #expect(machine.threads == 1)
-        // The retiring thread's last look skipped a cancelled entry: the call let in is left to
-        // the thread just started (the pool has one thread, and never more).
-        let (exit, room) = machine.lookedBeforeLeaving(id, .onlyCancelled, .empty)
+    @Test(
+        "a call let in by the last thread's look as it retires gets a thread in its place, unless work pushed meanwhile started one",
+        arguments: [false, true])
+    func callLetInByRetiringThread(workPushedMeanwhile: Bool) {
+        var (machine, ids, call) = Self.fullPoolWithWaitingCall()
+        Self.sleep(&machine, ids[0])
+        _ = machine.sleepEnded(ids[0], .timedOut, slept: .seconds(15))
+        if workPushedMeanwhile {
+            // A submitter that saw the thread counted pushed without the mutex; it reads the lower count.
+            #expect(machine.threadForPushedWork(Self.reading(entries: 1)) == .start(thread: 2))
+        }
+        // The last look skipped a cancelled entry, which lets the call in.
+        let (exit, room) = machine.lookedBeforeLeaving(ids[0], .onlyCancelled, .empty)
         #expect(exit == .exit)
-        #expect(room.admitted == [Machine.Admission(task: call, helper: .none)])
-    }
-
-    @Test("a call let in by the last thread's look as it exits gets a thread in its place")
-    func callLetInByExitingThread() {
-        var machine = Self.machine(size: 1, queueLimit: 1)
-        let id = Self.startWorker(&machine, "w1")
-        let call = Call("run")
-        #expect(machine.submit(from: .suspendedCall(call), Self.reading(entries: 1)) == .suspended)
-        Self.sleep(&machine, id)
-        _ = machine.sleepEnded(id, .timedOut, slept: .seconds(15))
-        let (exit, room) = machine.lookedBeforeLeaving(id, .onlyCancelled, .empty)
-        #expect(exit == .exit)
-        #expect(room.admitted == [Machine.Admission(task: call, helper: .start(thread: 2))])
-        #expect(machine.threads == 1)
+        let helper: Machine.Helper = workPushedMeanwhile ? .none : .start(thread: 2)
+        #expect(room.admitted == [Machine.Admission(task: call, helper: helper)])
+        #expect(machine.threads == 1)  // the pool's one thread, and never more
     }
 
     // MARK: - Starting threads
@@ -577,15 +562,10 @@ struct ThreadPoolStateMachineTests {
 
     @Test("dispose wakes the sleepers, oldest first, hands back the waiting calls, and moves to draining once")
     func dispose() {
-        var machine = Self.machine(size: 2, queueLimit: 1)
-        let a = Self.startWorker(&machine, "a")
-        let b = Self.startWorker(&machine, "b")
-        let call = Call("run")
-        #expect(machine.submit(from: .suspendedCall(call), Self.reading(entries: 1)) == .suspended)
-        Self.sleep(&machine, a)
-        Self.sleep(&machine, b)
+        var (machine, ids, call) = Self.fullPoolWithWaitingCall(size: 2)
+        for id in ids { Self.sleep(&machine, id) }
         let shutdown = machine.dispose(.empty)
-        #expect(shutdown == Machine.Shutdown(sleepers: ["a", "b"], waitingForRoom: [call], poolTerminated: false))
+        #expect(shutdown == Machine.Shutdown(sleepers: ["w1", "w2"], waitingForRoom: [call], poolTerminated: false))
         #expect(machine.lifecycle == .draining)
         #expect(machine.dispose(.empty) == nil)
     }

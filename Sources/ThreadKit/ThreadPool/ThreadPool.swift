@@ -165,12 +165,13 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 }
 
 extension ThreadPool {
-    /// What a pool was made with.
+    /// What a pool was made with (see the public properties of the same names).
     struct Configuration: Sendable, Equatable {
         var name: String
         var size: Int
-        var keepAlive: Duration
-        var collectionInterval: Duration
+        /// When idle threads retire.
+        var keepAlive, collectionInterval: Duration
+        /// The bound on the queue, and what a submission to a full one does.
         var queueLimit: Int?
         var overflowPolicy: OverflowPolicy
     }
