@@ -625,6 +625,19 @@ struct ThreadPoolStateMachineTests {
     }
 }
 
+/// What a pool's refusals say, as the state machine hands them to the submitter.
+@Suite("ThreadPoolError")
+struct ThreadPoolErrorTests {
+    @Test("each refusal names the pool and says why")
+    func descriptions() {
+        #expect("\(ThreadPoolError.disposed(pool: "Render"))" == "ThreadPool 'Render' is disposed and accepts no more work")
+        #expect("\(ThreadPoolError.queueFull(pool: "Render", limit: 1_000))" == "ThreadPool 'Render' refused a task: its queue is full (limit 1000)")
+        #expect(
+            "\(ThreadPoolError.threadStartFailed(pool: "Render", errno: 11))"
+                == "ThreadPool 'Render' refused a task: it has no thread and the system would not start one (errno 11)")
+    }
+}
+
 /// The pool's list of workers: most-recent reuse, removal from anywhere, slots reused.
 @Suite("ThreadPool.WorkerList")
 struct ThreadPoolWorkerListTests {
