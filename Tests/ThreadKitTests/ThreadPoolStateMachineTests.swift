@@ -625,6 +625,11 @@ struct ThreadPoolStateMachineTests {
     }
 }
 
+extension ThreadPool.StateMachine.IntakeReading {
+    /// Nothing queued, nobody spinning.
+    static var empty: Self { Self(entries: 0, queued: 0, spinners: 0) }
+}
+
 /// What a pool's refusals say, as the state machine hands them to the submitter.
 @Suite("ThreadPoolError")
 struct ThreadPoolErrorTests {

@@ -48,6 +48,7 @@ extension ThreadPool {
         private(set) var peakThreads = 0
         /// The most threads that had really started at once.
         private var peakStarted = 0
+        /// Threads numbered so far: the next one is `threadsStarted + 1`.
         private var threadsStarted = 0
         /// How long the next retry waits, after a thread start failed with work left unserved: it
         /// doubles with each failure and starts over once a thread starts.

@@ -9,9 +9,6 @@ extension ThreadPool.StateMachine {
         var queued: Int
         /// Workers spinning on the intake before they sleep.
         var spinners: Int
-
-        /// Nothing queued, nobody spinning.
-        static var empty: IntakeReading { IntakeReading(entries: 0, queued: 0, spinners: 0) }
     }
 
     /// Which thread will take work in the intake: found under the mutex, woken or started after it.
