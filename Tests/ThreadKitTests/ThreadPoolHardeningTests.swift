@@ -345,13 +345,13 @@ struct ThreadPoolHardeningTests {
         // Reuse order is the sleepers': a thread still spinning takes work before any sleeper is
         // woken (on a loaded machine an older thread can be preempted mid-spin), so each task is
         // sent once all three threads sleep.
-        #expect(await eventually { pool.loadIdleWord().sleepers == 3 })
+        #expect(await eventually { pool.idleWorkers.current.sleepers == 3 })
         // Three sequential tasks, each waited for, all go to the most recently idle thread.
         let names = Recorder<String>()
         for _ in 0..<3 {
             let task = try pool.schedule { names.append(KernelThreads.currentName()) }
             #expect(task.wait(timeout: .seconds(10)))
-            #expect(await eventually { pool.loadIdleWord().sleepers == 3 })
+            #expect(await eventually { pool.idleWorkers.current.sleepers == 3 })
         }
         #expect(Set(names.values).count == 1)
         pool.dispose()

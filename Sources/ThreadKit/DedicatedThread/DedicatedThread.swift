@@ -186,8 +186,7 @@ public enum DedicatedThreadError: Error, Equatable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .disposed(let name):
-            "DedicatedThread '\(name)' is disposed and accepts no more work"
+        case .disposed(let name): disposedDescription(of: "DedicatedThread", named: name)
         case .threadStartFailed(let name, let errno):
             "DedicatedThread '\(name)' has no thread: the system would not start it (errno \(errno))"
         }

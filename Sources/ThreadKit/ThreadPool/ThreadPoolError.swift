@@ -10,12 +10,15 @@ public enum ThreadPoolError: Error, Equatable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .disposed(let pool):
-            "ThreadPool '\(pool)' is disposed and accepts no more work"
-        case .queueFull(let pool, let limit):
-            "ThreadPool '\(pool)' refused a task: its queue is full (limit \(limit))"
+        case .disposed(let pool): disposedDescription(of: "ThreadPool", named: pool)
+        case .queueFull(let pool, let limit): Self.refusal(by: pool, "its queue is full (limit \(limit))")
         case .threadStartFailed(let pool, let errno):
-            "ThreadPool '\(pool)' refused a task: it has no thread and the system would not start one (errno \(errno))"
+            Self.refusal(by: pool, "it has no thread and the system would not start one (errno \(errno))")
         }
+    }
+
+    /// How the pool's refusals of a task read: "ThreadPool '<pool>' refused a task: <reason>".
+    private static func refusal(by pool: String, _ reason: String) -> String {
+        "ThreadPool '\(pool)' refused a task: \(reason)"
     }
 }

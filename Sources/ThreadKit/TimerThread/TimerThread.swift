@@ -201,8 +201,7 @@ public enum TimerThreadError: Error, Equatable, CustomStringConvertible {
     /// What went wrong, naming the timer.
     public var description: String {
         switch self {
-        case .disposed(let name):
-            "TimerThread '\(name)' is disposed and accepts no more calls"
+        case .disposed(let name): disposedDescription(of: "TimerThread", named: name, accepting: "calls")
         case .threadStartFailed(let name, let errno):
             "TimerThread '\(name)' refused a call: the system would not start its thread (errno \(errno))"
         }
