@@ -1,5 +1,5 @@
 import Testing
-import LoopbackHTTPServer
+@testable import LoopbackHTTPServer
 import SeededRandom
 
 /// The test server's request parser, target splitter and default routes, as pure values: every
