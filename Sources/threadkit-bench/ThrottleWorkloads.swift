@@ -2,21 +2,13 @@
 // Dispatch: a chain of asyncAfter calls, and a serial queue whose tasks sleep out the gap.
 import Dispatch
 import Foundation
-import ThreadKit
+@_spi(ThreadKitTools) import ThreadKit
 import ToolHarness
 
 /// `throttle.precision`: ThrottledQueue against an asyncAfter chain and a sleeping serial queue.
 enum ThrottleWorkloads {
     static let interval = Duration.milliseconds(10)
     static let taskLength = Duration.milliseconds(1)
-    /// How far short of `interval` a gap must be to count as an early start.
-    ///
-    /// Every start is read in the task's first line, a few instructions after the implementation's
-    /// own reading; a thread preempted in between shows a gap short by as long as it was off its
-    /// core, and that hits the Dispatch contenders as it hits ThreadKit. A pacing fault (a catch-up burst, pacing from the wrong reading) shortens
-    /// a gap by about a task's length or more: 1 ms here. Gaps short by less are still counted, as
-    /// `short gaps`, with no goal.
-    static let earlyTolerance = Duration.microseconds(500)
 
     /// `throttle.precision`: tasks of 1 ms that must start 10 ms apart.
     static func precision(scale: Scale) -> Workload {
@@ -42,22 +34,28 @@ enum ThrottleWorkloads {
     /// Runs `tasks` tasks through `runner` and measures the gaps between consecutive starts.
     ///
     /// Every task records its start as its first action, busy-works for 1 ms, then counts itself
-    /// done (``PacedTask``). The error of a gap is |gap − 10 ms|; a gap below 10 ms is a short gap,
-    /// and one more than ``earlyTolerance`` below it an early start.
+    /// done (``PacedTask``). The error of a gap is |gap − 10 ms|, and a gap below 10 ms a short gap:
+    /// what the tasks see, the same way for all three.
     ///
-    /// Each implementation takes its own clock reading just before the task begins (ThreadKit inside
-    /// the queue; the Dispatch versions in the code below), and paces the next start from it, so all
-    /// three are seen the same way: a thread preempted between that reading and the task's first
-    /// line shows as a late start followed by a gap that looks short by as much.
+    /// An early start is a start closer than 10 ms to the previous one at the instant the
+    /// implementation itself took as the task's start and paces the next from (ThreadKit's
+    /// `startOfCurrentTask`, the Dispatch versions' readings in the code below), with no
+    /// tolerance. The task's own first-line reading comes after that instant, by as long as the
+    /// thread was kept off its core in between (a millisecond, on a loaded machine): a gap that
+    /// starts at such a reading looks short by as much, in all three contenders, though nothing
+    /// started early. A pacing fault (a catch-up burst, pacing from the wrong reading) shows in
+    /// the implementation's own instants.
     static func measure(tasks: Int, runner: (Int, PacedTask) throws -> Void) throws -> Measurement {
-        let task = PacedTask(starts: InstantBuffer(count: tasks), countdown: Countdown(tasks))
+        let task = PacedTask(
+            starts: InstantBuffer(count: tasks), paced: SlotBuffer(count: tasks, initialValue: .zero), countdown: Countdown(tasks))
         try runner(tasks, task)
         task.countdown.waitForAll()
         let gaps = (1..<tasks).map { (task.starts[$0] - task.starts[$0 - 1]).microseconds }
+        let pacedGaps = (1..<tasks).map { task.paced[$0] - task.paced[$0 - 1] }
         let target = interval.microseconds
         var measurement = Measurement()
         measurement.addLatencyPercentiles("error", samples: gaps.map { abs($0 - target) })
-        measurement["early starts"] = Double(gaps.count { $0 < target - earlyTolerance.microseconds })
+        measurement["early starts"] = Double(pacedGaps.count { $0 < interval })
         measurement["short gaps"] = Double(gaps.count { $0 < target })
         return measurement
     }
@@ -65,12 +63,17 @@ enum ThrottleWorkloads {
     /// The task every implementation runs, in two halves so that the `asyncAfter` chain can schedule
     /// the next task before doing its work.
     struct PacedTask: Sendable {
+        /// Each task's start, read in its first line.
         let starts: InstantBuffer
+        /// Each task's start as the implementation took it, the instant it paces the next start
+        /// from, on a monotonic time line of its own.
+        let paced: SlotBuffer<Duration>
         let countdown: Countdown
 
-        /// Records task `index`'s start.
-        func begin(_ index: Int) {
+        /// Records task `index`'s start, then `pacedFrom`, the implementation's own.
+        func begin(_ index: Int, pacedFrom: @autoclosure () -> Duration) {
             starts[index] = .now
+            paced[index] = pacedFrom()
         }
 
         /// The task's 1 ms of work, then its completion tick.
@@ -79,8 +82,8 @@ enum ThrottleWorkloads {
             countdown.tick()
         }
 
-        func run(_ index: Int) {
-            begin(index)
+        func run(_ index: Int, pacedFrom: @autoclosure () -> Duration) {
+            begin(index, pacedFrom: pacedFrom())
             work()
         }
     }
@@ -90,8 +93,16 @@ enum ThrottleWorkloads {
     static func throttledQueue(tasks: Int, task: PacedTask) throws {
         let queue = ThrottledQueue(label: "bench.throttle", interval: interval)
         for index in 0..<tasks {
-            try queue.async { task.run(index) }
+            try queue.async { task.run(index, pacedFrom: recordedStart(by: queue)) }
         }
+    }
+
+    /// The instant `queue` recorded as the start of its task that runs here.
+    private static func recordedStart(by queue: ThrottledQueue) -> Duration {
+        guard let start = queue.startOfCurrentTask else {
+            preconditionFailure("ThrottledQueue '\(queue.label)' recorded no start for the task it runs")
+        }
+        return start
     }
 
     /// Each task, as it starts, reads `DispatchTime.now()`, schedules the next with
@@ -105,10 +116,11 @@ enum ThrottleWorkloads {
     /// its work, sleeps (`Thread.sleep`) until 10 ms after that.
     static func sleepingSerialQueue(tasks: Int, task: PacedTask) {
         let queue = DispatchQueue(label: "bench.sleep")
+        let origin = ContinuousClock.now
         for index in 0..<tasks {
             queue.async {
                 let start = ContinuousClock.now
-                task.run(index)
+                task.run(index, pacedFrom: start - origin)
                 guard index < tasks - 1 else { return }
                 let rest = start + interval - ContinuousClock.now
                 if rest > .zero { Thread.sleep(forTimeInterval: rest.seconds) }
@@ -129,8 +141,9 @@ private final class AsyncAfterChain: Sendable {
     }
 
     func run(_ index: Int) {
-        let next = DispatchTime.now() + ThrottleWorkloads.interval.dispatchInterval
-        task.begin(index)
+        let start = DispatchTime.now()
+        let next = start + ThrottleWorkloads.interval.dispatchInterval
+        task.begin(index, pacedFrom: .nanoseconds(start.uptimeNanoseconds))
         if index + 1 < tasks {
             queue.asyncAfter(deadline: next) { self.run(index + 1) }
         }

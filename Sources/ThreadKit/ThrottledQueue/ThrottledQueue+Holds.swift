@@ -172,6 +172,26 @@ extension ThrottledQueue.Hold {
     }
 }
 
+extension ThrottledQueue {
+    /// When this queue started the task that the calling thread (or Swift task) runs: the instant
+    /// it recorded right before the task's own code began, on the thread that runs it, and counts
+    /// the gaps and the rate limit from. `nil` outside this queue's tasks. A duration since the
+    /// origin of `CLOCK_MONOTONIC`, so only differences between two readings mean anything.
+    ///
+    /// It is where the promise that no task starts early is kept: two of these instants are never
+    /// closer than the rules allow. A clock reading in the task's first line comes later, by as
+    /// long as the thread was kept off its core in between, which nothing can prevent; two such
+    /// readings can be closer (see "What never early means" in Docs/ThrottledQueue.md).
+    ///
+    /// SPI (`@_spi(ThreadKitTools)`), for the package's benchmark and tests, which check that
+    /// promise where it is made; it is not part of the public API.
+    @_spi(ThreadKitTools)
+    public var startOfCurrentTask: Duration? {
+        (Hold.ofThread?.innermost(of: self) ?? Hold.ofTask?.innermost(of: self))
+            .map { .nanoseconds(Int64(clamping: $0.startedAt.nanoseconds)) }
+    }
+}
+
 extension ExecutionContexts {
     /// Whether the calling thread holds `context`, or the calling Swift task does (see
     /// ``ThrottledQueue/Hold/taskHolds(_:)``): either way, work queued on `context` that the caller
