@@ -64,17 +64,13 @@ struct AsyncCancellationTests {
     }
 
     /// Each kind of target `DispatchMethod` can address and that the test can stop from starting work.
-    enum Kind: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    enum Kind: String, CaseIterable, Sendable, NamedTestCase {
         case pool, thread, serialQueue, concurrentQueue, throttled
-
-        var testDescription: String { rawValue }
     }
 
     /// How `DispatchMethod.run` reaches the target.
-    enum Way: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    enum Way: String, CaseIterable, Sendable, NamedTestCase {
         case async, sync
-
-        var testDescription: String { rawValue }
 
         func method(on target: DispatchTarget) -> DispatchMethod {
             switch self {

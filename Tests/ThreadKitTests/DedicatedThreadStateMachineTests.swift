@@ -48,13 +48,11 @@ extension DedicatedThreadStateMachineTests {
     }
 
     /// A report of the thread's, or of its start.
-    enum Report: String, Codable, Sendable, CustomTestStringConvertible {
+    enum Report: String, Codable, Sendable, NamedTestCase {
         case ranOut = "out of work"
         case spinEnded = "a spin's end"
         case wokeUp = "a wakeup"
         case startFailure = "a failure to start"
-
-        var testDescription: String { rawValue }
     }
 
     /// A machine and the batch its thread is running, as the core keeps them.
@@ -106,7 +104,7 @@ extension DedicatedThreadStateMachineTests {
     /// Every state the events lead to, each with the events that lead there from a new thread.
     /// A disposed thread that spins or sleeps has always been nudged or signalled: those two
     /// combinations never arise.
-    enum Situation: String, CaseIterable, Codable, Sendable, CustomTestStringConvertible {
+    enum Situation: String, CaseIterable, Codable, Sendable, NamedTestCase {
         case acceptingWorking = "taking work, working"
         case acceptingWorkingThroughBatch = "taking work, working through a batch, more queued"
         case acceptingSpinning = "taking work, spinning"
@@ -131,8 +129,6 @@ extension DedicatedThreadStateMachineTests {
         case disposingSleepingSignalled = "disposing, asleep since a pause, signalled, work queued"
         case exited = "exited"
         case failedToStart = "failed to start"
-
-        var testDescription: String { rawValue }
 
         /// The state the events lead to.
         var state: State {

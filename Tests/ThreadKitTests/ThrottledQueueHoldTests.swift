@@ -13,7 +13,7 @@ struct ThrottledQueueHoldTests {
     typealias Instant = ContinuousClock.Instant
 
     /// How a step of a chain on the held queue is waited for from inside `run`'s work.
-    enum Wait: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    enum Wait: String, CaseIterable, Sendable, NamedTestCase {
         /// `ExecutionChain.wait()`, which blocks.
         case chainWait
         /// `ExecutionChain.value`, which suspends.
@@ -28,8 +28,6 @@ struct ThrottledQueueHoldTests {
         case dispatchAsyncRun
         /// `DispatchMethod.after(_:on:).run`.
         case dispatchAfterRun
-
-        var testDescription: String { rawValue }
 
         /// Waits for `work`, queued on `queue` this way, and returns its value.
         func perform(_ work: @escaping @Sendable () -> Int, on queue: ThrottledQueue) async throws -> Int {
@@ -77,11 +75,9 @@ struct ThrottledQueueHoldTests {
     }
 
     /// What an unstructured task started inside `run`'s work calls on the queue.
-    enum Call: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    enum Call: String, CaseIterable, Sendable, NamedTestCase {
         case sync
         case run
-
-        var testDescription: String { rawValue }
     }
 
     @Test("An unstructured Task started inside run's work is not its holder: its call on the queue waits for the work to end instead of overlapping it",

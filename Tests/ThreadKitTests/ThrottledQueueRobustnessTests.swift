@@ -449,13 +449,11 @@ struct ThrottledQueueRobustnessTests {
     // MARK: - Item 18: a nested sync keeps the start margin
 
     /// Who runs the outer task of a nested `sync`.
-    enum Outer: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    enum Outer: String, CaseIterable, Sendable, NamedTestCase {
         /// An `async` task, on the queue's worker.
         case async
         /// `sync` callers on eight threads at once.
         case syncFromEightThreads
-
-        var testDescription: String { rawValue }
     }
 
     /// Now, on the time line of ``ThrottledQueue/startOfCurrentTask``.

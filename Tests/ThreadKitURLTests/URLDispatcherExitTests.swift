@@ -9,7 +9,7 @@ import ThreadKitURL
 @Suite("URLDispatcher preconditions")
 struct URLDispatcherExitTests {
     /// A call that breaks one of the dispatcher's preconditions, and what the message it stops with says.
-    enum BadCall: String, CaseIterable, Codable, Sendable, CustomTestStringConvertible {
+    enum BadCall: String, CaseIterable, Codable, Sendable, NamedTestCase {
         case longLimitNotBelowTheTotal = "a long limit not below the total stops"
         case noRequestsAtAll = "no requests at all stops"
         case explicitLongLimitAboveTheTotal = "an explicit long limit above the total stops, naming both"
@@ -17,8 +17,6 @@ struct URLDispatcherExitTests {
         case limitsMadeInvalidThroughTheirPropertiesAtInit = "limits made invalid through their properties stop where init takes them"
         case limitsMadeInvalidThroughTheirPropertiesAtSetLimits = "limits made invalid through their properties stop where setLimits takes them"
         case negativeTimeout = "a negative timeout stops"
-
-        var testDescription: String { rawValue }
 
         /// What the message names: the argument and its value.
         var message: [String] {
