@@ -15,6 +15,14 @@
 /// try api.async { fetchNextPage() }
 /// let user = try await api.run { try await client.user(id) }
 /// ```
+///
+/// **Arguments.** A negative `interval` (given to the initializer, set on ``interval``, or passed
+/// to `async(interval:)` or `sync(interval:)`) cannot work: it stops with a precondition failure
+/// naming the queue, the argument and the value. A zero interval means no gap; one however far out
+/// (`.seconds(Int64.max)` and beyond) holds the next task until it is cancelled, or until a new
+/// interval reaches it (see ``Mutability``). A pause is a time that may have passed: ``pause(for:)`` with zero or a negative
+/// duration, or ``pause(until:)`` with an instant already past, is no pause; one however far out
+/// holds every start until ``resume()``. The limit's own rules are ``RateLimit``'s.
 public final class ThrottledQueue: @unchecked Sendable {
     // Sendable: `schedule`, `worker`, `queuedForWorker`, `refusal` and every `Ticket`'s vars are
     // guarded by `mutex`.
