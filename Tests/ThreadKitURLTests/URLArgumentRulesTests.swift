@@ -30,7 +30,7 @@ struct URLArgumentRulesTests {
         case queueTimeoutPassed = "queueTimeout zero or negative: a free slot is taken, else the request times out queued at once"
         case idleTimeoutPassed = "stream(for:idleTimeout:) zero or negative: the response comes, then the stream times out idle at once"
         case dataSyncTimeoutPassed = "dataSync(for:timeout:) zero or negative times out at once"
-        case farOutTimeouts = "Timeouts far out never expire: the requests complete"
+        case farOutTimeouts = "Timeouts far out never expire: data, stream and dataSync requests complete"
         case requestTimeoutIntervals = "A request's timeoutInterval of 0 or -1 is a time already up; .infinity or 1e300 never expires"
         case serverConnectionsAtTheEdges = "LoopbackHTTPServer(maxConnections:) 1 and Int.max serve requests"
     }
@@ -153,6 +153,10 @@ struct URLArgumentRulesTests {
                         if case .data = element { chunks += 1 }
                     }
                     #expect(chunks >= 2)
+                    let status = try await onNewThread(limit: .seconds(20)) {
+                        try? dispatcher.dataSync(for: server.request("/sync"), timeout: timeout).1.statusCode
+                    }
+                    #expect(status == 200)
                 }
                 #expect(dispatcher.statistics(for: server.endpoint).timedOut == 0)
             }
