@@ -45,6 +45,9 @@ import Darwin
 /// connection is accepted once a descriptor is free. Likewise, if the system refuses a
 /// connection's thread (`pthread_create` fails), the accept thread writes one line and tries again
 /// every 100 ms, the connection held open: its request is answered once a thread can start.
+///
+/// **Arguments.** A `maxConnections` below 1 cannot work: it stops with a precondition failure naming
+/// it and the value. Any larger one works; `Int.max` is no limit in practice.
 public final class LoopbackHTTPServer: @unchecked Sendable {
     // Sendable: `state` is only touched under `condition`'s lock; the rest is immutable.
 

@@ -32,8 +32,11 @@ enum RetryAfter {
         return read(value, now: now, limit: limits.maxRetryAfter)
     }
 
-    /// Reads `value` at `now`, capping the pause at `limit` (at least zero).
+    /// Reads `value` at `now`, capping the pause at `limit` (at least zero). A limit past
+    /// `.seconds(Int64.max)`, already "never" on the monotonic clock, counts as that, so that the
+    /// end of a pause computed from it cannot overflow.
     static func read(_ value: String, now: Date, limit: Duration) -> Reading {
+        let limit = min(limit, .seconds(Int64.max))
         var bytes = Array(value.utf8)[...]
         while let first = bytes.first, isBlank(first) { bytes.removeFirst() }
         while let last = bytes.last, isBlank(last) { bytes.removeLast() }

@@ -6,6 +6,13 @@ import ThreadKit
 
 extension URLDispatcher {
     /// The limits that apply to each endpoint.
+    ///
+    /// **Arguments.** A `maxRequests` below 1, a `maxLongRequests` below 0 or not below
+    /// `maxRequests`, and a negative `maxRetryAfter` cannot work: each stops with a precondition
+    /// failure naming the argument and the value, where the limits are made and again where they
+    /// are handed over. Every other value works: `Int.max` requests is no limit in practice, a
+    /// `maxLongRequests` of 0 allows no long request, a zero `maxRetryAfter` makes a `Retry-After`
+    /// pause nothing, and one however far out (`.seconds(Int64.max)` and beyond) caps nothing.
     public struct EndpointLimits: Sendable, Equatable {
         /// The most requests in flight to the endpoint at once, every kind counted (sync too).
         public var maxRequests: Int
@@ -21,7 +28,8 @@ extension URLDispatcher {
 
         /// The long-request limit when none is given: 3, or `maxRequests - 1` when that is less.
         static func defaultMaxLongRequests(forMaxRequests maxRequests: Int) -> Int {
-            max(0, min(3, maxRequests - 1))
+            // Subtracted from only once at least 1: `Int.min - 1` would trap before `check()` names it.
+            maxRequests > 3 ? 3 : maxRequests >= 1 ? maxRequests - 1 : 0
         }
 
         /// Limits for an endpoint.

@@ -23,6 +23,15 @@ import ThreadKit
 ///
 /// A dispatcher keeps its `URLSession` until ``dispose()``, as a session keeps its delegate until
 /// it is invalidated.
+///
+/// **Arguments.** Limits are ``EndpointLimits``'s, checked again where they are handed over
+/// (``init(limits:configuration:)``, ``setLimits(_:for:)``). A timeout (`timeout`, `queueTimeout`,
+/// `idleTimeout`, or the request's `timeoutInterval` in their place) may be any duration: zero or
+/// negative is a time already up, as for GCD's and Java's timed waits, so a request that finds no
+/// free slot at once fails with ``URLDispatcherError/timedOut(endpoint:after:phase:)`` (`.queued`,
+/// after 0 s), and one that gets a slot times out at once; one however far out (`.seconds(Int64.max)`
+/// and beyond, a `timeoutInterval` of `.infinity`) never expires. A NaN `timeoutInterval` cannot
+/// work: it stops with a precondition failure naming it.
 public final class URLDispatcher: Sendable {
     /// A dispatcher with the default limits and an ephemeral session configuration; never disposed.
     public static let shared = URLDispatcher()
@@ -78,15 +87,25 @@ public final class URLDispatcher: Sendable {
                     queueTimeout: Duration?) throws -> RequestRecord {
         guard let url = request.url else { throw URLDispatcherError.unsupportedURL }
         let endpoint = try Endpoint(url: url)
-        let requestTimeout = request.timeoutInterval
-        precondition(requestTimeout >= 0, "URLDispatcher: the request's timeoutInterval must not be negative or NaN, got \(requestTimeout)")
-        let total = timeout ?? (requestTimeout > 1e9 ? .seconds(Int64(1e9)) : .milliseconds(Int64(requestTimeout * 1000)))
-        precondition(total >= .zero, "URLDispatcher: timeout must not be negative, got \(total)")
-        if let idleTimeout { precondition(idleTimeout >= .zero, "URLDispatcher: idleTimeout must not be negative, got \(idleTimeout)") }
-        if let queueTimeout { precondition(queueTimeout >= .zero, "URLDispatcher: queueTimeout must not be negative, got \(queueTimeout)") }
-        let running: RequestTimeouts.Running = kind == .short ? .total(total) : .headersThenIdle(headers: total, idle: idleTimeout ?? total)
+        let total = Self.kept(timeout ?? Self.timeout(of: request))
+        let idle = idleTimeout.map(Self.kept) ?? total
+        let running: RequestTimeouts.Running = kind == .short ? .total(total) : .headersThenIdle(headers: total, idle: idle)
         return core.register(endpoint: endpoint, kind: kind, request: request,
-                             timeouts: RequestTimeouts(queue: queueTimeout ?? total, running: running))
+                             timeouts: RequestTimeouts(queue: queueTimeout.map(Self.kept) ?? total, running: running))
+    }
+
+    /// A timeout as the dispatcher keeps it (see "Arguments" above): zero or negative is a time
+    /// already up, kept as zero; one past `.seconds(Int64.max)`, already "never" on the monotonic
+    /// clock, is kept as that, so that no deadline computed from it can overflow.
+    static func kept(_ timeout: Duration) -> Duration {
+        min(max(timeout, .zero), .seconds(Int64.max))
+    }
+
+    /// The request's own `timeoutInterval` as a timeout; NaN stops, naming it.
+    static func timeout(of request: URLRequest) -> Duration {
+        let seconds = request.timeoutInterval
+        precondition(!seconds.isNaN, "URLDispatcher: the request's timeoutInterval must be a number, got \(seconds)")
+        return seconds >= Double(Int64.max) ? .seconds(Int64.max) : .seconds(max(seconds, 0))
     }
 
     /// Sends `request` and returns its whole body and response, whatever the status; the caller

@@ -65,13 +65,17 @@ struct Specification: Sendable {
 /// A scenario run in a process of its own.
 enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringConvertible {
     // Preconditions: a call that breaks one stops the process, naming the object, the argument and its value.
-    case poolSizeZero, poolSizeNegative, poolNegativeKeepAlive, poolZeroCollectionInterval
-    case poolNegativeCollectionInterval, poolZeroQueueLimit, poolNegativeWaitTimeout
-    case poolNegativeAwaitTermination, timerNegativeDelay, timerNaNDelay, timerZeroInterval
+    // (Zero, negative and far-out values that work are ArgumentRulesTests'; a wait's timeout works
+    // whatever its value, so it has no row here.)
+    case poolSizeZero, poolSizeNegative, poolSizeMin, poolNegativeKeepAlive, poolZeroCollectionInterval
+    case poolNegativeCollectionInterval, poolZeroQueueLimit, poolNegativeQueueLimit
+    case timerNegativeDelay, timerFarNegativeDelay, timerNaNDelay, timerZeroInterval
     case timerNegativeInterval, timerNegativeIntervalFixedDelay, timerNegativeFirstDelay
     case timerNegativeFirstDelayFixedDelay, timerDisposeShared, timerHeapInsertTwice
+    case rateLimitNegativeCount, rateLimitMinCount, rateLimitNegativeWindow
+    case dispatchAfterNegativeExecute, dispatchAfterNegativeRun, dispatchAfterNegativeThen
     case threadCheckIsolatedOffThread, threadPreconditionOffThread, threadActorAfterDispose
-    case threadSyncAfterDispose, threadNegativeTimeout
+    case threadSyncAfterDispose
     // The same calls with fine arguments: they do not stop it (each misuse stops it for its argument alone).
     case poolFineArguments, timerFineArguments
     // Wait cycles, and waits that can never end: they stop it, naming the cycle or the wait.
@@ -97,6 +101,7 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         switch self {
         case .poolSizeZero: .stops("ThreadPool: size 0 stops", naming: "'Bad'", "size must be at least 1, got 0")
         case .poolSizeNegative: .stops("ThreadPool: size -1 stops", naming: "size must be at least 1, got -1")
+        case .poolSizeMin: .stops("ThreadPool: size Int.min stops", naming: "'Bad'", "size must be at least 1, got \(Int.min)")
         case .poolNegativeKeepAlive:
             .stops("ThreadPool: a negative keepAlive stops", naming: "keepAlive must not be negative", "-0.001 seconds")
         case .poolZeroCollectionInterval:
@@ -107,15 +112,31 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
                    naming: "collectionInterval must be more than zero", "-15.0 seconds")
         case .poolZeroQueueLimit:
             .stops("ThreadPool: queueLimit 0 stops", naming: "queueLimit must be at least 1, got 0")
-        case .poolNegativeWaitTimeout:
-            .stops("ThreadPool: a negative wait(timeout:) stops", naming: "wait(timeout:)", "-1.0 seconds")
-        case .poolNegativeAwaitTermination:
-            .stops("ThreadPool: a negative awaitTermination timeout stops",
-                   naming: "awaitTermination timeout must not be negative")
+        case .poolNegativeQueueLimit:
+            .stops("ThreadPool: queueLimit -1 stops", naming: "'Bad'", "queueLimit must be at least 1, got -1")
         case .timerNegativeDelay:
             .stops("TimerThread: a negative delay stops the process",
                    naming: "TimerThread 'TmExitNeg'", "delay must not be negative, got -0.001 seconds")
+        case .timerFarNegativeDelay:
+            .stops("TimerThread: a delay negative beyond Int64.max seconds stops, naming it, instead of trapping elsewhere",
+                   naming: "TimerThread 'TmExitFarNeg'", "delay must not be negative, got -")
         case .timerNaNDelay: .stops("TimerThread: a NaN delay stops the process")
+        case .rateLimitNegativeCount:
+            .stops("RateLimit: a count of -1 stops", naming: "RateLimit.rate: count must be at least 1, got -1")
+        case .rateLimitMinCount:
+            .stops("RateLimit: a count of Int.min stops", naming: "RateLimit.rate: count must be at least 1, got \(Int.min)")
+        case .rateLimitNegativeWindow:
+            .stops("RateLimit: a negative window stops",
+                   naming: "RateLimit.rate: window must be more than zero, got -1.0 seconds")
+        case .dispatchAfterNegativeExecute:
+            .stops("DispatchMethod.after with a negative delay stops at execute, naming it",
+                   naming: "DispatchMethod.after: delay must not be negative, got -1.0 seconds")
+        case .dispatchAfterNegativeRun:
+            .stops("DispatchMethod.after with a negative delay stops at run, naming it",
+                   naming: "DispatchMethod.after: delay must not be negative, got -0.001 seconds")
+        case .dispatchAfterNegativeThen:
+            .stops("DispatchMethod.after with a negative delay stops at then, where it is handed over",
+                   naming: "DispatchMethod.after: delay must not be negative, got -2.0 seconds")
         case .timerZeroInterval:
             .stops("TimerThread: a zero interval stops the process",
                    naming: "TimerThread 'TmExitZero'", "interval must be more than zero, got 0.0 seconds")
@@ -144,9 +165,6 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         case .threadSyncAfterDispose:
             .stops("DedicatedThread: sync on a disposed thread stops, naming it",
                    naming: "sync on DedicatedThread 'db'", "disposed")
-        case .threadNegativeTimeout:
-            .stops("DedicatedThread: a negative awaitTermination timeout stops, naming the value",
-                   naming: "'db'", "must not be negative")
         case .twoThreads:
             .stops("Two dedicated threads that sync onto each other: the second wait is reported",
                    naming: #"deadlock: thread "cache" holds DedicatedThread "cache" and waits for DedicatedThread "db", held by thread "db", which waits for "cache""#)
@@ -239,22 +257,31 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         switch self {
         case .poolSizeZero: _ = ThreadPool(name: "Bad", size: 0)
         case .poolSizeNegative: _ = ThreadPool(name: "Bad", size: -1)
+        case .poolSizeMin: _ = ThreadPool(name: "Bad", size: .min)
         case .poolNegativeKeepAlive: _ = ThreadPool(name: "Bad", size: 1, keepAlive: .milliseconds(-1))
         case .poolZeroCollectionInterval: _ = ThreadPool(name: "Bad", size: 1, collectionInterval: .zero)
         case .poolNegativeCollectionInterval: _ = ThreadPool(name: "Bad", size: 1, collectionInterval: .seconds(-15))
         case .poolZeroQueueLimit: _ = ThreadPool(name: "Bad", size: 1, queueLimit: 0)
-        case .poolNegativeWaitTimeout:
-            let task = try? ThreadPool(name: "Bad", size: 1).schedule {}
-            _ = task?.wait(timeout: .seconds(-1))
-        case .poolNegativeAwaitTermination:
-            let pool = ThreadPool(name: "Bad", size: 1)
-            pool.dispose()
-            _ = pool.awaitTermination(timeout: .nanoseconds(-1))
+        case .poolNegativeQueueLimit: _ = ThreadPool(name: "Bad", size: 1, queueLimit: -1)
 
         case .timerNegativeDelay:
             _ = try? TimerThread(name: "TmExitNeg").schedule(after: .milliseconds(-1)) {}
+        case .timerFarNegativeDelay:
+            _ = try? TimerThread(name: "TmExitFarNeg").schedule(after: .zero - FarOut.huge) {}
         case .timerNaNDelay:
             _ = try? TimerThread(name: "TmExitNaN").schedule(after: .seconds(Double.nan)) {}
+        case .rateLimitNegativeCount: _ = RateLimit.rate(-1, per: .seconds(1))
+        case .rateLimitMinCount: _ = RateLimit.rate(.min, per: .seconds(1))
+        case .rateLimitNegativeWindow: _ = RateLimit.rate(1, per: .seconds(-1))
+        case .dispatchAfterNegativeExecute:
+            DispatchMethod.after(.seconds(-1), on: .global()).execute {}
+        case .dispatchAfterNegativeRun:
+            _ = try? await DispatchMethod.after(.milliseconds(-1), on: .global()).run {}
+        case .dispatchAfterNegativeThen:
+            // The step it follows has not finished: the delay is checked where it is handed over.
+            let gate = Latch()
+            DispatchMethod.async(on: .global()).execute { _ = gate.wait(timeout: .seconds(30)) }
+                .then(.after(.seconds(-2), on: .global())) { _ in }
         case .timerZeroInterval:
             _ = try? TimerThread(name: "TmExitZero").schedule(every: .zero) {}
         case .timerNegativeInterval:
@@ -288,8 +315,6 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             let thread = DedicatedThread(name: "db")
             thread.dispose()
             thread.sync {}
-        case .threadNegativeTimeout:
-            _ = DedicatedThread(name: "db").awaitTermination(timeout: .milliseconds(-1))
         case .poolFineArguments:
             let pool = ThreadPool(
                 name: "Good", size: 1, keepAlive: .zero, collectionInterval: .nanoseconds(1), queueLimit: 1)

@@ -4,9 +4,13 @@ import FoundationNetworking
 #endif
 import Testing
 import ThreadKitURL
+import LoopbackHTTPServer
 
 /// Programmer errors stop the process with a message that names the argument and the value.
-@Suite("URLDispatcher preconditions")
+///
+/// Timeouts have no row: every duration works (zero or negative is a time already up; see
+/// ``URLArgumentRulesTests``).
+@Suite("URLDispatcher and LoopbackHTTPServer preconditions")
 struct URLDispatcherExitTests {
     /// A call that breaks one of the dispatcher's preconditions, and what the message it stops with says.
     enum BadCall: String, CaseIterable, Codable, Sendable, NamedTestCase {
@@ -16,7 +20,13 @@ struct URLDispatcherExitTests {
         case negativeLongLimit = "a negative long limit stops"
         case limitsMadeInvalidThroughTheirPropertiesAtInit = "limits made invalid through their properties stop where init takes them"
         case limitsMadeInvalidThroughTheirPropertiesAtSetLimits = "limits made invalid through their properties stop where setLimits takes them"
-        case negativeTimeout = "a negative timeout stops"
+        case negativeMaxRequests = "a negative maxRequests stops"
+        case minMaxRequests = "a maxRequests of Int.min stops"
+        case minLongLimit = "a long limit of Int.min stops"
+        case negativeMaxRetryAfterAtInit = "a negative maxRetryAfter stops where the limits are made"
+        case nanTimeoutInterval = "a request whose timeoutInterval is NaN stops"
+        case serverWithoutConnections = "LoopbackHTTPServer(maxConnections: 0) stops"
+        case serverWithNegativeConnections = "LoopbackHTTPServer(maxConnections: -1) stops"
 
         /// What the message names: the argument and its value.
         var message: [String] {
@@ -27,7 +37,13 @@ struct URLDispatcherExitTests {
             case .negativeLongLimit: ["maxLongRequests must be at least 0, got -1"]
             case .limitsMadeInvalidThroughTheirPropertiesAtInit: ["maxLongRequests (3) must be less than maxRequests (3)"]
             case .limitsMadeInvalidThroughTheirPropertiesAtSetLimits: ["maxRetryAfter must not be negative"]
-            case .negativeTimeout: ["timeout must not be negative", "-0.005 seconds"]
+            case .negativeMaxRequests: ["maxRequests must be at least 1, got -1"]
+            case .minMaxRequests: ["maxRequests must be at least 1, got \(Int.min)"]
+            case .minLongLimit: ["maxLongRequests must be at least 0, got \(Int.min)"]
+            case .negativeMaxRetryAfterAtInit: ["maxRetryAfter must not be negative, got -0.001 seconds"]
+            case .nanTimeoutInterval: ["the request's timeoutInterval must be a number, got nan"]
+            case .serverWithoutConnections: ["LoopbackHTTPServer: maxConnections must be at least 1, got 0"]
+            case .serverWithNegativeConnections: ["LoopbackHTTPServer: maxConnections must be at least 1, got -1"]
             }
         }
 
@@ -46,9 +62,16 @@ struct URLDispatcherExitTests {
                 var limits = URLDispatcher.EndpointLimits()
                 limits.maxRetryAfter = .seconds(-1)
                 URLDispatcher().setLimits(limits, for: try! URLDispatcher.Endpoint(url: URL(string: "http://127.0.0.1:9/")!))
-            case .negativeTimeout:
-                let dispatcher = URLDispatcher()
-                _ = dispatcher.stream(for: URLRequest(url: URL(string: "http://127.0.0.1:9/")!), timeout: .milliseconds(-5))
+            case .negativeMaxRequests: _ = URLDispatcher.EndpointLimits(maxRequests: -1)
+            case .minMaxRequests: _ = URLDispatcher.EndpointLimits(maxRequests: .min)
+            case .minLongLimit: _ = URLDispatcher.EndpointLimits(maxRequests: 4, maxLongRequests: .min)
+            case .negativeMaxRetryAfterAtInit: _ = URLDispatcher.EndpointLimits(maxRetryAfter: .milliseconds(-1))
+            case .nanTimeoutInterval:
+                var request = URLRequest(url: URL(string: "http://127.0.0.1:9/")!)
+                request.timeoutInterval = .nan
+                _ = URLDispatcher().stream(for: request)
+            case .serverWithoutConnections: _ = try? LoopbackHTTPServer(maxConnections: 0)
+            case .serverWithNegativeConnections: _ = try? LoopbackHTTPServer(maxConnections: -1)
             }
         }
     }

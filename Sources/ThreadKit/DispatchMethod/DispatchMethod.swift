@@ -12,6 +12,13 @@
 /// ```
 ///
 /// ``execute(_:)`` returns an ``ExecutionChain`` that carries the result on to further steps.
+///
+/// **Arguments.** `.after` with a negative delay cannot work: `execute`, `run` and
+/// ``ExecutionChain/then(_:_:)`` stop with a precondition failure naming it and the value
+/// (`DispatchMethod.after: delay must not be negative, got -1.0 seconds`), as
+/// ``TimerThread/schedule(after:tag:_:)`` does. A zero delay runs the step as soon as the timer
+/// thread hands it on; one however far out (`.seconds(Int64.max)` and beyond) never runs it, and
+/// the chain can still be cancelled.
 public enum DispatchMethod: Sendable {
     /// On the calling thread, at once.
     case inline
@@ -53,6 +60,7 @@ public enum DispatchMethod: Sendable {
     /// `execute` for `.async` and `.after`: the first link of a chain whose step is yet to run.
     @usableFromInline
     func queued<T: Sendable>(_ work: @escaping @Sendable () throws -> T) -> ExecutionChain<T> {
+        checkArguments()
         let chain = ExecutionChain<T>(group: ChainGroup(), previous: nil)
         dispatch(for: chain, work)
         return chain
@@ -82,6 +90,15 @@ public enum DispatchMethod: Sendable {
             return try await DispatchMethod.async(on: target).queued(work).value
         case .async, .after:
             return try await queued(work).value
+        }
+    }
+
+    /// Stops, naming the argument and its value, if this method cannot work: an `.after` with a
+    /// negative delay. Checked where the method is handed over (`execute`, `run`, `then`), not when
+    /// its step comes to be dispatched, perhaps on another thread.
+    func checkArguments() {
+        if case .after(let delay, _) = self {
+            precondition(delay >= .zero, "DispatchMethod.after: delay must not be negative, got \(delay)")
         }
     }
 

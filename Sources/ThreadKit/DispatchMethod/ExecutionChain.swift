@@ -83,6 +83,7 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     public func then<Next: Sendable>(
         _ method: DispatchMethod, _ work: @escaping @Sendable (Value) throws -> Next
     ) -> ExecutionChain<Next> {
+        method.checkArguments()
         let next = ExecutionChain<Next>(group: group, previous: self)
         // Nobody waits for a step that follows another: a `.sync` one is queued like `.async`, so
         // that the thread finishing this step is not blocked, and a waiter can see where it waits.

@@ -5,6 +5,9 @@ import Synchronization
 ///
 /// Exactly one of two things happens to a task: it runs once, or it is cancelled (by ``cancel()``,
 /// or by ``ThreadPool/disposeNow()`` handing it back). ``cancel()`` returns `true` only in the second case.
+///
+/// **Arguments.** ``wait(timeout:)`` takes any duration: zero or negative has already passed, so it
+/// checks once without waiting (GCD's and Java's rule); one however far out waits as long as it takes.
 public final class ScheduledTask: @unchecked Sendable {
     // Sendable: `work`, `onAbandon` and `pool` are read and cleared only by the one thread that
     // moves `state` out of `pending` (the worker that claims the task, the canceller, or the pool
@@ -74,11 +77,12 @@ public final class ScheduledTask: @unchecked Sendable {
     ///
     /// Re-entry and deadlock rules as for ``wait()``; a task run inline runs to its end.
     ///
-    /// - Parameter timeout: The longest to wait; must not be negative.
+    /// - Parameter timeout: The longest to wait. Zero or negative: a timeout already passed, so it
+    ///   checks once and does not wait (as GCD's `wait(timeout:)` and Java's `Future.get` do); far
+    ///   out (`.seconds(Int64.max)` and beyond): as long as it takes.
     /// - Returns: `true` if the task has finished (run or cancelled), `false` on timeout.
     public func wait(timeout: Duration) -> Bool {
-        precondition(timeout >= .zero, "ScheduledTask.wait(timeout:) needs a timeout ≥ 0, got \(timeout)")
-        return wait(until: MonotonicInstant.now().advanced(by: timeout))
+        wait(until: MonotonicInstant.now().advanced(by: timeout))
     }
 
     private func wait(until deadline: MonotonicInstant?) -> Bool {

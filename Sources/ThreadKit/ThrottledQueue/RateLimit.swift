@@ -2,6 +2,11 @@
 ///
 /// `RateLimit.rate(3, per: .seconds(1))` lets at most 3 tasks start in any one-second window: a
 /// fourth start waits until one second after the start three before it.
+///
+/// **Arguments.** A `count` below 1 or a `window` of zero or less cannot work: it stops with a
+/// precondition failure naming the argument and the value (`RateLimit.rate: count must be at least
+/// 1, got 0`). `Int.max` starts is no cap in practice; a window however far out (`.seconds(Int64.max)`
+/// and beyond) lets the first `count` tasks start and holds the rest until they are cancelled.
 public struct RateLimit: Sendable, Equatable, CustomStringConvertible {
     /// The most starts in any window.
     public let count: Int

@@ -15,6 +15,14 @@
 /// try api.async { fetchNextPage() }
 /// let user = try await api.run { try await client.user(id) }
 /// ```
+///
+/// **Arguments.** A negative `interval` (given to the initializer, set on ``interval``, or passed
+/// to `async(interval:)` or `sync(interval:)`) cannot work: it stops with a precondition failure
+/// naming the queue, the argument and the value. A zero interval means no gap; one however far out
+/// (`.seconds(Int64.max)` and beyond) holds the next task until it is cancelled, or until a new
+/// interval reaches it (see ``Mutability``). A pause is a time that may have passed: ``pause(for:)`` with zero or a negative
+/// duration, or ``pause(until:)`` with an instant already past, is no pause; one however far out
+/// holds every start until ``resume()``. The limit's own rules are ``RateLimit``'s.
 public final class ThrottledQueue: @unchecked Sendable {
     // Sendable: `schedule`, `worker`, `queuedForWorker`, `refusal` and every `Ticket`'s vars are
     // guarded by `mutex`.
@@ -73,9 +81,20 @@ public final class ThrottledQueue: @unchecked Sendable {
 
     /// Creates a queue.
     ///
+    /// Without an `interval`, the gap depends on `limit`: with a limit it is zero, so the limit
+    /// alone decides (`ThrottledQueue(limit: .rate(5, per: .seconds(1)))` starts 5 tasks a second,
+    /// at once one after the other, then waits for the window); without one it is 500 ms, the
+    /// original AHDispatch's default. Give both to space neighbours and cap bursts.
+    ///
+    /// ```swift
+    /// let api = ThrottledQueue(label: "API", limit: .rate(5, per: .seconds(1)))   // 5 a second
+    /// let polite = ThrottledQueue(label: "Scraper")                               // one every 500 ms
+    /// ```
+    ///
     /// - Parameters:
     ///   - label: Names the queue's thread and log lines.
-    ///   - interval: The default gap between tasks; not negative.
+    ///   - interval: The default gap between tasks; not negative. `nil` (the default): zero with a
+    ///     `limit`, 500 ms without one.
     ///   - monitor: Whether gaps count from a task's start (`.concurrent`) or end (`.serial`).
     ///   - mutability: Which queued tasks a later change of `interval` reaches.
     ///   - limit: At most so many starts in any sliding window.
@@ -84,10 +103,11 @@ public final class ThrottledQueue: @unchecked Sendable {
     ///     A shared pool needs a thread for each queue busy at the same time, or queues wait for
     ///     each other.
     public init(
-        label: String = "ThrottledQueue", interval: Duration = .milliseconds(500),
+        label: String = "ThrottledQueue", interval: Duration? = nil,
         monitor: Monitor = .concurrent, mutability: Mutability = .all,
         limit: RateLimit? = nil, pool: ThreadPool? = nil
     ) {
+        let interval = interval ?? Self.defaultInterval(limit: limit)
         precondition(interval >= .zero, "ThrottledQueue '\(label)': interval must not be negative, got \(interval)")
         self.label = label
         self.monitor = monitor
@@ -98,6 +118,12 @@ public final class ThrottledQueue: @unchecked Sendable {
         self.schedule = ThrottleSchedule(interval: interval, monitor: monitor, mutability: mutability, limit: limit)
     }
 
+    /// The gap of a queue made without an `interval`: zero with a `limit`, which then decides
+    /// alone; without one, 500 ms, the original's default.
+    static func defaultInterval(limit: RateLimit?) -> Duration {
+        limit == nil ? .milliseconds(500) : .zero
+    }
+
     deinit {
         // A worker holds the queue while tasks are queued, so the queue is idle: nothing will use
         // its own pool again. Its thread exits now instead of when the pool would collect it.
@@ -106,6 +132,9 @@ public final class ThrottledQueue: @unchecked Sendable {
 
     /// The gap that follows tasks submitted without their own; changing it reaches queued tasks
     /// according to ``mutability``. Not negative.
+    ///
+    /// It starts as the `interval` given to ``init(label:interval:monitor:mutability:limit:pool:)``,
+    /// or, when none was given, as zero with a ``limit`` and 500 ms without one.
     public var interval: Duration {
         get { mutex.withLock { schedule.interval } }
         set {

@@ -10,6 +10,13 @@
 /// let handle = try TimerThread.shared.schedule(after: .seconds(5)) { print("timed out") }
 /// if handle.cancel() { print("stopped in time") }
 /// ```
+///
+/// **Arguments.** A negative `delay` or `firstDelay`, and an `interval` of zero or less, cannot work:
+/// each stops with a precondition failure naming the timer, the argument and the value
+/// (`TimerThread 'Polls': interval must be more than zero, got 0.0 seconds`). A zero delay runs the
+/// call as soon as the timer thread gets to it; an instant in the past, however far, is due at once;
+/// a duration or instant however far out (`.seconds(Int64.max)` and beyond) means "never": the call
+/// stays pending until cancelled.
 public final class TimerThread: Sendable {
     /// The process-wide timer thread, started on first use and never disposed.
     public static let shared = TimerThread(name: "ThreadKit Timer", isShared: true)

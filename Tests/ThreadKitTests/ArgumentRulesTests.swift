@@ -1,0 +1,247 @@
+import Foundation
+import Testing
+@_spi(ThreadKitTools) @testable import ThreadKit
+
+/// The numeric arguments of ThreadKit's public API that work, at their edges: zero, negative and
+/// `.max`-style values, each checked for the meaning its type's "Arguments" paragraph gives it.
+///
+/// The values that cannot work stop the process, so they are rows of ``ProcessExitTests`` (and
+/// ``ThrottledQueueExitTests``); durations and instants far out (`.seconds(Int64.max)` and beyond)
+/// are ``FarOutTimeExitTests``', in child processes, because they once trapped. One table per type.
+@Suite("Arguments at their edges mean what the docs say", .serialized, .timeLimit(.minutes(2)))
+struct ArgumentRulesTests {
+    /// A call that must return without waiting returns within this (a loaded machine's slack).
+    static let atOnce = Duration.seconds(1)
+
+    /// Runs blocking `body` off the cooperative pool; fails unless it returns within ``atOnce``.
+    static func returnsAtOnce<T: Sendable>(_ body: @escaping @Sendable () -> T, sourceLocation: SourceLocation = #_sourceLocation) async -> T {
+        let (result, took) = await onNewThread {
+            let start = ContinuousClock.now
+            let result = body()
+            return (result, start.duration(to: .now))
+        }
+        #expect(took < atOnce, "took \(took)", sourceLocation: sourceLocation)
+        return result
+    }
+
+    /// Timeouts that have already passed: a timed wait given one checks once and returns.
+    static let passedTimeouts: [Duration] = [.zero, .nanoseconds(-1), .seconds(-3_600), .zero - FarOut.huge]
+
+    // MARK: - ThreadPool and ScheduledTask
+
+    enum PoolCase: String, CaseIterable, Sendable, NamedTestCase {
+        case sizeIntMax = "ThreadPool: size Int.max makes threads only as tasks need them"
+        case queueLimitIntMax = "ThreadPool: queueLimit Int.max refuses none of 100 queued tasks"
+        case queueLimitOne = "ThreadPool: queueLimit 1, the smallest, queues one task and refuses the next"
+        case zeroKeepAlive = "ThreadPool: keepAlive zero retires an idle thread at the next collection"
+        case waitTimeoutPassed = "ScheduledTask.wait(timeout:) zero or negative checks once: false before the task ran, true after"
+        case awaitTerminationTimeoutPassed = "ThreadPool.awaitTermination(timeout:) zero or negative checks once: false while alive, true once ended"
+    }
+
+    @Test(arguments: PoolCase.allCases)
+    func threadPool(_ check: PoolCase) async throws {
+        switch check {
+        case .sizeIntMax:
+            let pool = ThreadPool(name: "AR max", size: .max)
+            let running = Latch(count: 4), release = Latch()
+            for _ in 0..<4 {
+                try pool.execute {
+                    running.countDown()
+                    _ = release.wait(timeout: .seconds(10))
+                }
+            }
+            #expect(await onNewThread { running.wait(timeout: .seconds(10)) })
+            #expect(pool.statistics.threads == 4)
+            release.countDown()
+            pool.dispose()
+            #expect(await onNewThread { pool.awaitTermination(timeout: .seconds(10)) })
+        case .queueLimitIntMax:
+            let pool = ThreadPool(name: "AR qmax", size: 1, queueLimit: .max, whenFull: .reject)
+            let release = Latch(), ran = Counter()
+            try pool.execute { _ = release.wait(timeout: .seconds(10)) }
+            for _ in 0..<100 { try pool.execute { ran.increment() } }
+            release.countDown()
+            pool.dispose()
+            #expect(await onNewThread { pool.awaitTermination(timeout: .seconds(10)) })
+            #expect(ran.value == 100)
+        case .queueLimitOne:
+            let pool = ThreadPool(name: "AR q1", size: 1, queueLimit: 1, whenFull: .reject)
+            let running = Latch(), release = Latch()
+            try pool.execute {
+                running.countDown()
+                _ = release.wait(timeout: .seconds(10))
+            }
+            #expect(await onNewThread { running.wait(timeout: .seconds(10)) })
+            try pool.execute {}
+            #expect(throws: ThreadPoolError.queueFull(pool: "AR q1", limit: 1)) { try pool.execute {} }
+            release.countDown()
+            pool.dispose()
+            #expect(await onNewThread { pool.awaitTermination(timeout: .seconds(10)) })
+        case .zeroKeepAlive:
+            let pool = ThreadPool(name: "AR keep0", size: 1, keepAlive: .zero, collectionInterval: .milliseconds(50))
+            #expect(await onNewThread { try! pool.schedule {}.wait(timeout: .seconds(10)) })
+            #expect(await eventually(timeout: .seconds(5)) { pool.statistics.threads == 0 })
+        case .waitTimeoutPassed:
+            let pool = ThreadPool(name: "AR wait", size: 1)
+            let release = Latch()
+            try pool.execute { _ = release.wait(timeout: .seconds(10)) }
+            let task = try pool.schedule {}
+            for timeout in ArgumentRulesTests.passedTimeouts {
+                #expect(await ArgumentRulesTests.returnsAtOnce { task.wait(timeout: timeout) } == false, "timeout \(timeout)")
+            }
+            release.countDown()
+            #expect(await onNewThread { task.wait(timeout: .seconds(10)) })
+            for timeout in ArgumentRulesTests.passedTimeouts {
+                #expect(await ArgumentRulesTests.returnsAtOnce { task.wait(timeout: timeout) }, "timeout \(timeout)")
+            }
+            pool.dispose()
+        case .awaitTerminationTimeoutPassed:
+            let pool = ThreadPool(name: "AR term", size: 1)
+            #expect(await onNewThread { try! pool.schedule {}.wait(timeout: .seconds(10)) })
+            for timeout in ArgumentRulesTests.passedTimeouts {
+                #expect(await ArgumentRulesTests.returnsAtOnce { pool.awaitTermination(timeout: timeout) } == false, "timeout \(timeout)")
+            }
+            pool.dispose()
+            #expect(await onNewThread { pool.awaitTermination(timeout: .seconds(10)) })
+            for timeout in ArgumentRulesTests.passedTimeouts {
+                #expect(await ArgumentRulesTests.returnsAtOnce { pool.awaitTermination(timeout: timeout) }, "timeout \(timeout)")
+            }
+        }
+    }
+
+    // MARK: - TimerThread
+
+    enum TimerCase: String, CaseIterable, Sendable, NamedTestCase {
+        case zeroDelay = "TimerThread.schedule(after: .zero) runs the call at once"
+        case pastInstants = "TimerThread.schedule(at:) an hour or Int64.max seconds ago runs the call at once"
+        case zeroFirstDelay = "TimerThread.schedule(every:startingAfter: .zero) runs its first call at once, at either spacing"
+        case smallestInterval = "TimerThread.schedule(every: 1 ns) repeats, and stops when cancelled"
+    }
+
+    @Test(arguments: TimerCase.allCases)
+    func timerThread(_ check: TimerCase) async throws {
+        let timer = TimerThread(name: "AR timer")
+        defer { _ = timer.dispose() }
+        switch check {
+        case .zeroDelay:
+            let ran = Latch()
+            try timer.schedule(after: .zero) { ran.countDown() }
+            #expect(await ArgumentRulesTests.returnsAtOnce { ran.wait(timeout: .seconds(10)) })
+        case .pastInstants:
+            let ran = Latch(count: 2)
+            try timer.schedule(at: .now - .seconds(3_600)) { ran.countDown() }
+            try timer.schedule(at: .now - .seconds(Int64.max)) { ran.countDown() }
+            #expect(await ArgumentRulesTests.returnsAtOnce { ran.wait(timeout: .seconds(10)) })
+        case .zeroFirstDelay:
+            let ran = Latch(count: 2)
+            let handles = try [TimerThread.Spacing.fixedRate, .fixedDelay].map { spacing in
+                try timer.schedule(every: .seconds(3_600), startingAfter: .zero, spacing: spacing) { ran.countDown() }
+            }
+            #expect(await ArgumentRulesTests.returnsAtOnce { ran.wait(timeout: .seconds(10)) })
+            #expect(handles.allSatisfy { $0.cancel() })
+        case .smallestInterval:
+            let ran = Counter()
+            let handle = try timer.schedule(every: .nanoseconds(1), startingAfter: .zero) { ran.increment() }
+            #expect(await eventually { ran.value >= 3 })
+            #expect(handle.cancel())
+            let settled = Latch()
+            try timer.schedule(after: .zero) { settled.countDown() }
+            #expect(await onNewThread { settled.wait(timeout: .seconds(10)) })
+            let afterCancel = ran.value
+            let again = Latch()
+            try timer.schedule(after: .milliseconds(20)) { again.countDown() }
+            #expect(await onNewThread { again.wait(timeout: .seconds(10)) })
+            #expect(ran.value == afterCancel)
+        }
+    }
+
+    // MARK: - ThrottledQueue and RateLimit
+
+    enum QueueCase: String, CaseIterable, Sendable, NamedTestCase {
+        case zeroInterval = "ThrottledQueue(interval: .zero) starts its tasks back to back"
+        case zeroIntervalSet = "ThrottledQueue.interval = .zero reaches the gap being waited"
+        case zeroExplicitIntervals = "async(interval: .zero) and sync(interval: .zero) let the next task follow at once, whatever the queue's interval"
+        case pausesThatHavePassed = "pause(for:) zero, negative or negative beyond Int64.max seconds, and pause(until:) far in the past, hold nothing"
+        case rateIntMax = "RateLimit.rate(Int.max, per:) caps nothing in practice"
+        case smallestWindow = "RateLimit.rate(1, per: 1 ns), the smallest window, lets tasks through"
+    }
+
+    /// The instants at which `queue` started `count` tasks submitted at once, waiting until they ran.
+    static func starts(of queue: ThrottledQueue, count: Int, submit: ((@escaping @Sendable () -> Void) throws -> Void)? = nil) async throws -> [Duration] {
+        let starts = Recorder<Duration>()
+        for _ in 0..<count {
+            try (submit ?? { try queue.async($0) }) { if let start = queue.startOfCurrentTask { starts.append(start) } }
+        }
+        await ThrottledQueueTests.waitUntilIdle(queue)
+        return starts.values
+    }
+
+    @Test(arguments: QueueCase.allCases)
+    func throttledQueue(_ check: QueueCase) async throws {
+        switch check {
+        case .zeroInterval:
+            let starts = try await Self.starts(of: ThrottledQueue(label: "AR zero", interval: .zero), count: 5)
+            try #require(starts.count == 5)
+            #expect(starts[4] - starts[0] < Self.atOnce)
+        case .zeroIntervalSet:
+            let queue = ThrottledQueue(label: "AR set zero", interval: .seconds(3_600))
+            let ran = Latch(count: 2)
+            try queue.async { ran.countDown() }
+            try queue.async { ran.countDown() }
+            #expect(await eventually { queue.pendingCount == 1 })
+            queue.interval = .zero
+            #expect(await ArgumentRulesTests.returnsAtOnce { ran.wait(timeout: .seconds(10)) })
+        case .zeroExplicitIntervals:
+            let queue = ThrottledQueue(label: "AR explicit zero", interval: .seconds(3_600))
+            let starts = try await Self.starts(of: queue, count: 3) { try queue.async(interval: .zero, $0) }
+            try #require(starts.count == 3)
+            #expect(starts[2] - starts[0] < Self.atOnce)
+            let other = ThrottledQueue(label: "AR sync zero", interval: .seconds(3_600))
+            #expect(await ArgumentRulesTests.returnsAtOnce { (0..<3).map { index in other.sync(interval: .zero) { index } } } == [0, 1, 2])
+        case .pausesThatHavePassed:
+            let queue = ThrottledQueue(label: "AR past pause", interval: .zero)
+            for duration in [Duration.zero, .nanoseconds(-1), .seconds(-3_600), .zero - FarOut.huge] { queue.pause(for: duration) }
+            queue.pause(until: .now - .seconds(Int64.max))
+            queue.pause(until: .now - FarOut.huge - FarOut.huge)
+            #expect(await ArgumentRulesTests.returnsAtOnce { queue.sync { 1 } } == 1)
+        case .rateIntMax:
+            let queue = ThrottledQueue(label: "AR rate max", interval: .zero, limit: .rate(.max, per: .seconds(3_600)))
+            let starts = try await Self.starts(of: queue, count: 20)
+            try #require(starts.count == 20)
+            #expect(starts[19] - starts[0] < Self.atOnce)
+        case .smallestWindow:
+            let queue = ThrottledQueue(label: "AR 1 ns", limit: .rate(1, per: .nanoseconds(1)))
+            let starts = try await Self.starts(of: queue, count: 5)
+            try #require(starts.count == 5)
+            #expect(zip(starts, starts.dropFirst()).allSatisfy { $1 - $0 >= .nanoseconds(1) })
+        }
+    }
+
+    // MARK: - DedicatedThread and DispatchMethod
+
+    enum ThreadCase: String, CaseIterable, Sendable, NamedTestCase {
+        case awaitTerminationTimeoutPassed = "DedicatedThread.awaitTermination(timeout:) zero or negative checks once: false while alive, true once ended"
+        case afterZero = "DispatchMethod.after(.zero) runs its step at once, through execute, run and then"
+    }
+
+    @Test(arguments: ThreadCase.allCases)
+    func dedicatedThreadAndDispatchMethod(_ check: ThreadCase) async throws {
+        switch check {
+        case .awaitTerminationTimeoutPassed:
+            let thread = DedicatedThread(name: "AR thread")
+            for timeout in ArgumentRulesTests.passedTimeouts {
+                #expect(await ArgumentRulesTests.returnsAtOnce { thread.awaitTermination(timeout: timeout) } == false, "timeout \(timeout)")
+            }
+            thread.dispose()
+            #expect(await onNewThread { thread.awaitTermination(timeout: .seconds(10)) })
+            for timeout in ArgumentRulesTests.passedTimeouts {
+                #expect(await ArgumentRulesTests.returnsAtOnce { thread.awaitTermination(timeout: timeout) }, "timeout \(timeout)")
+            }
+        case .afterZero:
+            let now = DispatchMethod.after(.zero, on: .global())
+            let chain = now.execute { 1 }.then(now) { $0 + 1 }
+            #expect(await ArgumentRulesTests.returnsAtOnce { try? chain.wait() } == 2)
+            #expect(try await now.run { 3 } == 3)
+        }
+    }
+}

@@ -1,0 +1,192 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+@testable import ThreadKitURL
+import LoopbackHTTPServer
+
+/// The numeric arguments of ThreadKitURL's public API (and of the test server's initializer) that
+/// work, at their edges: zero, negative and `.max`-style values, each checked for the meaning the
+/// "Arguments" paragraphs of ``URLDispatcher`` and ``URLDispatcher/EndpointLimits`` give it.
+/// The values that cannot work are rows of ``URLDispatcherExitTests``.
+extension URLIntegrationTests {
+@Suite("URL arguments at their edges mean what the docs say")
+struct URLArgumentRulesTests {
+    /// Far beyond what `Duration.seconds` makes, and beyond the monotonic clock.
+    static let farOut = Duration.seconds(Int64.max) + .seconds(Int64.max)
+    /// Timeouts already up: zero, negative, and negative beyond `Int64.max` seconds.
+    static let passed: [Duration] = [.zero, .milliseconds(-5), .zero - farOut]
+    /// How soon a request whose time is already up fails, on a loaded machine.
+    static let atOnce = Duration.seconds(1)
+
+    enum Case: String, CaseIterable, Sendable, NamedTestCase {
+        case maxRequestsIntMax = "EndpointLimits(maxRequests: Int.max) limits nothing in practice; its long limit defaults to 3"
+        case longLimitJustBelowIntMax = "EndpointLimits(maxRequests: Int.max, maxLongRequests: Int.max - 1) allows long requests"
+        case zeroLongLimit = "EndpointLimits(maxLongRequests: 0) refuses every long request"
+        case zeroMaxRetryAfter = "EndpointLimits(maxRetryAfter: .zero): a Retry-After pauses nothing"
+        case farOutMaxRetryAfter = "EndpointLimits(maxRetryAfter:) far out caps nothing: Retry-After: 1 pauses a second"
+        case timeoutPassed = "data(for:timeout:) zero or negative: the request times out at once, after 0 s"
+        case queueTimeoutPassed = "queueTimeout zero or negative: a free slot is taken, else the request times out queued at once"
+        case idleTimeoutPassed = "stream(for:idleTimeout:) zero or negative: the response comes, then the stream times out idle at once"
+        case dataSyncTimeoutPassed = "dataSync(for:timeout:) zero or negative times out at once"
+        case farOutTimeouts = "Timeouts far out never expire: data, stream and dataSync requests complete"
+        case requestTimeoutIntervals = "A request's timeoutInterval of 0 or -1 is a time already up; .infinity or 1e300 never expires"
+        case serverConnectionsAtTheEdges = "LoopbackHTTPServer(maxConnections:) 1 and Int.max serve requests"
+    }
+
+    @Test(arguments: Case.allCases)
+    func argument(_ check: Case) async throws {
+        switch check {
+        case .maxRequestsIntMax:
+            let limits = URLDispatcher.EndpointLimits(maxRequests: .max)
+            #expect(limits.maxLongRequests == 3)
+            try await withServerAndDispatcher(limits) { server, dispatcher in
+                dispatcher.setLimits(limits, for: server.endpoint)
+                try await withThrowingTaskGroup(of: Int.self) { group in
+                    for index in 0..<4 { group.addTask { try await dispatcher.data(for: server.request("/?i=\(index)")).1.statusCode } }
+                    for try await status in group { #expect(status == 200) }
+                }
+            }
+        case .longLimitJustBelowIntMax:
+            try await withServerAndDispatcher(.init(maxRequests: .max, maxLongRequests: .max - 1)) { server, dispatcher in
+                #expect(dispatcher.isLongRequestAllowed(to: server.baseURL))
+                var chunks = 0
+                for try await element in dispatcher.stream(for: server.request("/stream?chunks=2&interval=10")) {
+                    if case .data = element { chunks += 1 }
+                }
+                #expect(chunks >= 2)
+            }
+        case .zeroLongLimit:
+            try await withServerAndDispatcher(.init(maxRequests: 2, maxLongRequests: 0)) { server, dispatcher in
+                #expect(!dispatcher.isLongRequestAllowed(to: server.baseURL))
+                await #expect(throws: URLDispatcherError.longRequestLimit(endpoint: server.endpoint, limit: 0)) {
+                    _ = try await dispatcher.data(for: server.request("/"), kind: .long())
+                }
+            }
+        case .zeroMaxRetryAfter:
+            try await withServerAndDispatcher(.init(maxRetryAfter: .zero)) { server, dispatcher in
+                let (_, response) = try await dispatcher.data(for: server.request("/?status=429&retry-after=30"))
+                #expect(response.statusCode == 429)
+                #expect(dispatcher.statistics(for: server.endpoint).pausedUntil == nil)
+                let start = ContinuousClock.now
+                _ = try await dispatcher.data(for: server.request("/next"))
+                #expect(start.duration(to: .now) < Self.atOnce)
+            }
+        case .farOutMaxRetryAfter:
+            try await withServerAndDispatcher(.init(maxRetryAfter: Self.farOut)) { server, dispatcher in
+                let (_, response) = try await dispatcher.data(for: server.request("/?status=429&retry-after=1"))
+                let answered = ContinuousClock.now
+                #expect(response.statusCode == 429)
+                let paused = try #require(dispatcher.statistics(for: server.endpoint).pausedUntil)
+                #expect(paused > answered + .milliseconds(500) && paused < answered + .seconds(2), "paused until \(answered.duration(to: paused)) from now")
+            }
+        case .timeoutPassed:
+            try await withServerAndDispatcher { server, dispatcher in
+                for timeout in Self.passed {
+                    let start = ContinuousClock.now
+                    await #expect(throws: URLDispatcherError.timedOut(endpoint: server.endpoint, after: .zero, phase: .total), "timeout \(timeout)") {
+                        _ = try await dispatcher.data(for: server.request("/hang"), timeout: timeout)
+                    }
+                    #expect(start.duration(to: .now) < Self.atOnce, "timeout \(timeout)")
+                }
+                #expect(dispatcher.statistics(for: server.endpoint).timedOut == Self.passed.count)
+            }
+        case .queueTimeoutPassed:
+            try await withServerAndDispatcher(.init(maxRequests: 1, maxLongRequests: 0)) { server, dispatcher in
+                for queueTimeout in Self.passed {
+                    let (_, response) = try await dispatcher.data(for: server.request("/free"), timeout: .seconds(5), queueTimeout: queueTimeout)
+                    #expect(response.statusCode == 200, "queueTimeout \(queueTimeout)")
+                }
+                let blocker = Task { try? await dispatcher.data(for: server.request("/hang"), timeout: .seconds(20)) }
+                #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
+                for queueTimeout in Self.passed {
+                    let start = ContinuousClock.now
+                    await #expect(throws: URLDispatcherError.timedOut(endpoint: server.endpoint, after: .zero, phase: .queued), "queueTimeout \(queueTimeout)") {
+                        _ = try await dispatcher.data(for: server.request("/busy"), timeout: .seconds(5), queueTimeout: queueTimeout)
+                    }
+                    #expect(start.duration(to: .now) < Self.atOnce, "queueTimeout \(queueTimeout)")
+                }
+                blocker.cancel()
+                _ = await blocker.value
+                #expect(!server.arrivals.contains { $0.target == "/busy" })
+            }
+        case .idleTimeoutPassed:
+            try await withServerAndDispatcher { server, dispatcher in
+                for idleTimeout in Self.passed {
+                    var iterator = dispatcher.stream(for: server.request("/stream?chunks=3&interval=300"), timeout: .seconds(5),
+                                                     idleTimeout: idleTimeout).makeAsyncIterator()
+                    guard case .response? = try await iterator.next() else {
+                        Issue.record("no response first, idleTimeout \(idleTimeout)")
+                        continue
+                    }
+                    let start = ContinuousClock.now
+                    await #expect(throws: URLDispatcherError.timedOut(endpoint: server.endpoint, after: .zero, phase: .idle), "idleTimeout \(idleTimeout)") {
+                        while try await iterator.next() != nil {}
+                    }
+                    #expect(start.duration(to: .now) < Self.atOnce, "idleTimeout \(idleTimeout)")
+                }
+            }
+        case .dataSyncTimeoutPassed:
+            try await withServerAndDispatcher { server, dispatcher in
+                for timeout in Self.passed {
+                    let (error, took) = try await onNewThread(limit: .seconds(20)) { () -> ((any Error)?, Duration) in
+                        let start = ContinuousClock.now
+                        do {
+                            _ = try dispatcher.dataSync(for: server.request("/hang"), timeout: timeout)
+                            return (nil, start.duration(to: .now))
+                        } catch {
+                            return (error, start.duration(to: .now))
+                        }
+                    }
+                    #expect((error as? URLDispatcherError) == .timedOut(endpoint: server.endpoint, after: .zero, phase: .total), "timeout \(timeout)")
+                    #expect(took < Self.atOnce, "timeout \(timeout)")
+                }
+            }
+        case .farOutTimeouts:
+            try await withServerAndDispatcher { server, dispatcher in
+                for timeout in [Duration.seconds(Int64.max), Self.farOut] {
+                    let (_, response) = try await dispatcher.data(for: server.request("/"), timeout: timeout, queueTimeout: timeout)
+                    #expect(response.statusCode == 200)
+                    var chunks = 0
+                    for try await element in dispatcher.stream(for: server.request("/stream?chunks=2&interval=10"), timeout: timeout, idleTimeout: timeout) {
+                        if case .data = element { chunks += 1 }
+                    }
+                    #expect(chunks >= 2)
+                    let status = try await onNewThread(limit: .seconds(20)) {
+                        try? dispatcher.dataSync(for: server.request("/sync"), timeout: timeout).1.statusCode
+                    }
+                    #expect(status == 200)
+                }
+                #expect(dispatcher.statistics(for: server.endpoint).timedOut == 0)
+            }
+        case .requestTimeoutIntervals:
+            try await withServerAndDispatcher { server, dispatcher in
+                for seconds in [0, -1] as [TimeInterval] {
+                    var request = server.request("/hang")
+                    request.timeoutInterval = seconds
+                    await #expect(throws: URLDispatcherError.timedOut(endpoint: server.endpoint, after: .zero, phase: .total), "timeoutInterval \(seconds)") {
+                        _ = try await dispatcher.data(for: request)
+                    }
+                }
+                for seconds in [.infinity, 1e300] as [TimeInterval] {
+                    var request = server.request("/")
+                    request.timeoutInterval = seconds
+                    let status = try await dispatcher.data(for: request).1.statusCode
+                    #expect(status == 200, "timeoutInterval \(seconds)")
+                }
+            }
+        case .serverConnectionsAtTheEdges:
+            for maxConnections in [1, Int.max] {
+                let server = try LoopbackHTTPServer(maxConnections: maxConnections)
+                defer { server.shutdown() }
+                #expect(server.maxConnections == maxConnections)
+                try await withDispatcher { dispatcher in
+                    let status = try await bounded { try await dispatcher.data(for: server.request("/")).1.statusCode }
+                    #expect(status == 200)
+                }
+            }
+        }
+    }
+}
+}
