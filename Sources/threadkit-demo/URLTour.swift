@@ -10,8 +10,8 @@ import ThreadKitURL
 
 /// An embedded "API" with rules: at most `maxConcurrent` requests at once and `ratePerSecond` per
 /// second. A request that breaks a rule is answered 429 with `Retry-After: 1` and counted as a
-/// violation. `/events` is a long stream, `/slow` hangs, and `/quota` answers 429 `Retry-After: 1`
-/// once, as an API does when a daily quota runs out.
+/// violation. `/events` is a long stream (10 chunks, 150 ms apart), `/slow` hangs, and `/quota`
+/// answers 429 `Retry-After: 1` once, as an API does when a daily quota runs out.
 final class DemoAPIRules: Sendable {
     static let maxConcurrent = 3
     static let ratePerSecond = 15
@@ -33,14 +33,14 @@ final class DemoAPIRules: Sendable {
             let broken = request.concurrent > Self.maxConcurrent || rules.recent.count > Self.ratePerSecond
             if broken {
                 rules.violations += 1
-                print("  rule broken by \(request.path): \(request.concurrent) at once, \(rules.recent.count) in the last second")
+                say("  rule broken by \(request.path): \(request.concurrent) at once, \(rules.recent.count) in the last second")
             }
             return broken
         }
         if broken { return .respond(status: 429, headers: ["Retry-After": "1"], body: Array("slow down".utf8)) }
         switch request.path {
         case "/events":
-            return .stream(chunks: 12, chunkSize: 32, interval: .milliseconds(200))
+            return .stream(chunks: 10, chunkSize: 32, interval: .milliseconds(150))
         case "/slow":
             return .hang
         case "/quota":
@@ -75,7 +75,7 @@ func urlDispatcherTour() async throws {
     let api = try DemoAPI()
     defer { api.server.shutdown() }
     let base = api.server.baseURL
-    print("  API server on \(base): at most \(DemoAPI.maxConcurrent) requests at once, \(DemoAPI.ratePerSecond) per second")
+    say("  API server on \(base): at most \(DemoAPI.maxConcurrent) requests at once, \(DemoAPI.ratePerSecond) per second")
 
     // The client keeps inside the rules: the dispatcher caps requests in flight and starts per
     // window (a window 10 % longer than the server's, for the few ms a request takes to arrive);
@@ -84,22 +84,26 @@ func urlDispatcherTour() async throws {
                                              rate: .rate(DemoAPI.ratePerSecond, per: .milliseconds(1100))))
     defer { client.dispose() }
     let endpoint = try URLDispatcher.Endpoint(url: base)
-    let producer = ThrottledQueue(label: "Producer", interval: .milliseconds(40))
+    let producer = ThrottledQueue(label: "Producer", interval: .milliseconds(30))
 
-    // A long stream, open for about 2.4 s.
+    // A long stream, open for about 1.5 s.
     let counts = TourCounts()
     let stream = Task {
         for try await element in client.stream(for: URLRequest(url: base.appendingPathComponent("events")),
                                                timeout: .seconds(2), idleTimeout: .seconds(1)) {
-            if case .data = element { counts.chunks.add(1, ordering: .relaxed) }
+            switch element {
+            case .response(let response): say("  a long stream opened (\(response.statusCode)); it takes 1 of the 3 slots")
+            case .data: counts.chunks.add(1, ordering: .relaxed)
+            }
         }
         counts.streamOpen.store(false, ordering: .relaxed)
     }
 
-    // 24 short requests, produced 40 ms apart.
+    // 16 short requests, produced 30 ms apart: with the stream, two more starts than a window allows.
+    say("  16 short requests, produced 30 ms apart, each answered after 60 ms…")
     let shortStart = ContinuousClock.now
     try await withThrowingTaskGroup(of: Void.self) { group in
-        for index in 0..<24 {
+        for index in 0..<16 {
             try await producer.run {}
             group.addTask {
                 let (_, response) = try await client.data(for: URLRequest(url: base.appendingPathComponent("items/\(index)")),
@@ -109,30 +113,30 @@ func urlDispatcherTour() async throws {
         }
         try await group.waitForAll()
     }
-    print("  24 short requests done in \(milliseconds(ContinuousClock.now - shortStart)),"
+    say("  16 short requests done in \(milliseconds(ContinuousClock.now - shortStart)),"
           + " \(counts.doneWhileOpen.load(ordering: .relaxed)) of them while the stream was open (\(counts.chunks.load(ordering: .relaxed)) chunks so far)")
 
     // A request to a hung endpoint, ended by the library's own timeout.
     let hungStart = ContinuousClock.now
     do {
-        _ = try await client.data(for: URLRequest(url: base.appendingPathComponent("slow")), timeout: .milliseconds(500))
-        print("  the hung request returned?")
+        _ = try await client.data(for: URLRequest(url: base.appendingPathComponent("slow")), timeout: .milliseconds(300))
+        say("  the hung request returned?")
     } catch {
-        print("  hung request ended after \(milliseconds(ContinuousClock.now - hungStart)) (timeout set: 500 ms):\n    \(error)")
+        say("  hung request ended after \(milliseconds(ContinuousClock.now - hungStart)) (timeout set: 300 ms):\n    \(error)")
     }
     _ = try await stream.value
-    print("  the stream ended normally after \(counts.chunks.load(ordering: .relaxed)) chunks")
+    say("  the stream ended normally after \(counts.chunks.load(ordering: .relaxed)) chunks")
 
     // A 429 with Retry-After: the endpoint pauses; the next request waits it out.
     let (_, refused) = try await client.data(for: URLRequest(url: base.appendingPathComponent("quota")))
     let refusedAt = ContinuousClock.now
     let pause = client.statistics(for: endpoint).pausedUntil.map { refusedAt.duration(to: $0) } ?? .zero
-    print("  /quota answered \(refused.statusCode) with Retry-After: 1; the endpoint pauses for \(milliseconds(pause))")
+    say("  /quota answered \(refused.statusCode) with Retry-After: 1; the endpoint pauses for \(milliseconds(pause))")
     let (_, after) = try await client.data(for: URLRequest(url: base.appendingPathComponent("quota")))
-    print("  the next request got \(after.statusCode) after \(milliseconds(ContinuousClock.now - refusedAt))")
+    say("  the next request got \(after.statusCode) after \(milliseconds(ContinuousClock.now - refusedAt))")
 
-    print("  server's peak concurrency: \(api.server.peak) (limit \(DemoAPI.maxConcurrent)); rule violations: \(api.violations)")
-    print("  client statistics: \(client.statistics(for: endpoint))")
+    say("  server's peak concurrency: \(api.server.peak) (limit \(DemoAPI.maxConcurrent)); rule violations: \(api.violations)")
+    say("  client statistics: \(client.statistics(for: endpoint))")
 }
 
 /// What the tour's tasks count.
