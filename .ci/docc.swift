@@ -107,12 +107,14 @@ enum DocCTool {
         // Articles that are symlinks to a file elsewhere (Docs/X.md), by that file's name.
         var articleForFile: [String: String] = [:]
         var broken: [String] = []
+        var linkTargets: [String: String] = [:]
         do {
             try manager.createDirectory(at: destination, withIntermediateDirectories: true)
             for name in try manager.contentsOfDirectory(atPath: catalog.path).sorted() {
                 let source = catalog.appendingPathComponent(name)
                 if let target = try? manager.destinationOfSymbolicLink(atPath: source.path), name.hasSuffix(".md") {
                     articleForFile[URL(fileURLWithPath: target).lastPathComponent] = String(name.dropLast(3))
+                    linkTargets[name] = target
                 }
                 // copyItem copies a symlink as a symlink: read the file through it instead.
                 let resolved = source.resolvingSymlinksInPath()
@@ -136,7 +138,8 @@ enum DocCTool {
             let name = String((article as NSString).lastPathComponent.dropLast(3))
             guard let text = try? String(contentsOf: file, encoding: .utf8) else { continue }
             let (rewritten, problems) = rewriteLinks(in: text, article: name, articleForFile: articleForFile, headings: headings)
-            broken += problems.map { "\(catalog.lastPathComponent)/\(article): \($0)" }
+            let place = "\(catalog.path)/\(article)" + (linkTargets[article].map { " (a symlink to \($0))" } ?? "")
+            broken += problems.map { "\(place): \($0)" }
             try? rewritten.write(to: file, atomically: true, encoding: .utf8)
         }
         guard broken.isEmpty else {
