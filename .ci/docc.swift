@@ -54,12 +54,11 @@ enum DocCTool {
                 let uri: String
                 let position: Position
             }
-            let kind: Kind
-            let identifier: Identifier
-            let pathComponents: [String]
-            let accessLevel: String
-            let docComment: DocComment?
-            let location: Location?
+            // `identifier`: its USR, where "::SYNTHESIZED::" marks a member the compiler made or a
+            // protocol extension lent; `pathComponents`: the names from the module down; `docComment`:
+            // its own comment only, as the graph is dumped with `--skip-inherited-docs`.
+            let kind: Kind, identifier: Identifier, pathComponents: [String], accessLevel: String
+            let docComment: DocComment?, location: Location?
         }
         let symbols: [Symbol]
     }

@@ -27,7 +27,7 @@ final class ReportService: Sendable {
 
     func refresh(_ name: String) async throws -> Int {
         let request = URLRequest(url: base.appendingPathComponent(name))
-        let body = try await upstream.run {                   // starts 100 ms after the last one started
+        let body = try await upstream.run {                   // one at a time, starts at least 100 ms apart
             let (body, response) = try await self.http.data(for: request, timeout: .seconds(5))
             guard response.statusCode == 200 else { throw URLError(.badServerResponse) }
             return body
