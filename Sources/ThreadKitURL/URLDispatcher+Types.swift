@@ -19,7 +19,7 @@ extension URLDispatcher {
         /// The most long requests in flight at once; always less than ``maxRequests``, so short
         /// requests always keep a slot. 0 allows no long request.
         public var maxLongRequests: Int
-        /// The most requests started in any sliding window (the ``ThrottledQueue``'s rule); `nil`: no cap.
+        /// The most requests started in any sliding window (the rule of ThreadKit's `ThrottledQueue`); `nil`: no cap.
         public var rate: RateLimit?
         /// Whether a 429 or 503 with `Retry-After` pauses the endpoint until then.
         public var honorRetryAfter: Bool

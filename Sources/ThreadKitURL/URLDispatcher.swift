@@ -193,7 +193,7 @@ public final class URLDispatcher: Sendable {
     /// completion, in order, one at a time, and nothing after it.
     ///
     /// Delegate methods run on the session's delegate queue (one serial queue per dispatcher), the
-    /// completions of timeouts included: never on ``TimerThread/shared``. A request still waiting
+    /// completions of timeouts included: never on ThreadKit's `TimerThread.shared`. A request still waiting
     /// for its slot that a call of yours ends (``URLDispatchOperation/cancel()``, ``dispose()``) gets
     /// its completion on your thread before that call returns; a running one once the session has
     /// carried out the cancel of its transfer (25 ms at most), on the delegate queue. Keep them

@@ -190,6 +190,8 @@ public enum DedicatedThreadError: Error, Equatable, CustomStringConvertible {
     /// The system refused to start the thread when it was created: `errno` is `pthread_create`'s error.
     case threadStartFailed(name: String, errno: Int32)
 
+    /// A sentence that names the thread and why it refused, e.g. "DedicatedThread 'SQLite' is
+    /// disposed and accepts no more work".
     public var description: String {
         switch self {
         case .disposed(let name): disposedDescription(of: "DedicatedThread", named: name)

@@ -15,6 +15,7 @@ extension ThreadPool {
         /// start never counts.
         public var peakThreads: Int
 
+        /// A one-line summary, e.g. "2 threads (1 busy, 1 idle, peak 2), 0 queued, 7 completed".
         public var description: String {
             "\(threads) threads (\(busyThreads) busy, \(idleThreads) idle, peak \(peakThreads)), "
                 + "\(queuedTasks) queued, \(completedTasks) completed"

@@ -8,6 +8,8 @@ public enum ThreadPoolError: Error, Equatable, CustomStringConvertible {
     /// `pthread_create`'s error (`EAGAIN`: out of memory for a stack, or a limit on threads reached).
     case threadStartFailed(pool: String, errno: Int32)
 
+    /// A sentence that names the pool and why it refused, e.g. "ThreadPool 'Images' refused a task:
+    /// its queue is full (limit 100)".
     public var description: String {
         switch self {
         case .disposed(let pool): disposedDescription(of: "ThreadPool", named: pool)

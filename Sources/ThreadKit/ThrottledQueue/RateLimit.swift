@@ -24,5 +24,6 @@ public struct RateLimit: Sendable, Equatable, CustomStringConvertible {
         return RateLimit(count: count, window: window)
     }
 
+    /// The limit as a phrase, e.g. "3 per 1.0 seconds".
     public var description: String { "\(count) per \(window)" }
 }

@@ -159,7 +159,9 @@ public final class ThrottledQueue: @unchecked Sendable {
 
     /// Queues `work`, followed by `interval` instead of the queue's interval (for this one task).
     ///
-    /// - Parameter interval: The gap after this task; not negative.
+    /// - Parameters:
+    ///   - interval: The gap after this task; not negative.
+    ///   - work: The task; it runs on the queue's worker when its turn comes.
     /// - Throws: ``ThreadPoolError`` if the queue's pool refused its worker (it was disposed, or
     ///   could not start a thread); the work is then not queued.
     public func async(interval: Duration, _ work: @escaping @Sendable () -> Void) throws {
