@@ -26,12 +26,17 @@ import ThreadKit
 ///
 /// **Arguments.** Limits are ``EndpointLimits``'s, checked again where they are handed over
 /// (``init(limits:configuration:)``, ``setLimits(_:for:)``). A timeout (`timeout`, `queueTimeout`,
-/// `idleTimeout`, or the request's `timeoutInterval` in their place) may be any duration: zero or
-/// negative is a time already up, as for GCD's and Java's timed waits, so a request that finds no
-/// free slot at once fails with ``URLDispatcherError/timedOut(endpoint:after:phase:)`` (`.queued`,
-/// after 0 s), and one that gets a slot times out at once; one however far out (`.seconds(Int64.max)`
-/// and beyond, a `timeoutInterval` of `.infinity`) never expires. A NaN `timeoutInterval` cannot
-/// work: it stops with a precondition failure naming it.
+/// `idleTimeout`, or the request's `timeoutInterval` in their place) of zero is a time already up,
+/// as for GCD's and Java's timed waits: a request that finds no free slot at once fails with
+/// ``URLDispatcherError/timedOut(endpoint:after:phase:)`` (`.queued`, after 0 s), and one that gets a
+/// slot times out at once; a thrown error, as for any timeout. One however far out
+/// (`.seconds(Int64.max)` and beyond, a `timeoutInterval` of `.infinity`) never expires. A negative
+/// timeout, or a negative or NaN `timeoutInterval` where it stands in for one, cannot work: the call
+/// it is handed to stops at once with a precondition failure naming the call, the argument and the
+/// value (`URLDispatcher.dataSync(for:timeout:): timeout must not be negative, got -1.0 seconds`),
+/// ``stream(for:kind:timeout:idleTimeout:)`` included, whose other errors come out of the
+/// iteration. This is ThreadKit's design rule: a negative duration means "now" only where a time in
+/// the past makes sense (a pause, a `Retry-After` date), and a timeout is neither.
 public final class URLDispatcher: Sendable {
     /// A dispatcher with the default limits and an ephemeral session configuration; never disposed.
     public static let shared = URLDispatcher()
@@ -82,30 +87,34 @@ public final class URLDispatcher: Sendable {
     // MARK: - Making requests
 
     /// Registers a request with the dispatcher; its timeouts are the explicit ones, else the
-    /// request's `timeoutInterval`. Every registered request is then submitted.
+    /// request's `timeoutInterval`. Every registered request is then submitted. Called by the
+    /// public `call` on its caller's thread, so that a timeout that cannot work stops there, first.
     func makeRecord(_ request: URLRequest, kind: Kind, timeout: Duration?, idleTimeout: Duration?,
-                    queueTimeout: Duration?) throws -> RequestRecord {
+                    queueTimeout: Duration?, call: String = #function) throws -> RequestRecord {
+        let total = Self.kept(timeout ?? Self.timeout(of: request, call: call), "timeout", call)
+        let idle = idleTimeout.map { Self.kept($0, "idleTimeout", call) } ?? total
+        let queue = queueTimeout.map { Self.kept($0, "queueTimeout", call) } ?? total
         guard let url = request.url else { throw URLDispatcherError.unsupportedURL }
         let endpoint = try Endpoint(url: url)
-        let total = Self.kept(timeout ?? Self.timeout(of: request))
-        let idle = idleTimeout.map(Self.kept) ?? total
         let running: RequestTimeouts.Running = kind == .short ? .total(total) : .headersThenIdle(headers: total, idle: idle)
         return core.register(endpoint: endpoint, kind: kind, request: request,
-                             timeouts: RequestTimeouts(queue: queueTimeout.map(Self.kept) ?? total, running: running))
+                             timeouts: RequestTimeouts(queue: queue, running: running))
     }
 
-    /// A timeout as the dispatcher keeps it (see "Arguments" above): zero or negative is a time
-    /// already up, kept as zero; one past `.seconds(Int64.max)`, already "never" on the monotonic
-    /// clock, is kept as that, so that no deadline computed from it can overflow.
-    static func kept(_ timeout: Duration) -> Duration {
-        min(max(timeout, .zero), .seconds(Int64.max))
+    /// A timeout as the dispatcher keeps it (see "Arguments" above): a negative one stops, naming
+    /// `call`, `argument` and the value; one past `.seconds(Int64.max)`, already "never" on the
+    /// monotonic clock, is kept as that, so that no deadline computed from it can overflow.
+    static func kept(_ timeout: Duration, _ argument: String, _ call: String) -> Duration {
+        precondition(timeout >= .zero, "URLDispatcher.\(call): \(argument) must not be negative, got \(timeout)")
+        return min(timeout, .seconds(Int64.max))
     }
 
-    /// The request's own `timeoutInterval` as a timeout; NaN stops, naming it.
-    static func timeout(of request: URLRequest) -> Duration {
+    /// The request's own `timeoutInterval` as a timeout; NaN or negative stops, naming it and `call`.
+    static func timeout(of request: URLRequest, call: String) -> Duration {
         let seconds = request.timeoutInterval
-        precondition(!seconds.isNaN, "URLDispatcher: the request's timeoutInterval must be a number, got \(seconds)")
-        return seconds >= Double(Int64.max) ? .seconds(Int64.max) : .seconds(max(seconds, 0))
+        precondition(!seconds.isNaN, "URLDispatcher.\(call): the request's timeoutInterval must be a number, got \(seconds)")
+        precondition(seconds >= 0, "URLDispatcher.\(call): the request's timeoutInterval must not be negative, got \(seconds)")
+        return seconds >= Double(Int64.max) ? .seconds(Int64.max) : .seconds(seconds)
     }
 
     /// Sends `request` and returns its whole body and response, whatever the status; the caller
@@ -115,8 +124,9 @@ public final class URLDispatcher: Sendable {
     ///   - request: An http or https request.
     ///   - kind: `.short` (default) or `.long`: a long one counts against `maxLongRequests` too.
     ///   - timeout: From the slot on: a total deadline for a short request; for a long one, the time
-    ///     to the response headers, then the same between chunks. Default: the request's `timeoutInterval`.
-    ///   - queueTimeout: The longest wait for a slot. Default: `timeout`.
+    ///     to the response headers, then the same between chunks; not negative. Default: the
+    ///     request's `timeoutInterval`.
+    ///   - queueTimeout: The longest wait for a slot; not negative. Default: `timeout`.
     /// - Returns: The body and the response.
     /// - Throws: ``URLDispatcherError`` (unsupported URL, long-request limit, timeout, disposed),
     ///   `CancellationError` if the calling task is cancelled (one cancelled before the call never
@@ -142,14 +152,16 @@ public final class URLDispatcher: Sendable {
     /// it is never sent and the iteration throws `CancellationError`. Leaving the iteration early
     /// (or dropping its iterator) cancels the request and frees its slot, even while the stream
     /// itself is kept; cancelling the iterating task does too, and the iteration throws
-    /// `CancellationError`, as with AsyncHTTPClient's body streams.
+    /// `CancellationError`, as with AsyncHTTPClient's body streams. A negative timeout is no error
+    /// but a mistake in the calling code: it stops the program here, at the call (see "Arguments").
     ///
     /// - Parameters:
     ///   - request: An http or https request.
     ///   - kind: `.long()` (default: refused when the long limit is reached) or `.short`.
     ///   - timeout: From the slot: to the response headers for a long request, the total for a
-    ///     short one. Default: the request's `timeoutInterval`.
-    ///   - idleTimeout: The longest silence between chunks of a long request. Default: `timeout`.
+    ///     short one; not negative. Default: the request's `timeoutInterval`.
+    ///   - idleTimeout: The longest silence between chunks of a long request; not negative.
+    ///     Default: `timeout`.
     public func stream(for request: URLRequest, kind: Kind = .long(), timeout: Duration? = nil,
                        idleTimeout: Duration? = nil) -> URLResponseStream {
         let record: RequestRecord
@@ -174,8 +186,8 @@ public final class URLDispatcher: Sendable {
     ///
     /// - Parameters:
     ///   - request: An http or https request.
-    ///   - timeout: From the slot, for the whole request; also the longest wait for a slot.
-    ///     Default: the request's `timeoutInterval`.
+    ///   - timeout: From the slot, for the whole request; also the longest wait for a slot; not
+    ///     negative. Default: the request's `timeoutInterval`.
     /// - Returns: The body and the response, whatever the status.
     /// - Throws: ``URLDispatcherError`` or the transfer's `URLError`.
     public func dataSync(for request: URLRequest, timeout: Duration? = nil) throws -> (Data, HTTPURLResponse) {
@@ -202,7 +214,7 @@ public final class URLDispatcher: Sendable {
     /// - Parameters:
     ///   - request: An http or https request; its `timeoutInterval` is the timeout (a total deadline for
     ///     a short request; to the headers, then between chunks, for a long one) and the longest wait
-    ///     for a slot.
+    ///     for a slot; not negative.
     ///   - kind: `.short` (default) or `.long(whenFull:)`.
     ///   - delegate: Kept until the completion has been delivered.
     /// - Returns: The operation, to cancel it.

@@ -24,9 +24,6 @@ struct ArgumentRulesTests {
         return result
     }
 
-    /// Timeouts that have already passed: a timed wait given one checks once and returns.
-    static let passedTimeouts: [Duration] = [.zero, .nanoseconds(-1), .seconds(-3_600), .zero - FarOut.huge]
-
     // MARK: - ThreadPool and ScheduledTask
 
     enum PoolCase: String, CaseIterable, Sendable, NamedTestCase {
@@ -34,8 +31,8 @@ struct ArgumentRulesTests {
         case queueLimitIntMax = "ThreadPool: queueLimit Int.max refuses none of 100 queued tasks"
         case queueLimitOne = "ThreadPool: queueLimit 1, the smallest, queues one task and refuses the next"
         case zeroKeepAlive = "ThreadPool: keepAlive zero retires an idle thread at the next collection"
-        case waitTimeoutPassed = "ScheduledTask.wait(timeout:) zero or negative checks once: false before the task ran, true after"
-        case awaitTerminationTimeoutPassed = "ThreadPool.awaitTermination(timeout:) zero or negative checks once: false while alive, true once ended"
+        case waitTimeoutZero = "ScheduledTask.wait(timeout: .zero) checks once: false before the task ran, true after"
+        case awaitTerminationTimeoutZero = "ThreadPool.awaitTermination(timeout: .zero) checks once: false while alive, true once ended"
     }
 
     @Test(arguments: PoolCase.allCases)
@@ -81,31 +78,24 @@ struct ArgumentRulesTests {
             let pool = ThreadPool(name: "AR keep0", size: 1, keepAlive: .zero, collectionInterval: .milliseconds(50))
             #expect(await onNewThread { try! pool.schedule {}.wait(timeout: .seconds(10)) })
             #expect(await eventually(timeout: .seconds(5)) { pool.statistics.threads == 0 })
-        case .waitTimeoutPassed:
+        case .waitTimeoutZero:
+            // (A negative timeout stops: ProcessExitTests. A far-out one: FarOutTimeExitTests.)
             let pool = ThreadPool(name: "AR wait", size: 1)
             let release = Latch()
             try pool.execute { _ = release.wait(timeout: .seconds(10)) }
             let task = try pool.schedule {}
-            for timeout in ArgumentRulesTests.passedTimeouts {
-                #expect(await ArgumentRulesTests.returnsAtOnce { task.wait(timeout: timeout) } == false, "timeout \(timeout)")
-            }
+            #expect(await ArgumentRulesTests.returnsAtOnce { task.wait(timeout: .zero) } == false)
             release.countDown()
             #expect(await onNewThread { task.wait(timeout: .seconds(10)) })
-            for timeout in ArgumentRulesTests.passedTimeouts {
-                #expect(await ArgumentRulesTests.returnsAtOnce { task.wait(timeout: timeout) }, "timeout \(timeout)")
-            }
+            #expect(await ArgumentRulesTests.returnsAtOnce { task.wait(timeout: .zero) })
             pool.dispose()
-        case .awaitTerminationTimeoutPassed:
+        case .awaitTerminationTimeoutZero:
             let pool = ThreadPool(name: "AR term", size: 1)
             #expect(await onNewThread { try! pool.schedule {}.wait(timeout: .seconds(10)) })
-            for timeout in ArgumentRulesTests.passedTimeouts {
-                #expect(await ArgumentRulesTests.returnsAtOnce { pool.awaitTermination(timeout: timeout) } == false, "timeout \(timeout)")
-            }
+            #expect(await ArgumentRulesTests.returnsAtOnce { pool.awaitTermination(timeout: .zero) } == false)
             pool.dispose()
             #expect(await onNewThread { pool.awaitTermination(timeout: .seconds(10)) })
-            for timeout in ArgumentRulesTests.passedTimeouts {
-                #expect(await ArgumentRulesTests.returnsAtOnce { pool.awaitTermination(timeout: timeout) }, "timeout \(timeout)")
-            }
+            #expect(await ArgumentRulesTests.returnsAtOnce { pool.awaitTermination(timeout: .zero) })
         }
     }
 
@@ -220,23 +210,20 @@ struct ArgumentRulesTests {
     // MARK: - DedicatedThread and DispatchMethod
 
     enum ThreadCase: String, CaseIterable, Sendable, NamedTestCase {
-        case awaitTerminationTimeoutPassed = "DedicatedThread.awaitTermination(timeout:) zero or negative checks once: false while alive, true once ended"
+        case awaitTerminationTimeoutZero = "DedicatedThread.awaitTermination(timeout: .zero) checks once: false while alive, true once ended"
         case afterZero = "DispatchMethod.after(.zero) runs its step at once, through execute, run and then"
     }
 
     @Test(arguments: ThreadCase.allCases)
     func dedicatedThreadAndDispatchMethod(_ check: ThreadCase) async throws {
         switch check {
-        case .awaitTerminationTimeoutPassed:
+        case .awaitTerminationTimeoutZero:
+            // (A negative timeout stops: ProcessExitTests. A far-out one: FarOutTimeExitTests.)
             let thread = DedicatedThread(name: "AR thread")
-            for timeout in ArgumentRulesTests.passedTimeouts {
-                #expect(await ArgumentRulesTests.returnsAtOnce { thread.awaitTermination(timeout: timeout) } == false, "timeout \(timeout)")
-            }
+            #expect(await ArgumentRulesTests.returnsAtOnce { thread.awaitTermination(timeout: .zero) } == false)
             thread.dispose()
             #expect(await onNewThread { thread.awaitTermination(timeout: .seconds(10)) })
-            for timeout in ArgumentRulesTests.passedTimeouts {
-                #expect(await ArgumentRulesTests.returnsAtOnce { thread.awaitTermination(timeout: timeout) }, "timeout \(timeout)")
-            }
+            #expect(await ArgumentRulesTests.returnsAtOnce { thread.awaitTermination(timeout: .zero) })
         case .afterZero:
             let now = DispatchMethod.after(.zero, on: .global())
             let chain = now.execute { 1 }.then(now) { $0 + 1 }

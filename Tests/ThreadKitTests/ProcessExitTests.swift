@@ -65,17 +65,19 @@ struct Specification: Sendable {
 /// A scenario run in a process of its own.
 enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringConvertible {
     // Preconditions: a call that breaks one stops the process, naming the object, the argument and its value.
-    // (Zero, negative and far-out values that work are ArgumentRulesTests'; a wait's timeout works
-    // whatever its value, so it has no row here.)
+    // (Zero, negative and far-out values that work are ArgumentRulesTests'; a wait's zero timeout
+    // checks once, its far-out one is FarOutTimeExitTests', and its negative one stops, here.)
     case poolSizeZero, poolSizeNegative, poolSizeMin, poolNegativeKeepAlive, poolZeroCollectionInterval
     case poolNegativeCollectionInterval, poolZeroQueueLimit, poolNegativeQueueLimit
+    case poolNegativeWaitTimeout, poolFarNegativeWaitTimeout, poolNegativeWaitTimeoutAfterTheTaskRan
+    case poolNegativeAwaitTermination
     case timerNegativeDelay, timerFarNegativeDelay, timerNaNDelay, timerZeroInterval
     case timerNegativeInterval, timerNegativeIntervalFixedDelay, timerNegativeFirstDelay
     case timerNegativeFirstDelayFixedDelay, timerDisposeShared, timerHeapInsertTwice
     case rateLimitNegativeCount, rateLimitMinCount, rateLimitNegativeWindow
     case dispatchAfterNegativeExecute, dispatchAfterNegativeRun, dispatchAfterNegativeThen
     case threadCheckIsolatedOffThread, threadPreconditionOffThread, threadActorAfterDispose
-    case threadSyncAfterDispose
+    case threadSyncAfterDispose, threadNegativeTimeout
     // The same calls with fine arguments: they do not stop it (each misuse stops it for its argument alone).
     case poolFineArguments, timerFineArguments
     // Wait cycles, and waits that can never end: they stop it, naming the cycle or the wait.
@@ -114,6 +116,18 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             .stops("ThreadPool: queueLimit 0 stops", naming: "queueLimit must be at least 1, got 0")
         case .poolNegativeQueueLimit:
             .stops("ThreadPool: queueLimit -1 stops", naming: "'Bad'", "queueLimit must be at least 1, got -1")
+        case .poolNegativeWaitTimeout:
+            .stops("ScheduledTask: a negative wait(timeout:) stops, naming the timeout and its value",
+                   naming: "ScheduledTask.wait(timeout:): timeout must not be negative, got -1.0 seconds")
+        case .poolFarNegativeWaitTimeout:
+            .stops("ScheduledTask: a wait(timeout:) negative beyond Int64.max seconds stops, naming it",
+                   naming: "ScheduledTask.wait(timeout:): timeout must not be negative, got -")
+        case .poolNegativeWaitTimeoutAfterTheTaskRan:
+            .stops("ScheduledTask: a negative wait(timeout:) stops even once the task has run",
+                   naming: "ScheduledTask.wait(timeout:): timeout must not be negative, got -0.001 seconds")
+        case .poolNegativeAwaitTermination:
+            .stops("ThreadPool: a negative awaitTermination(timeout:) stops, naming the pool, the timeout and its value",
+                   naming: "ThreadPool 'Bad': awaitTermination(timeout:): timeout must not be negative, got -1e-09 seconds")
         case .timerNegativeDelay:
             .stops("TimerThread: a negative delay stops the process",
                    naming: "TimerThread 'TmExitNeg'", "delay must not be negative, got -0.001 seconds")
@@ -165,6 +179,9 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         case .threadSyncAfterDispose:
             .stops("DedicatedThread: sync on a disposed thread stops, naming it",
                    naming: "sync on DedicatedThread 'db'", "disposed")
+        case .threadNegativeTimeout:
+            .stops("DedicatedThread: a negative awaitTermination(timeout:) stops, naming the thread, the timeout and its value",
+                   naming: "DedicatedThread 'db': awaitTermination(timeout:): timeout must not be negative, got -0.001 seconds")
         case .twoThreads:
             .stops("Two dedicated threads that sync onto each other: the second wait is reported",
                    naming: #"deadlock: thread "cache" holds DedicatedThread "cache" and waits for DedicatedThread "db", held by thread "db", which waits for "cache""#)
@@ -263,6 +280,21 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         case .poolNegativeCollectionInterval: _ = ThreadPool(name: "Bad", size: 1, collectionInterval: .seconds(-15))
         case .poolZeroQueueLimit: _ = ThreadPool(name: "Bad", size: 1, queueLimit: 0)
         case .poolNegativeQueueLimit: _ = ThreadPool(name: "Bad", size: 1, queueLimit: -1)
+        case .poolNegativeWaitTimeout:
+            let release = Latch()
+            let pool = ThreadPool(name: "Bad", size: 1)
+            try? pool.execute { _ = release.wait(timeout: .seconds(30)) }
+            _ = try? pool.schedule {}.wait(timeout: .seconds(-1))
+        case .poolFarNegativeWaitTimeout:
+            _ = try? ThreadPool(name: "Bad", size: 1).schedule {}.wait(timeout: .zero - FarOut.huge)
+        case .poolNegativeWaitTimeoutAfterTheTaskRan:
+            let task = try? ThreadPool(name: "Bad", size: 1).schedule {}
+            precondition(task?.wait(timeout: .seconds(10)) == true, "the task did not run")
+            _ = task?.wait(timeout: .milliseconds(-1))
+        case .poolNegativeAwaitTermination:
+            let pool = ThreadPool(name: "Bad", size: 1)
+            pool.dispose()
+            _ = pool.awaitTermination(timeout: .nanoseconds(-1))
 
         case .timerNegativeDelay:
             _ = try? TimerThread(name: "TmExitNeg").schedule(after: .milliseconds(-1)) {}
@@ -315,6 +347,8 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             let thread = DedicatedThread(name: "db")
             thread.dispose()
             thread.sync {}
+        case .threadNegativeTimeout:
+            _ = DedicatedThread(name: "db").awaitTermination(timeout: .milliseconds(-1))
         case .poolFineArguments:
             let pool = ThreadPool(
                 name: "Good", size: 1, keepAlive: .zero, collectionInterval: .nanoseconds(1), queueLimit: 1)

@@ -8,8 +8,8 @@ import LoopbackHTTPServer
 
 /// Programmer errors stop the process with a message that names the argument and the value.
 ///
-/// Timeouts have no row: every duration works (zero or negative is a time already up; see
-/// ``URLArgumentRulesTests``).
+/// A negative timeout stops at the call that hands it over (zero and far-out ones work: see
+/// ``URLArgumentRulesTests``). None of these calls reaches the network: each stops first.
 @Suite("URLDispatcher and LoopbackHTTPServer preconditions")
 struct URLDispatcherExitTests {
     /// A call that breaks one of the dispatcher's preconditions, and what the message it stops with says.
@@ -25,6 +25,14 @@ struct URLDispatcherExitTests {
         case minLongLimit = "a long limit of Int.min stops"
         case negativeMaxRetryAfterAtInit = "a negative maxRetryAfter stops where the limits are made"
         case nanTimeoutInterval = "a request whose timeoutInterval is NaN stops"
+        case negativeTimeout = "data(for:timeout:) with a negative timeout stops at the call"
+        case negativeQueueTimeout = "data(for:queueTimeout:) with a negative queueTimeout stops at the call"
+        case negativeStreamTimeout = "stream(for:timeout:) with a negative timeout stops at the call, before any iteration"
+        case negativeIdleTimeout = "stream(for:idleTimeout:) with a negative idleTimeout stops at the call, before any iteration"
+        case farNegativeIdleTimeout = "stream(for:idleTimeout:) negative beyond Int64.max seconds stops at the call"
+        case negativeDataSyncTimeout = "dataSync(for:timeout:) with a negative timeout stops at the call"
+        case negativeTimeoutIntervalAtDispatch = "dispatch of a request whose timeoutInterval is negative stops at the call"
+        case negativeTimeoutIntervalAtDataSync = "dataSync of a request whose negative timeoutInterval is its default timeout stops"
         case serverWithoutConnections = "LoopbackHTTPServer(maxConnections: 0) stops"
         case serverWithNegativeConnections = "LoopbackHTTPServer(maxConnections: -1) stops"
 
@@ -42,13 +50,21 @@ struct URLDispatcherExitTests {
             case .minLongLimit: ["maxLongRequests must be at least 0, got \(Int.min)"]
             case .negativeMaxRetryAfterAtInit: ["maxRetryAfter must not be negative, got -0.001 seconds"]
             case .nanTimeoutInterval: ["the request's timeoutInterval must be a number, got nan"]
+            case .negativeTimeout: ["URLDispatcher.data(for:kind:timeout:queueTimeout:): timeout must not be negative, got -0.005 seconds"]
+            case .negativeQueueTimeout: ["URLDispatcher.data(for:kind:timeout:queueTimeout:): queueTimeout must not be negative, got -1.0 seconds"]
+            case .negativeStreamTimeout: ["URLDispatcher.stream(for:kind:timeout:idleTimeout:): timeout must not be negative, got -0.005 seconds"]
+            case .negativeIdleTimeout: ["URLDispatcher.stream(for:kind:timeout:idleTimeout:): idleTimeout must not be negative, got -2.0 seconds"]
+            case .farNegativeIdleTimeout: ["URLDispatcher.stream(for:kind:timeout:idleTimeout:): idleTimeout must not be negative, got -"]
+            case .negativeDataSyncTimeout: ["URLDispatcher.dataSync(for:timeout:): timeout must not be negative, got -0.001 seconds"]
+            case .negativeTimeoutIntervalAtDispatch: ["URLDispatcher.dispatch(_:kind:delegate:): the request's timeoutInterval must not be negative, got -1.0"]
+            case .negativeTimeoutIntervalAtDataSync: ["URLDispatcher.dataSync(for:timeout:): the request's timeoutInterval must not be negative, got -0.5"]
             case .serverWithoutConnections: ["LoopbackHTTPServer: maxConnections must be at least 1, got 0"]
             case .serverWithNegativeConnections: ["LoopbackHTTPServer: maxConnections must be at least 1, got -1"]
             }
         }
 
         /// Makes the call; it does not return.
-        func perform() {
+        func perform() async {
             switch self {
             case .longLimitNotBelowTheTotal: _ = URLDispatcher.EndpointLimits(maxRequests: 3, maxLongRequests: 3)
             case .noRequestsAtAll: _ = URLDispatcher.EndpointLimits(maxRequests: 0, maxLongRequests: 0)
@@ -70,16 +86,46 @@ struct URLDispatcherExitTests {
                 var request = URLRequest(url: URL(string: "http://127.0.0.1:9/")!)
                 request.timeoutInterval = .nan
                 _ = URLDispatcher().stream(for: request)
+            case .negativeTimeout:
+                _ = try? await URLDispatcher().data(for: URLDispatcherExitTests.request, timeout: .milliseconds(-5))
+            case .negativeQueueTimeout:
+                _ = try? await URLDispatcher().data(for: URLDispatcherExitTests.request, timeout: .seconds(5), queueTimeout: .seconds(-1))
+            case .negativeStreamTimeout:
+                _ = URLDispatcher().stream(for: URLDispatcherExitTests.request, timeout: .milliseconds(-5))
+            case .negativeIdleTimeout:
+                _ = URLDispatcher().stream(for: URLDispatcherExitTests.request, timeout: .seconds(5), idleTimeout: .seconds(-2))
+            case .farNegativeIdleTimeout:
+                _ = URLDispatcher().stream(for: URLDispatcherExitTests.request, idleTimeout: .zero - .seconds(Int64.max) - .seconds(Int64.max))
+            case .negativeDataSyncTimeout:
+                _ = try? URLDispatcher().dataSync(for: URLDispatcherExitTests.request, timeout: .milliseconds(-1))
+            case .negativeTimeoutIntervalAtDispatch:
+                var request = URLDispatcherExitTests.request
+                request.timeoutInterval = -1
+                _ = try? URLDispatcher().dispatch(request, delegate: IgnoringDelegate())
+            case .negativeTimeoutIntervalAtDataSync:
+                var request = URLDispatcherExitTests.request
+                request.timeoutInterval = -0.5
+                _ = try? URLDispatcher().dataSync(for: request)
             case .serverWithoutConnections: _ = try? LoopbackHTTPServer(maxConnections: 0)
             case .serverWithNegativeConnections: _ = try? LoopbackHTTPServer(maxConnections: -1)
             }
         }
     }
 
+    /// A request to a port nothing listens on: the calls above stop before they send it.
+    static let request = URLRequest(url: URL(string: "http://127.0.0.1:9/")!)
+
+    /// A delegate that hears nothing: its call stops before any event.
+    final class IgnoringDelegate: URLDispatchDelegate {
+        func operation(_ operation: URLDispatchOperation, didReceive response: HTTPURLResponse) {}
+        func operation(_ operation: URLDispatchOperation, didReceive data: Data) {}
+        func operation(_ operation: URLDispatchOperation, didCompleteWith error: (any Error)?) {}
+    }
+
     @Test("A bad argument stops the process with a message naming it and its value", arguments: BadCall.allCases)
     func stops(_ call: BadCall) async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [call] in
-            call.perform()
+            await call.perform()
         }
         #expect(stopped(result, saying: call.message))
     }

@@ -17,9 +17,11 @@
 /// }
 /// ```
 ///
-/// **Arguments.** The one number it takes, ``awaitTermination(timeout:)``'s timeout, may be any
-/// duration: zero or negative has already passed, so the call checks once without waiting (GCD's
-/// and Java's rule for timed waits); one however far out waits as long as it takes.
+/// **Arguments.** The one number it takes is ``awaitTermination(timeout:)``'s timeout. Zero is a
+/// time already up: the call checks once without waiting (GCD's and Java's rule for timed waits);
+/// one however far out waits as long as it takes. A negative one cannot work: it stops with a
+/// precondition failure naming the thread, the timeout and the value (ThreadKit's design rule: a
+/// negative duration means "now" only for a pause or a `Retry-After` date).
 public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
     /// The thread's name, for `Thread.current.name` (the kernel keeps its first 15 bytes), log
     /// records and errors.
@@ -168,9 +170,8 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
 
     /// Blocks until the thread has exited after a dispose, or `timeout` has passed.
     ///
-    /// - Parameter timeout: The longest to wait. Zero or negative: a timeout already passed, so it
-    ///   checks once and does not wait (as Java's `ExecutorService.awaitTermination` does); far out:
-    ///   as long as it takes.
+    /// - Parameter timeout: The longest to wait; not negative. Zero: it checks once and does not
+    ///   wait (as Java's `ExecutorService.awaitTermination` does); far out: as long as it takes.
     /// - Returns: `true` once the thread is gone (or never started), `false` on timeout, and always
     ///   `false` while it was not disposed.
     public func awaitTermination(timeout: Duration) -> Bool {

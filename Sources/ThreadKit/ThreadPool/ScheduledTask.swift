@@ -6,8 +6,12 @@ import Synchronization
 /// Exactly one of two things happens to a task: it runs once, or it is cancelled (by ``cancel()``,
 /// or by ``ThreadPool/disposeNow()`` handing it back). ``cancel()`` returns `true` only in the second case.
 ///
-/// **Arguments.** ``wait(timeout:)`` takes any duration: zero or negative has already passed, so it
-/// checks once without waiting (GCD's and Java's rule); one however far out waits as long as it takes.
+/// **Arguments.** A zero timeout of ``wait(timeout:)`` is a time already up: the call checks once
+/// and does not wait (GCD's and Java's rule); one however far out waits as long as it takes. A
+/// negative timeout cannot work: it stops with a precondition failure naming it and the value
+/// (`ScheduledTask.wait(timeout:): timeout must not be negative, got -1.0 seconds`). ThreadKit's
+/// design rule: a negative duration means "now" only where a time in the past makes sense (a
+/// pause, a `Retry-After` date), and a timeout is neither.
 public final class ScheduledTask: @unchecked Sendable {
     // Sendable: `work`, `onAbandon` and `pool` are read and cleared only by the one thread that
     // moves `state` out of `pending` (the worker that claims the task, the canceller, or the pool
@@ -77,12 +81,13 @@ public final class ScheduledTask: @unchecked Sendable {
     ///
     /// Re-entry and deadlock rules as for ``wait()``; a task run inline runs to its end.
     ///
-    /// - Parameter timeout: The longest to wait. Zero or negative: a timeout already passed, so it
-    ///   checks once and does not wait (as GCD's `wait(timeout:)` and Java's `Future.get` do); far
-    ///   out (`.seconds(Int64.max)` and beyond): as long as it takes.
+    /// - Parameter timeout: The longest to wait; not negative. Zero: it checks once and does not
+    ///   wait (as GCD's `wait(timeout:)` and Java's `Future.get` do); far out
+    ///   (`.seconds(Int64.max)` and beyond): as long as it takes.
     /// - Returns: `true` if the task has finished (run or cancelled), `false` on timeout.
     public func wait(timeout: Duration) -> Bool {
-        wait(until: MonotonicInstant.now().advanced(by: timeout))
+        precondition(timeout >= .zero, "ScheduledTask.wait(timeout:): timeout must not be negative, got \(timeout)")
+        return wait(until: MonotonicInstant.now().advanced(by: timeout))
     }
 
     private func wait(until deadline: MonotonicInstant?) -> Bool {

@@ -80,12 +80,12 @@ extension ThreadPool {
     /// A thread counts as exited once it has done its last piece of ThreadKit work (its log line
     /// included): after this returns `true`, the pool calls nothing of yours again.
     ///
-    /// - Parameter timeout: The longest to wait. Zero or negative: a timeout already passed, so it
-    ///   checks once and does not wait (as Java's `ExecutorService.awaitTermination` does); far out:
-    ///   as long as it takes.
+    /// - Parameter timeout: The longest to wait; not negative. Zero: it checks once and does not
+    ///   wait (as Java's `ExecutorService.awaitTermination` does); far out: as long as it takes.
     /// - Returns: `true` if the pool was disposed and has no threads left, `false` on timeout
     ///   (including when the pool was never disposed).
     public func awaitTermination(timeout: Duration) -> Bool {
+        precondition(timeout >= .zero, "ThreadPool '\(name)': awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
         let deadline = MonotonicInstant.now().advanced(by: timeout)
         return mutex.withLock {
             while !machine.isTerminated(readIntake()) {

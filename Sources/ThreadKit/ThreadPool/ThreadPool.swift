@@ -21,9 +21,11 @@ import Synchronization
 /// and the value (`ThreadPool 'Images': size must be at least 1, got 0`). Every other value works:
 /// `Int.max` threads or queued tasks is no limit in practice (threads are made only when needed), a
 /// zero `keepAlive` retires an idle thread at the next collection, and a duration however far out
-/// (`.seconds(Int64.max)` and beyond) means "never". A zero or negative timeout of
-/// ``awaitTermination(timeout:)`` or ``ScheduledTask/wait(timeout:)`` has already passed: the call
-/// checks once and returns without waiting, as GCD's and Java's timed waits do.
+/// (`.seconds(Int64.max)` and beyond) means "never". A zero timeout of ``awaitTermination(timeout:)``
+/// or ``ScheduledTask/wait(timeout:)`` is a time already up: the call checks once and returns
+/// without waiting, as GCD's and Java's timed waits do; a negative one stops with a precondition
+/// failure naming the pool (for `awaitTermination`), the timeout and the value. (ThreadKit's design rule:
+/// a negative duration means "now" only for a pause or a `Retry-After` date.)
 public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     // Sendable: the state machine and every `Worker.assignment` are guarded by `mutex`; `intake`
     // is a lock-free queue; the other stored properties are constants or atomics.
