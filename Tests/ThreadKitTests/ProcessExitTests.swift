@@ -245,11 +245,11 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         case .poolZeroQueueLimit: _ = ThreadPool(name: "Bad", size: 1, queueLimit: 0)
         case .poolNegativeWaitTimeout:
             let task = try? ThreadPool(name: "Bad", size: 1).schedule {}
-            _ = task?.wait(timeout: .seconds(-1))
+            _ = synchronously { task?.wait(timeout: .seconds(-1)) }
         case .poolNegativeAwaitTermination:
             let pool = ThreadPool(name: "Bad", size: 1)
             pool.dispose()
-            _ = pool.awaitTermination(timeout: .nanoseconds(-1))
+            _ = synchronously { pool.awaitTermination(timeout: .nanoseconds(-1)) }
 
         case .timerNegativeDelay:
             _ = try? TimerThread(name: "TmExitNeg").schedule(after: .milliseconds(-1)) {}
@@ -282,20 +282,20 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             let thread = DedicatedThread(name: "db")
             let counter = PinnedCounter(thread: thread)
             thread.dispose()
-            _ = thread.awaitTermination(timeout: .seconds(10))
+            await thread.awaitTermination()
             _ = await counter.increment()
         case .threadSyncAfterDispose:
             let thread = DedicatedThread(name: "db")
             thread.dispose()
-            thread.sync {}
+            synchronously { thread.sync {} }
         case .threadNegativeTimeout:
-            _ = DedicatedThread(name: "db").awaitTermination(timeout: .milliseconds(-1))
+            _ = synchronously { DedicatedThread(name: "db").awaitTermination(timeout: .milliseconds(-1)) }
         case .poolFineArguments:
             let pool = ThreadPool(
                 name: "Good", size: 1, keepAlive: .zero, collectionInterval: .nanoseconds(1), queueLimit: 1)
-            _ = try? pool.schedule {}.wait(timeout: .zero)
+            _ = synchronously { try? pool.schedule {}.wait(timeout: .zero) }
             pool.dispose()
-            _ = pool.awaitTermination(timeout: .zero)
+            _ = synchronously { pool.awaitTermination(timeout: .zero) }
         case .timerFineArguments:
             let timer = TimerThread(name: "TmExitOK")
             _ = try? timer.schedule(after: .zero) {}

@@ -2,9 +2,9 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import ThreadKitURL
 import Testing
 import ThreadKit
-import ThreadKitURL
 import LoopbackHTTPServer
 
 /// The README's URLDispatcher quick start, compiled and run as written against the loopback server.
@@ -17,7 +17,7 @@ extension URLIntegrationTests {
         try await bounded {
             let api = URLDispatcher(limits: .init(maxRequests: 4, maxLongRequests: 1, rate: .rate(20, per: .seconds(1))))
             let items = URLRequest(url: base.appendingPathComponent("items"))
-            let (body, response) = try await api.data(for: items, timeout: .milliseconds(800))   // waits its turn; enforced to the ms
+            let (body, response) = try await api.data(for: items, timeout: .milliseconds(800))   // waits its turn; then 800 ms at most
             print(response.statusCode, body.count)               // any status; a 429/503 with Retry-After pauses the endpoint
             for try await element in api.stream(for: URLRequest(url: base.appendingPathComponent("events")),
                                                 timeout: .seconds(5), idleTimeout: .seconds(30)) {

@@ -63,6 +63,11 @@ public enum DispatchMethod: Sendable {
     /// `.sync(on:)` runs like `.async(on:)` here: an async caller must not block its thread, so it
     /// suspends while the target runs the work. `.inline` runs `work` in the calling task.
     ///
+    /// `work` is `sending`: it runs once, on the target, so it may use non-Sendable values the
+    /// caller made and hands over. (``execute(_:)`` and ``ExecutionChain/then(_:_:)`` keep
+    /// `@Sendable`: their work is stored in a chain that any thread may dispatch, cancel or
+    /// release, and a `.sync` step may run on the waiting thread or the target's.)
+    ///
     /// Cancelling the calling task before `work` has begun removes it: it never runs, and this
     /// throws `CancellationError` (a task cancelled before the call submits nothing). Once begun,
     /// `work` runs to its end and this returns its result. From inside a ``ThrottledQueue/run(_:)``'s
@@ -71,17 +76,18 @@ public enum DispatchMethod: Sendable {
     ///
     /// - Returns: What `work` returned.
     /// - Throws: What `work` threw, `CancellationError`, or the target's refusal.
-    public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    public func run<T: Sendable>(_ work: sending @escaping () throws -> T) async throws -> T {
         // Without this, a cancelled caller could hand its work to an idle thread, which starts it
         // before the cancellation is seen.
         try Task.checkCancellation()
+        let work = SendingWork(work)
         switch self {
         case .inline:
             return try work()
         case .sync(let target):
-            return try await DispatchMethod.async(on: target).queued(work).value
+            return try await DispatchMethod.async(on: target).queued { try work() }.value
         case .async, .after:
-            return try await queued(work).value
+            return try await queued { try work() }.value
         }
     }
 

@@ -112,8 +112,11 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     /// process with a message naming it; so does a wait from inside a step of this chain that the
     /// waited-for step comes after (or is), which could never end.
     ///
+    /// It blocks the calling thread, so async code awaits ``value`` instead.
+    ///
     /// - Throws: The error of this step or of one before it, or `CancellationError` if the chain
     ///   was cancelled before this step ran.
+    @available(*, noasync, message: "it blocks the thread; use 'try await chain.value' in async code")
     public func wait() throws -> Value {
         group.mutex.lock()
         defer { group.mutex.unlock() }

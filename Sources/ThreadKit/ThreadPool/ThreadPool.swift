@@ -16,8 +16,8 @@ import Synchronization
 /// pool.dispose()
 /// ```
 public final class ThreadPool: TaskExecutor, @unchecked Sendable {
-    // Sendable: the state machine and every `Worker.assignment` are guarded by `mutex`; `intake`
-    // is a lock-free queue; the other stored properties are constants or atomics.
+    // Sendable: the state machine, `terminationWaiters` and every `Worker.assignment` are guarded
+    // by `mutex`; `intake` is a lock-free queue; the other stored properties are constants or atomics.
 
     /// What a submission does when the queue already holds `queueLimit` tasks.
     public enum OverflowPolicy: Sendable, Equatable {
@@ -49,8 +49,11 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     let mutex = PThreadMutex()
     /// Signalled when a queued task leaves the queue while submitters are blocked on a full queue.
     let queueHasRoom = MonotonicCondition()
-    /// Broadcast when the last thread of a disposed pool exits.
+    /// Broadcast when the last thread of a disposed pool exits (see ``announceTermination()``).
     let threadsGone = MonotonicCondition()
+    /// The tasks suspended in ``awaitTermination()``, resumed when the last thread of a disposed
+    /// pool exits. Guarded by `mutex`.
+    var terminationWaiters = EventWaiters()
     /// Tasks completed by threads that have exited, and by callers that ran a task themselves;
     /// each live worker counts its own (`Worker.completed`), so workers share no counter.
     let completedCount = Atomic<Int>(0)

@@ -86,7 +86,9 @@ extension ThrottledQueue {
 
         /// Runs `work`, `run`'s work, with `hold` as the current task's innermost hold, and sets the
         /// hold's `startedAt` as the last thing before `work` begins (see ``withThreadHold(_:_:)``).
-        static func withTaskHold<Result: Sendable>(_ hold: Hold, _ work: () async throws -> Result) async rethrows -> Result {
+        static func withTaskHold<Result>(
+            _ hold: Hold, isolation: isolated (any Actor)? = #isolation, _ work: () async throws -> Result
+        ) async rethrows -> Result {
             try await $bound.withValue(hold) {
                 hold.binding = bindingStorage()
                 hold.startedAt = MonotonicInstant.now()
