@@ -61,7 +61,8 @@ final class EventWaiter: Sendable {
 struct EventWaiters {
     private var waiters: [ObjectIdentifier: EventWaiter] = [:]
 
-    var isEmpty: Bool { waiters.isEmpty }
+    /// How many tasks wait.
+    var count: Int { waiters.count }
 
     /// Adds `waiter`, to be ended by the next ``takeAll()``.
     mutating func add(_ waiter: EventWaiter) {
