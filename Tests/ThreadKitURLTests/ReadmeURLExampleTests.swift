@@ -7,7 +7,8 @@ import Testing
 import ThreadKit
 import LoopbackHTTPServer
 
-/// The README's URLDispatcher quick start, compiled and run as written against the loopback server.
+/// The URLDispatcher snippets of the README and Docs/URLDispatcher.md, compiled and run as written
+/// against the loopback server.
 extension URLIntegrationTests {
 @Suite struct ReadmeURLExampleTests {
     @Test func urlDispatcherQuickStart() async throws {
@@ -30,6 +31,21 @@ extension URLIntegrationTests {
             #expect(api.statistics(for: try .init(url: base)).completed == 2)
         }
         #expect(server.arrivals.map(\.target) == ["/items", "/events"])
+    }
+
+    @Test func urlDispatcherDocsIntroduction() async throws {
+        let server = try LoopbackHTTPServer()
+        defer { server.shutdown() }
+        let url = server.url("/items")
+        try await bounded {
+            let api = URLDispatcher(limits: .init(maxRequests: 6, maxLongRequests: 2))
+            let (body, response) = try await api.data(for: URLRequest(url: url), timeout: .milliseconds(800))
+
+            #expect(response.statusCode == 200)
+            #expect(body.count == Int(response.value(forHTTPHeaderField: "Content-Length") ?? "") ?? body.count)
+            api.dispose()
+        }
+        #expect(server.arrivals.map(\.target) == ["/items"])
     }
 }
 }
