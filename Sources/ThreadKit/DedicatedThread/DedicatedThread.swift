@@ -44,6 +44,9 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
 
     /// Runs `work` on the thread, after everything submitted before it.
     ///
+    /// `work` stays `@Sendable` (``run(_:)``'s is `sending`): nobody waits for it, and
+    /// ``disposeNow()`` may drop it on whichever thread calls it.
+    ///
     /// - Throws: ``DedicatedThreadError/disposed(name:)`` after ``dispose()`` or ``disposeNow()``.
     public func execute(_ work: @escaping @Sendable () -> Void) throws {
         try core.execute(work)

@@ -29,6 +29,10 @@ public enum DispatchMethod: Sendable {
     /// With `.inline` and `.sync`, `work` has run when this returns. A refused submission (a
     /// disposed pool, thread or throttled queue) fails the chain with the refusal's error.
     ///
+    /// `work` stays `@Sendable` (``run(_:)``'s is `sending`): it is stored in the chain until it
+    /// runs, and whichever thread gets to it — the target's, a waiter that runs it inline, the
+    /// timer's for `.after`, one that cancels the chain — runs or releases it.
+    ///
     /// Inlinable so that `.inline` and `.sync`, the calls that return a finished chain, are
     /// specialized for `T` where they are made: the chain costs them one finished link, with no
     /// lock and no type metadata looked up (a `.sync` target still hands the work over its own way).
@@ -70,7 +74,7 @@ public enum DispatchMethod: Sendable {
     ///
     /// Cancelling the calling task before `work` has begun removes it: it never runs, and this
     /// throws `CancellationError` (a task cancelled before the call submits nothing). Once begun,
-    /// `work` runs to its end and this returns its result. From inside a ``ThrottledQueue/run(_:)``'s
+    /// `work` runs to its end and this returns its result. From inside a ``ThrottledQueue/run(isolation:_:)``'s
     /// work, a method whose target is that queue runs `work` in the calling task, nested in the
     /// running one (see ``ExecutionChain/value``), instead of waiting for a turn that cannot come.
     ///

@@ -123,6 +123,10 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// pool's own threads runs `work` on the calling thread instead of waiting: that thread is one
     /// of those the queue waits for, so waiting could never end.
     ///
+    /// `work` stays `@Sendable` (``run(_:)``'s is `sending`): nobody waits for it, and whichever
+    /// thread comes to it runs or drops it — a pool thread, the submitter (``OverflowPolicy/runOnCaller``),
+    /// or the thread that calls ``disposeNow()`` — so what it captures must be safe to share.
+    ///
     /// - Throws: ``ThreadPoolError/disposed(pool:)`` after ``dispose()``;
     ///   ``ThreadPoolError/queueFull(pool:limit:)`` when the queue is full and the policy is `.reject`;
     ///   ``ThreadPoolError/threadStartFailed(pool:errno:)`` when the pool has no thread and the
@@ -133,7 +137,10 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 
     /// Runs `work` on a pool thread and returns a handle to cancel it or wait for it.
     ///
-    /// A full queue is handled as in ``execute(_:)``.
+    /// A full queue is handled as in ``execute(_:)``. `work` stays `@Sendable`, as there: the
+    /// returned handle, which any thread may hold, keeps it until it runs, and a thread that waits
+    /// on a one-thread pool's task may run it itself, while ``ScheduledTask/cancel()`` releases it
+    /// on the cancelling thread.
     ///
     /// - Throws: ``ThreadPoolError/disposed(pool:)`` after ``dispose()``;
     ///   ``ThreadPoolError/queueFull(pool:limit:)`` when the queue is full and the policy is `.reject`;

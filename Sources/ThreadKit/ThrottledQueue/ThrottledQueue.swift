@@ -125,6 +125,10 @@ public final class ThrottledQueue: @unchecked Sendable {
 
     /// Queues `work`, followed by the queue's interval.
     ///
+    /// `work` stays `@Sendable` (``run(isolation:_:)``'s runs on the caller's actor): it runs on
+    /// the queue's worker, a thread of its pool, and ``cancelAll()`` may release it on whichever
+    /// thread calls it.
+    ///
     /// - Throws: ``ThreadPoolError`` if the queue's pool refused its worker (it was disposed, or
     ///   could not start a thread); the work is then not queued.
     public func async(_ work: @escaping @Sendable () -> Void) throws {
@@ -201,7 +205,7 @@ public final class ThrottledQueue: @unchecked Sendable {
 
     /// Removes every queued task that has not started.
     ///
-    /// Removed `async` tasks never run (their closures are released); waiting ``run(_:)`` callers
+    /// Removed `async` tasks never run (their closures are released); waiting ``run(isolation:_:)`` callers
     /// throw `CancellationError`. Threads blocked in ``sync(_:)`` keep their place: they must get
     /// their result. A worker left with nothing to start goes back to its pool at once.
     ///
