@@ -29,6 +29,23 @@ extension ThrottledQueue {
     }
 }
 
+extension Task where Failure == Never {
+    /// The task's value, cancelling the task once `limit` has passed (the awaiting task's own
+    /// cancellation does not reach an unstructured task), so that a wait that never ends fails
+    /// the test instead of hanging it.
+    fileprivate func value(cancellingAfter limit: Duration) async -> Success {
+        await cancelling(after: limit) {
+            await withTaskCancellationHandler { await self.value } onCancel: { self.cancel() }
+        }
+    }
+
+    /// Like ``value(cancellingAfter:)``, then `reading()`.
+    fileprivate func value<Reading: Sendable>(cancellingAfter limit: Duration, then reading: @escaping @Sendable () -> Reading) async -> Reading {
+        _ = await value(cancellingAfter: limit)
+        return reading()
+    }
+}
+
 @Suite("ThreadPool.awaitTermination() async", .timeLimit(.minutes(1)))
 struct PoolAwaitTerminationTests {
     @Test("Returns true once the last thread has exited, not before, with every task run")
@@ -47,7 +64,7 @@ struct PoolAwaitTerminationTests {
         try await Task.sleep(for: .milliseconds(100))
         #expect(pool.terminationWaiterCount == 1, "the wait ended while three threads still ran")
         gate.countDown()
-        let outcome = await cancelling(after: .seconds(10)) { await awaiter.value }
+        let outcome = await awaiter.value(cancellingAfter: .seconds(10))
         #expect(outcome == Awaited(returned: true, reading: [5, 0]))
         #expect(await onNewThread { pool.awaitTermination(timeout: .zero) })
         #expect(pool.terminationWaiterCount == 0)
@@ -80,7 +97,7 @@ struct PoolAwaitTerminationTests {
         #expect(await eventually { pool.terminationWaiterCount == 1 })
         let cancelledAt = ContinuousClock.now
         awaiter.cancel()
-        let returned = await cancelling(after: .seconds(10)) { await awaiter.value }
+        let returned = await awaiter.value(cancellingAfter: .seconds(10))
         #expect(!returned)
         #expect(ContinuousClock.now - cancelledAt < .seconds(1), "the cancelled wait did not end at once")
         #expect(pool.terminationWaiterCount == 0, "the cancelled waiter stayed on the list")
@@ -121,7 +138,7 @@ struct PoolAwaitTerminationTests {
         #expect(await eventually { pool.terminationWaiterCount == 1 })
         #expect(pool.disposeNow().count == 3)
         gate.countDown()
-        #expect(await cancelling(after: .seconds(10)) { await awaiter.value })
+        #expect(await awaiter.value(cancellingAfter: .seconds(10)))
     }
 
     @Test("Stress: awaiters, some cancelled at random moments, across 100 pools: each returns once; those not cancelled return true")
@@ -138,7 +155,7 @@ struct PoolAwaitTerminationTests {
             if cancelSome { for (index, awaiter) in awaiters.enumerated() where index.isMultiple(of: 3) { awaiter.cancel() } }
             pool.dispose()
             for (index, awaiter) in awaiters.enumerated() {
-                let returned = await cancelling(after: .seconds(10)) { await awaiter.value }
+                let returned = await awaiter.value(cancellingAfter: .seconds(10))
                 total += 1
                 if returned { returnedTrue += 1 }
                 if cancelSome, index.isMultiple(of: 3) { cancelled += 1 } else { #expect(returned, "round \(round): awaiter \(index)") }
@@ -169,7 +186,7 @@ struct DedicatedThreadAwaitTerminationTests {
         try await Task.sleep(for: .milliseconds(100))
         #expect(KernelThreads.names().contains(name))
         gate.countDown()
-        let outcome = await cancelling(after: .seconds(10)) { await awaiter.value }
+        let outcome = await awaiter.value(cancellingAfter: .seconds(10))
         #expect(outcome == Awaited(returned: true, reading: 5))
         #expect(await onNewThread { thread.awaitTermination(timeout: .zero) })
         #expect(await eventually { !KernelThreads.names().contains(name) })
@@ -201,7 +218,7 @@ struct DedicatedThreadAwaitTerminationTests {
         try await Task.sleep(for: .milliseconds(20))  // let it suspend; either way it must end
         let cancelledAt = ContinuousClock.now
         awaiter.cancel()
-        #expect(await !cancelling(after: .seconds(10)) { await awaiter.value })
+        #expect(await !awaiter.value(cancellingAfter: .seconds(10)))
         #expect(ContinuousClock.now - cancelledAt < .seconds(1), "the cancelled wait did not end at once")
         #expect(try await thread.run { 7 } == 7)
     }
@@ -242,7 +259,7 @@ struct ThrottledQueueAsyncIdleTests {
         try await Task.sleep(for: .milliseconds(100))
         #expect(queue.idleWaiterCount == 1, "the wait ended while a task still ran")
         gate.countDown()
-        let outcome = await cancelling(after: .seconds(10)) { await awaiter.value }
+        let outcome = await awaiter.value(cancellingAfter: .seconds(10))
         #expect(outcome == Awaited(returned: true, reading: [5, 0]))
     }
 
@@ -262,7 +279,7 @@ struct ThrottledQueueAsyncIdleTests {
             await queue.waitUntilIdle()
             return ContinuousClock.now - start
         }
-        #expect(await cancelling(after: .seconds(10)) { await cancelled.value } < .seconds(1))
+        #expect(await cancelled.value(cancellingAfter: .seconds(10)) < .seconds(1))
         #expect(queue.idleWaiterCount == 0)
         gate.countDown()
     }
@@ -278,7 +295,7 @@ struct ThrottledQueueAsyncIdleTests {
         #expect(await eventually { queue.idleWaiterCount == 1 })
         let cancelledAt = ContinuousClock.now
         awaiter.cancel()
-        #expect(await cancelling(after: .seconds(10)) { await awaiter.value; return true })
+        #expect(await awaiter.value(cancellingAfter: .seconds(10), then: { true }))
         #expect(ContinuousClock.now - cancelledAt < .seconds(1), "the cancelled wait did not end at once")
         #expect(queue.idleWaiterCount == 0)
         #expect(ran.value == 0)
@@ -328,7 +345,7 @@ struct ThrottledQueueAsyncIdleTests {
         #expect(await eventually { queue.idleWaiterCount == 1 })
         leaveRun.countDown()
         try await runner.value
-        #expect(await cancelling(after: .seconds(10)) { await afterRun.value; return queue.idleWaiterCount == 0 })
+        #expect(await afterRun.value(cancellingAfter: .seconds(10), then: { queue.idleWaiterCount == 0 }))
 
         // A sync caller's work ends.
         let inSync = Latch()
@@ -338,7 +355,7 @@ struct ThrottledQueueAsyncIdleTests {
         let afterSync = Task { await queue.waitUntilIdle() }
         #expect(await eventually { queue.idleWaiterCount == 1 })
         leaveSync.countDown()
-        #expect(await cancelling(after: .seconds(10)) { await afterSync.value; return queue.idleWaiterCount == 0 })
+        #expect(await afterSync.value(cancellingAfter: .seconds(10), then: { queue.idleWaiterCount == 0 }))
 
         // cancelAll() removes the queued tasks, behind a pause that holds them all.
         queue.pause(for: .seconds(60))
@@ -347,7 +364,7 @@ struct ThrottledQueueAsyncIdleTests {
         let afterCancel = Task { await queue.waitUntilIdle() }
         #expect(await eventually { queue.idleWaiterCount == 1 })
         #expect(queue.cancelAll() == 3)
-        #expect(await cancelling(after: .seconds(10)) { await afterCancel.value; return queue.idleWaiterCount == 0 })
+        #expect(await afterCancel.value(cancellingAfter: .seconds(10), then: { queue.idleWaiterCount == 0 }))
         #expect(ran.value == 0)
     }
 
@@ -366,7 +383,7 @@ struct ThrottledQueueAsyncIdleTests {
             for (index, awaiter) in awaiters.enumerated() where index.isMultiple(of: 4) { awaiter.cancel() }
             gate.countDown()
             for (index, awaiter) in awaiters.enumerated() {
-                let seen = await cancelling(after: .seconds(10)) { await awaiter.value }
+                let seen = await awaiter.value(cancellingAfter: .seconds(10))
                 if !index.isMultiple(of: 4) { #expect(seen == 100, "round \(round): awaiter \(index) saw \(seen)") }
             }
             #expect(ran.value == 100)
