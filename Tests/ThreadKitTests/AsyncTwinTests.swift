@@ -99,7 +99,7 @@ struct PoolAwaitTerminationTests {
         awaiter.cancel()
         let returned = await awaiter.value(cancellingAfter: .seconds(10))
         #expect(!returned)
-        #expect(ContinuousClock.now - cancelledAt < .seconds(1), "the cancelled wait did not end at once")
+        #expect(ContinuousClock.now - cancelledAt < .seconds(5), "the cancelled wait did not end at once")
         #expect(pool.terminationWaiterCount == 0, "the cancelled waiter stayed on the list")
         // Cancelled before the call: it never waits.
         let early = Task {
@@ -219,7 +219,7 @@ struct DedicatedThreadAwaitTerminationTests {
         let cancelledAt = ContinuousClock.now
         awaiter.cancel()
         #expect(await !awaiter.value(cancellingAfter: .seconds(10)))
-        #expect(ContinuousClock.now - cancelledAt < .seconds(1), "the cancelled wait did not end at once")
+        #expect(ContinuousClock.now - cancelledAt < .seconds(5), "the cancelled wait did not end at once")
         #expect(try await thread.run { 7 } == 7)
     }
 
@@ -279,7 +279,7 @@ struct ThrottledQueueAsyncIdleTests {
             await queue.waitUntilIdle()
             return ContinuousClock.now - start
         }
-        #expect(await cancelled.value(cancellingAfter: .seconds(10)) < .seconds(1))
+        #expect(await cancelled.value(cancellingAfter: .seconds(10)) < .seconds(5))
         #expect(queue.idleWaiterCount == 0)
         gate.countDown()
     }
@@ -296,7 +296,7 @@ struct ThrottledQueueAsyncIdleTests {
         let cancelledAt = ContinuousClock.now
         awaiter.cancel()
         #expect(await awaiter.value(cancellingAfter: .seconds(10), then: { true }))
-        #expect(ContinuousClock.now - cancelledAt < .seconds(1), "the cancelled wait did not end at once")
+        #expect(ContinuousClock.now - cancelledAt < .seconds(5), "the cancelled wait did not end at once")
         #expect(queue.idleWaiterCount == 0)
         #expect(ran.value == 0)
         gate.countDown()
