@@ -182,7 +182,8 @@ public final class URLDispatcher: Sendable {
     /// Sends `request` and blocks the calling thread until its whole response is in.
     ///
     /// The caller waits in its endpoint's FIFO like any request (``EndpointStatistics/queued``
-    /// counts it). Do not call it from a Swift concurrency task; use ``data(for:kind:timeout:queueTimeout:)``.
+    /// counts it). It blocks the calling thread, so async code awaits
+    /// ``data(for:kind:timeout:queueTimeout:)`` instead.
     ///
     /// - Parameters:
     ///   - request: An http or https request.
@@ -190,6 +191,7 @@ public final class URLDispatcher: Sendable {
     ///     negative. Default: the request's `timeoutInterval`.
     /// - Returns: The body and the response, whatever the status.
     /// - Throws: ``URLDispatcherError`` or the transfer's `URLError`.
+    @available(*, noasync, message: "it blocks the thread; use 'try await data(for:)' in async code")
     public func dataSync(for request: URLRequest, timeout: Duration? = nil) throws -> (Data, HTTPURLResponse) {
         let record = try makeRecord(request, kind: .short, timeout: timeout, idleTimeout: nil, queueTimeout: nil)
         let waiter = SyncWaiter()

@@ -74,3 +74,37 @@ public func onNewThread<Result: Sendable>(limit: Duration, _ body: @escaping @Se
     guard let value = await guarded(timeout: limit, body) else { throw TestTimedOut(limit: limit) }
     return value
 }
+
+/// Awaits `body`, cancelling it once `limit` has passed, and returns what it returned: for async
+/// waits that end when their task is cancelled (a pool's or a thread's `awaitTermination()`, a
+/// queue's `waitUntilIdle()`), so that a wait that never ends fails the test instead of hanging it.
+public func cancelling<Result: Sendable>(
+    after limit: Duration, _ body: @escaping @Sendable () async -> Result
+) async -> Result {
+    await withTaskGroup(of: Result?.self) { group in
+        group.addTask { await body() }
+        group.addTask {
+            try? await Task.sleep(for: limit)
+            return nil
+        }
+        // The first to finish cancels the other; `body` always finishes, with its result.
+        var result: Result?
+        while let next = await group.next() {
+            group.cancelAll()
+            if let next { result = next }
+        }
+        return result!
+    }
+}
+
+/// Calls `body`, synchronous code, at once on the calling thread, and returns its result.
+///
+/// For tests of what a blocking call does when a Swift task makes it (a nested `sync` inside a
+/// throttled queue's `run`, a deadlock the detector stops, a precondition in an exit test): async
+/// code cannot call a blocking API directly, which is marked `noasync`, but synchronous code that
+/// a task runs can, and that is what these tests exercise. Everywhere else, tests await the
+/// blocking call's async twin.
+@inline(__always)
+public func synchronously<Result>(_ body: () throws -> Result) rethrows -> Result {
+    try body()
+}

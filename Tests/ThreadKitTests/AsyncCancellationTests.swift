@@ -307,7 +307,7 @@ struct AsyncCancellationTests {
         let result = await Self.cancelOnceStarted(work) { try await chain.value }
         await free.releaseAndDrain()
         #expect(try result?.get() == 42)
-        #expect(try chain.wait() == 42)
+        #expect(try await chain.value == 42)
     }
 
     // MARK: - ThrottledQueue.run

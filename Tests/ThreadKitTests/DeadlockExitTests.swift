@@ -102,17 +102,19 @@ extension ChildScenario {
             try await api.run {
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask {
-                        api.sync {
-                            nestedStarted.countDown()
-                            siblingHoldsCache.wait()
-                            cache.sync {}
+                        synchronously {
+                            api.sync {
+                                nestedStarted.countDown()
+                                siblingHoldsCache.wait()
+                                cache.sync {}
+                            }
                         }
                     }
                     group.addTask {
                         nestedStarted.wait()
                         _ = try? await cache.run {
                             siblingHoldsCache.countDown()
-                            api.sync {}
+                            synchronously { api.sync {} }
                         }
                     }
                 }
@@ -130,7 +132,7 @@ extension ChildScenario {
                     usleep(100_000)  // let the run's work block first
                     api.sync {}
                 }
-                _ = try? step.wait()
+                _ = synchronously { try? step.wait() }
             }
         }
     }

@@ -19,7 +19,7 @@ struct DedicatedThreadLifetimeTests {
         do {
             let threads = names.map { DedicatedThread(name: $0) }
             // Each thread has run something, so each kernel thread is up before the drop.
-            for thread in threads { thread.sync {} }
+            for thread in threads { try await thread.run {} }
             for (index, thread) in threads.enumerated() where index % 3 == 0 {
                 // The first item keeps the thread busy, so the rest is still queued when it is dropped.
                 try thread.execute {
@@ -43,7 +43,7 @@ struct DedicatedThreadLifetimeTests {
         let ran = Counter()
         do {
             let thread = DedicatedThread(name: name)
-            thread.sync {}
+            try await thread.run {}
             thread.pause()
             for _ in 0..<5 { try thread.execute { ran.increment() } }
         }
@@ -120,7 +120,7 @@ struct DedicatedThreadRunCancellationTests {
         await task.value
         #expect(ended, "the await did not end while the work was queued")
         #expect(throws: CancellationError.self) { try outcome.value?.get() }
-        thread.sync {}  // everything queued before has had its turn
+        try await thread.run {}  // everything queued before has had its turn
         #expect(ran.value == 0)
     }
 
@@ -137,7 +137,7 @@ struct DedicatedThreadRunCancellationTests {
         task.cancel()
         gate.countDown()
         await #expect(throws: CancellationError.self) { try await task.value }
-        thread.sync {}
+        try await thread.run {}
         #expect(ran.value == 0)
     }
 

@@ -241,7 +241,7 @@ struct DedicatedThreadTests {
         #expect(thread.disposeNow() == 10)
         #expect(thread.pendingCount == 0)
         #expect(tracker.liveCount == 0)
-        #expect(thread.awaitTermination(timeout: .seconds(10)))
+        #expect(await thread.awaitTermination(within: .seconds(10)))
         #expect(ran.value == 1)
     }
 
@@ -266,7 +266,7 @@ struct DedicatedThreadTests {
     @Test("dispose runs what is queued, refuses more, and the thread exits; awaitTermination is false before")
     func disposeDrains() async throws {
         let thread = DedicatedThread(name: KernelThreads.uniqueName("DTdisp"))
-        #expect(!thread.awaitTermination(timeout: .milliseconds(20)))
+        #expect(await onNewThread { !thread.awaitTermination(timeout: .milliseconds(20)) })
         let ran = Counter()
         let gate = Latch()
         try thread.execute { gate.wait() }
@@ -275,9 +275,9 @@ struct DedicatedThreadTests {
         thread.dispose()  // idempotent
         #expect(throws: DedicatedThreadError.disposed(name: thread.name)) { try thread.execute {} }
         await #expect(throws: DedicatedThreadError.disposed(name: thread.name)) { try await thread.run {} }
-        #expect(!thread.awaitTermination(timeout: .milliseconds(20)))
+        #expect(await onNewThread { !thread.awaitTermination(timeout: .milliseconds(20)) })
         gate.countDown()
-        #expect(thread.awaitTermination(timeout: .seconds(10)))
+        #expect(await thread.awaitTermination(within: .seconds(10)))
         #expect(ran.value == 5)
         #expect("\(DedicatedThreadError.disposed(name: "db"))" == "DedicatedThread 'db' is disposed and accepts no more work")
     }
@@ -289,7 +289,7 @@ struct DedicatedThreadTests {
         thread.pause()
         for _ in 0..<3 { try thread.execute { _ = ran.increment() } }
         thread.dispose()
-        #expect(thread.awaitTermination(timeout: .seconds(10)))
+        #expect(await thread.awaitTermination(within: .seconds(10)))
         #expect(ran.value == 3)
     }
 
@@ -304,7 +304,7 @@ struct DedicatedThreadTests {
         thread.pause()
         #expect(!thread.isPaused)
         gate.countDown()
-        #expect(thread.awaitTermination(timeout: .seconds(10)))
+        #expect(await thread.awaitTermination(within: .seconds(10)))
         #expect(ran.value == 1)
     }
 
@@ -337,7 +337,7 @@ struct DedicatedThreadTests {
         gate.countDown()
         #expect(await onNewThread { syncDone.wait(timeout: .seconds(10)) })
         #expect(syncResult.value == 7)
-        #expect(thread.awaitTermination(timeout: .seconds(10)))
+        #expect(await thread.awaitTermination(within: .seconds(10)))
         #expect(ran.value == 0)
     }
 

@@ -83,6 +83,6 @@ import Testing
         guard handedBack != nil else { return }  // the disposing thread is stuck: so is the chain
         await #expect(throws: CancellationError.self) { try await chain.value }
         release.countDown()
-        #expect(pool.awaitTermination(timeout: .seconds(10)))
+        #expect(await pool.awaitTermination(within: .seconds(10)))
     }
 }

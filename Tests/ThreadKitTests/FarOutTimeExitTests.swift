@@ -219,7 +219,7 @@ struct FarOutTimeExitTests {
             precondition(ran.value == 0)
             chain.cancel()
             do {
-                _ = try chain.wait()
+                _ = try await chain.value
                 fatalError("a cancelled chain returned a value")
             } catch {
                 precondition(error is CancellationError)

@@ -1010,7 +1010,7 @@ extension LogSourceTests {
     func swiftLogAdapterPrintsByDefault() throws {
         let guide = try String(contentsOf: packageRoot.appendingPathComponent("Docs/Log.md"), encoding: .utf8)
         let blocks = guide.components(separatedBy: "```").enumerated().filter { $0.offset % 2 == 1 }.map(\.element)
-        let adapter = try #require(blocks.first { $0.contains("import Logging") })
+        let adapter = try #require(blocks.first { $0.contains(": LogDelegate") && $0.contains("Logger(") })
         let levels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
         // swift-log's Logger starts at .info unless its logLevel is set.
         let threshold = levels.first { adapter.contains("logLevel = .\($0)") } ?? "info"

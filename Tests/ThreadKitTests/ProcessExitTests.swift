@@ -284,17 +284,17 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             let release = Latch()
             let pool = ThreadPool(name: "Bad", size: 1)
             try? pool.execute { _ = release.wait(timeout: .seconds(30)) }
-            _ = try? pool.schedule {}.wait(timeout: .seconds(-1))
+            _ = synchronously { try? pool.schedule {}.wait(timeout: .seconds(-1)) }
         case .poolFarNegativeWaitTimeout:
-            _ = try? ThreadPool(name: "Bad", size: 1).schedule {}.wait(timeout: .zero - FarOut.huge)
+            _ = synchronously { try? ThreadPool(name: "Bad", size: 1).schedule {}.wait(timeout: .zero - FarOut.huge) }
         case .poolNegativeWaitTimeoutAfterTheTaskRan:
             let task = try? ThreadPool(name: "Bad", size: 1).schedule {}
-            precondition(task?.wait(timeout: .seconds(10)) == true, "the task did not run")
-            _ = task?.wait(timeout: .milliseconds(-1))
+            precondition(synchronously { task?.wait(timeout: .seconds(10)) } == true, "the task did not run")
+            _ = synchronously { task?.wait(timeout: .milliseconds(-1)) }
         case .poolNegativeAwaitTermination:
             let pool = ThreadPool(name: "Bad", size: 1)
             pool.dispose()
-            _ = pool.awaitTermination(timeout: .nanoseconds(-1))
+            _ = synchronously { pool.awaitTermination(timeout: .nanoseconds(-1)) }
 
         case .timerNegativeDelay:
             _ = try? TimerThread(name: "TmExitNeg").schedule(after: .milliseconds(-1)) {}
@@ -341,20 +341,20 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             let thread = DedicatedThread(name: "db")
             let counter = PinnedCounter(thread: thread)
             thread.dispose()
-            _ = thread.awaitTermination(timeout: .seconds(10))
+            await thread.awaitTermination()
             _ = await counter.increment()
         case .threadSyncAfterDispose:
             let thread = DedicatedThread(name: "db")
             thread.dispose()
-            thread.sync {}
+            synchronously { thread.sync {} }
         case .threadNegativeTimeout:
-            _ = DedicatedThread(name: "db").awaitTermination(timeout: .milliseconds(-1))
+            _ = synchronously { DedicatedThread(name: "db").awaitTermination(timeout: .milliseconds(-1)) }
         case .poolFineArguments:
             let pool = ThreadPool(
                 name: "Good", size: 1, keepAlive: .zero, collectionInterval: .nanoseconds(1), queueLimit: 1)
-            _ = try? pool.schedule {}.wait(timeout: .zero)
+            _ = synchronously { try? pool.schedule {}.wait(timeout: .zero) }
             pool.dispose()
-            _ = pool.awaitTermination(timeout: .zero)
+            _ = synchronously { pool.awaitTermination(timeout: .zero) }
         case .timerFineArguments:
             let timer = TimerThread(name: "TmExitOK")
             _ = try? timer.schedule(after: .zero) {}

@@ -9,10 +9,9 @@ import ThreadKit
         let pool = ThreadPool(name: "Images", size: 4)       // threads start lazily, at most 4
         try pool.execute { print("on \(Thread.current.name!)") }   // "Images Thread1"
         let task = try pool.schedule { print("cancellable until a thread takes it") }
-        task.wait()                                          // returns once it has run
         let answer = try await pool.run { 6 * 7 }            // suspends; no thread blocked
         pool.dispose()                                       // run what is queued, then let threads exit
-        _ = pool.awaitTermination(timeout: .seconds(5))
+        await pool.awaitTermination()                        // suspends until every thread has exited
 
         #expect(task.isCompleted)
         #expect(answer == 42)
@@ -50,7 +49,7 @@ import ThreadKit
         try api.async { print("second: 200 ms after the first started") }
         let status = try await api.run { 200 }               // async work, throttled the same way
         api.pause(for: .seconds(30))                         // after an HTTP 429 with Retry-After: 30
-        api.waitUntilIdle()
+        await api.waitUntilIdle()                            // suspends until every accepted task has finished
 
         #expect(status == 200)
         #expect(api.pendingCount == 0)
@@ -59,40 +58,40 @@ import ThreadKit
     @Test func dedicatedThreadQuickStart() async throws {
         let db = DedicatedThread(name: "SQLite")             // one named thread, started at once
         try db.execute { print("always on \(Thread.current.name!)") }   // FIFO on "SQLite"
-        let rows = db.sync { 3 }                             // blocks until it ran there; from "SQLite": inline
         let user = try await db.run { "alice" }              // suspends; no thread blocked
         actor Store {                                        // every method of Store runs on "Store"
             let thread = DedicatedThread(name: "Store")
             nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
         }
         db.dispose()                                         // run what is queued, then exit
+        await db.awaitTermination()                          // suspends until the thread has exited
 
-        #expect(rows == 3)
         #expect(user == "alice")
-        #expect(db.awaitTermination(timeout: .seconds(5)))
+        #expect(db.pendingCount == 0)
         _ = Store.self
     }
 
-    @Test func dispatchMethodQuickStart() throws {
-        let db = DedicatedThread(name: "SQLite")
-        let pool = ThreadPool(name: "Images", size: 4)
-        defer {
-            db.dispose()
-            pool.dispose()
-        }
-        var save: DispatchMethod = .async(on: .thread(db))   // a value a type can store and a user can change
-        save = .sync(on: .pool(pool))                        // .inline, .async, .sync, .after(delay, on:)
-        let total = try DispatchMethod.async(on: .pool(pool)).execute { 20 }
-            .then(.async(on: .thread(db))) { $0 + 1 }         // each step once, in order, with the value
+    @Test func dispatchMethodQuickStart() async throws {
+        let workers = ThreadPool(name: "Workers", size: 2)
+        let ledger = DedicatedThread(name: "Ledger")
+        var save: DispatchMethod = .async(on: .thread(ledger))   // a value a type can store and a user can change
+        save = .sync(on: .pool(workers))                     // .inline, .async, .sync, .after(delay, on:)
+        let total = try await DispatchMethod.async(on: .pool(workers)).execute { 20 }
+            .then(.async(on: .thread(ledger))) { $0 + 1 }     // each step once, in order, with the value
             .then(.inline) { $0 * 2 }
-            .wait()                                          // 42; errors and cancellation come out here
-        let queue = DispatchQueue(label: "Ledger")           // a sync back onto a context the thread holds runs inline:
-        let nested = try DispatchMethod.sync(on: .serialQueue(queue)).execute {
-            try DispatchMethod.sync(on: .serialQueue(queue)).execute { "no deadlock" }.wait()
-        }.wait()
+            .value                                           // 42; errors and cancellation come out here
+        func nested() throws -> String {                     // synchronous code may block: .sync and wait()
+            let queue = DispatchQueue(label: "Journal")      // a sync back onto the queue it runs in runs inline:
+            return try DispatchMethod.sync(on: .serialQueue(queue)).execute {
+                try DispatchMethod.sync(on: .serialQueue(queue)).execute { "no deadlock" }.wait()
+            }.wait()
+        }
 
         #expect(total == 42)
-        #expect(nested == "no deadlock")
-        #expect(try save.execute { 1 }.wait() == 1)
+        #expect(try nested() == "no deadlock")
+        #expect(try await save.run { 1 } == 1)
+        ledger.dispose()
+        workers.dispose()
     }
+
 }

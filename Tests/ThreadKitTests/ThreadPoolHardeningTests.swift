@@ -99,7 +99,7 @@ struct ThreadPoolHardeningTests {
         #expect(await eventually { pool.object == nil })
         #expect(handle.cancel() == false)
         #expect(handle.isCompleted)
-        #expect(handle.wait(timeout: .zero))
+        #expect(await onNewThread { handle.wait(timeout: .zero) })
     }
 
     @Test("disposeNow() releases handed-back closures after unlocking: a capture's deinit may read statistics")
@@ -129,7 +129,7 @@ struct ThreadPoolHardeningTests {
         gate.countDown()
         #expect(handedBack == 2, "disposeNow() hung or lost a task")
         #expect(reads.value == 2)
-        #expect(pool.awaitTermination(timeout: .seconds(10)))
+        #expect(await pool.awaitTermination(within: .seconds(10)))
     }
 
     @Test("cancel() releases the closure after the pool's bookkeeping: a capture's deinit may read statistics")
@@ -157,7 +157,7 @@ struct ThreadPoolHardeningTests {
         #expect(reads.value == 1)
         #expect(pool.statistics.queuedTasks == 0)
         pool.dispose()
-        #expect(pool.awaitTermination(timeout: .seconds(10)))
+        #expect(await pool.awaitTermination(within: .seconds(10)))
     }
 
     @Test("run suspends on a full queue under .block: more callers than cores do not stall Swift's threads")
@@ -190,7 +190,7 @@ struct ThreadPoolHardeningTests {
         gate.countDown()
         #expect(await eventually { finished.value == callers })
         pool.dispose()
-        #expect(pool.awaitTermination(timeout: .seconds(10)))
+        #expect(await pool.awaitTermination(within: .seconds(10)))
     }
 
     @Test("run under .runOnCaller suspends for room; the work never runs on the caller's thread")
@@ -223,7 +223,7 @@ struct ThreadPoolHardeningTests {
         pool.dispose()
         await #expect(throws: ThreadPoolError.disposed(pool: "HRunCan")) { try await disposed.value }
         gate.countDown()
-        #expect(pool.awaitTermination(timeout: .seconds(10)))
+        #expect(await pool.awaitTermination(within: .seconds(10)))
         #expect(ran.value == 0)
     }
 
@@ -243,7 +243,7 @@ struct ThreadPoolHardeningTests {
         #expect(await eventually { order.values.count == 3 })
         #expect(order.values == ["inline on HOwnBlk Thread1", "outer returns", "queued"])
         pool.dispose()
-        #expect(pool.awaitTermination(timeout: .seconds(10)))
+        #expect(await pool.awaitTermination(within: .seconds(10)))
     }
 
     @Test("A .block submission from another pool's thread still waits for room")
@@ -290,7 +290,7 @@ struct ThreadPoolHardeningTests {
         #expect(Set(seen.compactMap(\.foundation)) == Set(seen.map(\.whole)))
         #endif
         pool.dispose()
-        #expect(pool.awaitTermination(timeout: .seconds(10)))
+        #expect(await pool.awaitTermination(within: .seconds(10)))
     }
 
     @Test("A pool whose name starts with a character longer than 15 bytes still names its threads")
@@ -299,8 +299,7 @@ struct ThreadPoolHardeningTests {
         #expect(family.count == 1 && family.utf8.count > 15)
         let pool = ThreadPool(name: family, size: 1)
         let names = Recorder<(kernel: String, whole: String)>()
-        let task = try pool.schedule { names.append((KernelThreads.currentName(), NamedThread.currentName())) }
-        #expect(task.wait(timeout: .seconds(10)))
+        try await pool.run { names.append((KernelThreads.currentName(), NamedThread.currentName())) }
         #expect(names.values.map(\.kernel) == ["Thread1"])  // no room for the character: only the number
         #expect(names.values.map(\.whole) == ["\(family) Thread1"])
         pool.dispose()
@@ -326,7 +325,7 @@ struct ThreadPoolHardeningTests {
         #expect(pool.statistics.peakThreads == count)
         #expect(await eventually { KernelThreads.count(ofPool: "HRetire") == 0 })
         pool.dispose()
-        #expect(pool.awaitTermination(timeout: .seconds(10)))
+        #expect(await pool.awaitTermination(within: .seconds(10)))
     }
 
     @Test("The idle list keeps most-recent-first reuse while removing from anywhere")
@@ -349,12 +348,11 @@ struct ThreadPoolHardeningTests {
         // Three sequential tasks, each waited for, all go to the most recently idle thread.
         let names = Recorder<String>()
         for _ in 0..<3 {
-            let task = try pool.schedule { names.append(KernelThreads.currentName()) }
-            #expect(task.wait(timeout: .seconds(10)))
+            try await pool.run { names.append(KernelThreads.currentName()) }
             #expect(await eventually { pool.idleWorkers.current.sleepers == 3 })
         }
         #expect(Set(names.values).count == 1)
         pool.dispose()
-        #expect(pool.awaitTermination(timeout: .seconds(10)))
+        #expect(await pool.awaitTermination(within: .seconds(10)))
     }
 }

@@ -37,7 +37,7 @@ struct ThrottledQueueExitTests {
     func negativeSyncInterval() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = ThrottledQueue(label: "TQ exit sync", interval: .milliseconds(10))
-            queue.sync(interval: .milliseconds(-3)) {}
+            synchronously { queue.sync(interval: .milliseconds(-3)) {} }
         }
         #expect(stopped(result, saying: "TQ exit sync", "interval must not be negative", "-0.003 seconds"))
     }
@@ -98,7 +98,7 @@ struct ThrottledQueueExitTests {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = ThrottledQueue(label: "TQ exit wait", interval: .zero)
             try? queue.async { queue.waitUntilIdle() }
-            queue.waitUntilIdle()
+            synchronously { queue.waitUntilIdle() }
         }
         #expect(stopped(result, saying: "TQ exit wait", "waitUntilIdle() from inside its own task"))
     }
@@ -107,7 +107,7 @@ struct ThrottledQueueExitTests {
     func waitUntilIdleFromOwnSync() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = ThrottledQueue(label: "TQ exit wait sync", interval: .zero)
-            queue.sync { queue.waitUntilIdle() }
+            synchronously { queue.sync { queue.waitUntilIdle() } }
         }
         #expect(stopped(result, saying: "waitUntilIdle() from inside its own task"))
     }

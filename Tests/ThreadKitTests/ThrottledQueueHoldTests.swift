@@ -33,12 +33,12 @@ struct ThrottledQueueHoldTests {
         func perform(_ work: @escaping @Sendable () -> Int, on queue: ThrottledQueue) async throws -> Int {
             switch self {
             case .chainWait:
-                return try DispatchMethod.async(on: .throttled(queue)).execute(work).wait()
+                return try synchronously { try DispatchMethod.async(on: .throttled(queue)).execute(work).wait() }
             case .chainValue:
                 return try await DispatchMethod.async(on: .throttled(queue)).execute(work).value
             case .chainWaitAfterAwait:
                 try await Task.sleep(for: .milliseconds(1))
-                return try DispatchMethod.async(on: .throttled(queue)).execute(work).wait()
+                return try synchronously { try DispatchMethod.async(on: .throttled(queue)).execute(work).wait() }
             case .chainValueAfterAwait:
                 try await Task.sleep(for: .milliseconds(1))
                 return try await DispatchMethod.async(on: .throttled(queue)).execute(work).value
@@ -91,7 +91,7 @@ struct ThrottledQueueHoldTests {
             let inner = try await queue.run { () -> Task<Instant, any Error> in
                 let inner = Task(executorPreference: executor) { () async throws -> Instant in
                     switch call {
-                    case .sync: return queue.sync { ContinuousClock.now }
+                    case .sync: return synchronously { queue.sync { ContinuousClock.now } }
                     case .run: return try await queue.run { ContinuousClock.now }
                     }
                 }
@@ -117,7 +117,7 @@ struct ThrottledQueueHoldTests {
         let finished: Void? = await ThrottledQueueRobustnessTests.returned("a child task's sync inside run's work", releasing: queue, threads: 4) {
             try await queue.run {
                 try? queue.async { order.append("queued") }
-                async let child: Void = queue.sync { order.append("child") }
+                async let child: Void = synchronously { queue.sync { order.append("child") } }
                 await child
                 order.append("run's work ends")
             }
@@ -159,7 +159,7 @@ struct ThrottledQueueHoldTests {
         let outcome = await ThrottledQueueRobustnessTests.finishes(within: .seconds(10), on: executor) {
             try await queue.run {
                 await withTaskGroup(of: Void.self) { group in
-                    group.addTask { for _ in 0..<300 { queue.sync { exclusive() } } }
+                    group.addTask { synchronously { for _ in 0..<300 { queue.sync { exclusive() } } } }
                     group.addTask { for _ in 0..<300 { elsewhere { queue.sync { exclusive() } } } }
                 }
             }
@@ -189,7 +189,7 @@ extension ChildScenario {
                 let calling = Latch()
                 Task(executorPreference: runner) {
                     calling.countDown()
-                    db.sync {}  // waits for "db", which waits for "api": the work ends, all go on
+                    synchronously { db.sync {} }  // waits for "db", which waits for "api": the work ends, all go on
                     done.countDown()
                 }
                 await onNewThread { _ = calling.wait(timeout: .seconds(5)) }
@@ -208,9 +208,11 @@ extension ChildScenario {
         let done = Latch()
         Task(executorPreference: runner) {
             try await api.run {
-                api.sync {
-                    order.append("nested")
-                    db.sync { api.sync { order.append("nested again, on db") } }
+                synchronously {
+                    api.sync {
+                        order.append("nested")
+                        db.sync { api.sync { order.append("nested again, on db") } }
+                    }
                 }
             }
             done.countDown()

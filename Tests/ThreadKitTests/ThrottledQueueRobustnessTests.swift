@@ -95,15 +95,18 @@ struct ThrottledQueueRobustnessTests {
             return try await queue.run { () -> [Duration] in
                 let outer = ContinuousClock.now
                 try? queue.async { order.append("queued") }
-                let first = queue.sync { () -> Instant in
-                    let start = ContinuousClock.now
-                    order.append("nested 1")
-                    return start
-                }
-                let second = queue.sync(interval: .zero) { () -> Instant in
-                    let start = ContinuousClock.now
-                    order.append("nested 2")
-                    return start
+                let (first, second) = synchronously { () -> (Instant, Instant) in
+                    let first = queue.sync { () -> Instant in
+                        let start = ContinuousClock.now
+                        order.append("nested 1")
+                        return start
+                    }
+                    let second = queue.sync(interval: .zero) { () -> Instant in
+                        let start = ContinuousClock.now
+                        order.append("nested 2")
+                        return start
+                    }
+                    return (first, second)
                 }
                 order.append("outer end")
                 return [first - called, second - called, first - outer]
@@ -137,7 +140,7 @@ struct ThrottledQueueRobustnessTests {
                     for index in 0..<8 {
                         group.addTask {
                             if index.isMultiple(of: 2) {
-                                queue.sync { exclusiveWork() }
+                                synchronously { queue.sync { exclusiveWork() } }
                             } else {
                                 _ = try? await queue.run { exclusiveWork() }
                             }
@@ -160,9 +163,11 @@ struct ThrottledQueueRobustnessTests {
         let finished: Void? = await Self.returned("a sync back onto the queue from run's work", releasing: queue, within: .seconds(10)) {
             try await queue.run {
                 try? queue.async { order.append("queued") }
-                thread.sync { queue.sync { order.append("through the thread") } }
-                DispatchMethod.sync(on: .thread(thread)).execute {
-                    queue.sync { order.append("through DispatchMethod") }
+                synchronously {
+                    thread.sync { queue.sync { order.append("through the thread") } }
+                    DispatchMethod.sync(on: .thread(thread)).execute {
+                        queue.sync { order.append("through DispatchMethod") }
+                    }
                 }
                 order.append("run's work ends")
             }
@@ -183,8 +188,11 @@ struct ThrottledQueueRobustnessTests {
                 // Inherits the run's hold, and runs after the run's work has returned.
                 Task(executorPreference: executor) {
                     try await Task.sleep(for: .milliseconds(20))
-                    queue.sync { _ = ran.increment() }
-                    queue.waitUntilIdle()
+                    synchronously {
+                        queue.sync { _ = ran.increment() }
+                        queue.waitUntilIdle()
+                    }
+                    await queue.waitUntilIdle()
                 }
             }
             try await late.value
@@ -473,7 +481,7 @@ struct ThrottledQueueRobustnessTests {
         }
         try queue.async(check)
         await ThrottledQueueTests.waitUntilIdle(queue)
-        queue.sync(check)
+        synchronously { queue.sync(check) }
         try await queue.run { check() }
         #expect(seen.values == [true, true, true])
         #expect(queue.startOfCurrentTask == nil)
@@ -587,7 +595,7 @@ extension ChildScenario {
         let executor = ThreadPool(name: "TQxr", size: 1)
         let done = Latch()
         Task(executorPreference: executor) {
-            _ = try? await queue.run { queue.waitUntilIdle() }
+            _ = try? await queue.run { synchronously { queue.waitUntilIdle() } }
             done.countDown()
         }
         _ = done.wait(timeout: .seconds(5))

@@ -2,12 +2,13 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import ThreadKitURL
 import Testing
 import ThreadKit
-import ThreadKitURL
 import LoopbackHTTPServer
 
-/// The README's URLDispatcher quick start, compiled and run as written against the loopback server.
+/// The URLDispatcher snippets of the README and Docs/URLDispatcher.md, compiled and run as written
+/// against the loopback server.
 extension URLIntegrationTests {
 @Suite struct ReadmeURLExampleTests {
     @Test func urlDispatcherQuickStart() async throws {
@@ -17,7 +18,7 @@ extension URLIntegrationTests {
         try await bounded {
             let api = URLDispatcher(limits: .init(maxRequests: 4, maxLongRequests: 1, rate: .rate(20, per: .seconds(1))))
             let items = URLRequest(url: base.appendingPathComponent("items"))
-            let (body, response) = try await api.data(for: items, timeout: .milliseconds(800))   // waits its turn; enforced to the ms
+            let (body, response) = try await api.data(for: items, timeout: .milliseconds(800))   // waits its turn; then 800 ms at most
             print(response.statusCode, body.count)               // any status; a 429/503 with Retry-After pauses the endpoint
             for try await element in api.stream(for: URLRequest(url: base.appendingPathComponent("events")),
                                                 timeout: .seconds(5), idleTimeout: .seconds(30)) {
@@ -30,6 +31,21 @@ extension URLIntegrationTests {
             #expect(api.statistics(for: try .init(url: base)).completed == 2)
         }
         #expect(server.arrivals.map(\.target) == ["/items", "/events"])
+    }
+
+    @Test func urlDispatcherDocsIntroduction() async throws {
+        let server = try LoopbackHTTPServer()
+        defer { server.shutdown() }
+        let url = server.url("/items")
+        try await bounded {
+            let api = URLDispatcher(limits: .init(maxRequests: 6, maxLongRequests: 2))
+            let (body, response) = try await api.data(for: URLRequest(url: url), timeout: .milliseconds(800))
+
+            #expect(response.statusCode == 200)
+            #expect(body.count == Int(response.value(forHTTPHeaderField: "Content-Length") ?? "") ?? body.count)
+            api.dispose()
+        }
+        #expect(server.arrivals.map(\.target) == ["/items"])
     }
 }
 }

@@ -97,7 +97,7 @@ struct URLDispatcherExitTests {
             case .farNegativeIdleTimeout:
                 _ = URLDispatcher().stream(for: URLDispatcherExitTests.request, idleTimeout: .zero - .seconds(Int64.max) - .seconds(Int64.max))
             case .negativeDataSyncTimeout:
-                _ = try? URLDispatcher().dataSync(for: URLDispatcherExitTests.request, timeout: .milliseconds(-1))
+                _ = synchronously { try? URLDispatcher().dataSync(for: URLDispatcherExitTests.request, timeout: .milliseconds(-1)) }
             case .negativeTimeoutIntervalAtDispatch:
                 var request = URLDispatcherExitTests.request
                 request.timeoutInterval = -1
@@ -105,7 +105,7 @@ struct URLDispatcherExitTests {
             case .negativeTimeoutIntervalAtDataSync:
                 var request = URLDispatcherExitTests.request
                 request.timeoutInterval = -0.5
-                _ = try? URLDispatcher().dataSync(for: request)
+                _ = synchronously { try? URLDispatcher().dataSync(for: request) }
             case .serverWithoutConnections: _ = try? LoopbackHTTPServer(maxConnections: 0)
             case .serverWithNegativeConnections: _ = try? LoopbackHTTPServer(maxConnections: -1)
             }

@@ -50,6 +50,9 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
 
     /// Runs `work` on the thread, after everything submitted before it.
     ///
+    /// `work` stays `@Sendable` (``run(_:)``'s is `sending`): nobody waits for it, and
+    /// ``disposeNow()`` may drop it on whichever thread calls it.
+    ///
     /// - Throws: ``DedicatedThreadError/disposed(name:)`` after ``dispose()`` or ``disposeNow()``.
     public func execute(_ work: @escaping @Sendable () -> Void) throws {
         try core.execute(work)
@@ -65,8 +68,11 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
     /// or while the thread is paused and nothing will resume it, cannot return. The first stops
     /// the process with a message naming the thread.
     ///
+    /// It blocks the calling thread, so async code awaits ``run(_:)`` instead.
+    ///
     /// - Returns: What `work` returned.
     /// - Throws: What `work` threw.
+    @available(*, noasync, message: "it blocks the thread; use 'try await run { }' in async code")
     public func sync<T>(_ work: () throws -> T) rethrows -> T {
         try core.sync(work)
     }
@@ -78,6 +84,10 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
 
     /// Runs `work` on the thread and suspends (without blocking a thread) until it has run.
     ///
+    /// `work` is `sending`: it runs once, on this thread, so it may use non-Sendable values the
+    /// caller made and hands over (code on an actor can pass a value it created, and no longer
+    /// touches it); it cannot use the caller's actor-isolated state, which lives elsewhere.
+    ///
     /// If the calling task is already cancelled, the work is not submitted; if it is cancelled
     /// before the thread starts the work, the work never starts (its closure is released at once)
     /// and this throws `CancellationError`. Once started, the work runs to its end and this
@@ -86,8 +96,8 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
     /// - Returns: What `work` returned.
     /// - Throws: What `work` threw, `CancellationError`, or ``DedicatedThreadError/disposed(name:)``
     ///   if the thread was disposed before it ran (``disposeNow()`` drops it; later calls are refused).
-    public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await core.run(work)
+    public func run<T: Sendable>(_ work: sending @escaping () throws -> T) async throws -> T {
+        try await core.run(SendingWork(work))
     }
 
     /// Runs a Swift concurrency job on the thread, in FIFO order with the closures.
@@ -170,12 +180,31 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
 
     /// Blocks until the thread has exited after a dispose, or `timeout` has passed.
     ///
+    /// It blocks the calling thread, so async code awaits ``awaitTermination()`` instead.
+    ///
     /// - Parameter timeout: The longest to wait; not negative. Zero: it checks once and does not
     ///   wait (as Java's `ExecutorService.awaitTermination` does); far out: as long as it takes.
     /// - Returns: `true` once the thread is gone (or never started), `false` on timeout, and always
     ///   `false` while it was not disposed.
+    @available(*, noasync, message: "it blocks the thread; use 'await awaitTermination()' in async code")
     public func awaitTermination(timeout: Duration) -> Bool {
         core.awaitTermination(timeout: timeout)
+    }
+
+    /// Suspends, without blocking a thread, until the thread has exited after a dispose.
+    ///
+    /// The async twin of ``awaitTermination(timeout:)``: it is resumed by the thread's exit, as
+    /// that call is woken. Called after the thread has exited (or on one that never started), it
+    /// returns `true` at once. It waits for the thread to be disposed first, so a thread that is
+    /// never disposed keeps it waiting; to bound the wait, cancel the
+    /// awaiting task.
+    ///
+    /// Cancelling the awaiting task ends the wait at once; the thread is not affected.
+    ///
+    /// - Returns: `true` once the thread is gone; `false` if the awaiting task was cancelled first.
+    @discardableResult
+    public func awaitTermination() async -> Bool {
+        await core.awaitTermination()
     }
 
     /// How many closures and jobs wait in the queue (not the one running).

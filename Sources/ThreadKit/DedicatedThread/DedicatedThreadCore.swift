@@ -14,7 +14,7 @@ import Synchronization
 /// `mutex`; the core carries it out (signals, nudges, sleeps, runs items) and runs every closure
 /// outside its locks.
 final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendable {
-    // Sendable: `machine` is guarded by `mutex`, `batch` by `batchMutex` (taken inside `mutex`
+    // Sendable: `machine` and `exitWaiters` are guarded by `mutex`, `batch` by `batchMutex` (taken inside `mutex`
     // when both are needed); `workNudge` is an atomic; the rest is constant.
 
     let name: String
@@ -24,6 +24,8 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     private let workArrived = MonotonicCondition()
     /// Broadcast when the thread has exited.
     private let exited = MonotonicCondition()
+    /// The tasks suspended in ``awaitTermination()``, resumed when the thread has exited.
+    private var exitWaiters = EventWaiters()
     private var machine: DedicatedThreadStateMachine<Item>
     /// The items the thread took out of the queue in one go, to run one by one. Submitters never
     /// take this lock, so the thread and its submitters meet on `mutex` once per batch, not once
@@ -63,10 +65,10 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     }
 
     /// ``DedicatedThread/run(_:)``.
-    func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    func run<T: Sendable>(_ work: SendingWork<T>) async throws -> T {
         // Without this, a cancelled caller would queue work that an idle thread starts at once.
         try Task.checkCancellation()
-        let call = RunCall(work)
+        let call = RunCall { try work() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 // Exactly one of four resumes the caller: the thread starting the work, the
@@ -149,6 +151,18 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
         precondition(timeout >= .zero, "DedicatedThread '\(name)': awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
         let deadline = MonotonicInstant.now().advanced(by: timeout)
         return mutex.withLock { _blockingWaitForExit(until: deadline) }
+    }
+
+    /// ``DedicatedThread/awaitTermination()``.
+    func awaitTermination() async -> Bool {
+        let waiter = EventWaiter()
+        let exited = mutex.withLock {
+            if machine.hasExited { return true }
+            exitWaiters.add(waiter)
+            return false
+        }
+        if exited { return true }
+        return await waiter.wait(onCancel: { [self] in mutex.withLock { exitWaiters.remove(waiter) } })
     }
 
     /// ``DedicatedThread/pendingCount``.
@@ -258,6 +272,9 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
             if next != nil {
                 perform(next.take()!)
             } else if !_blockingTakeNextBatch() {
+                // Exited: a task that begins to wait from now on sees it; those waiting already
+                // are resumed after the lock is let go.
+                mutex.withLock { exitWaiters.takeAll() }.resumeWaiters()
                 return
             }
         }

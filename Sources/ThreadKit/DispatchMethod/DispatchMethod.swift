@@ -36,6 +36,10 @@ public enum DispatchMethod: Sendable {
     /// With `.inline` and `.sync`, `work` has run when this returns. A refused submission (a
     /// disposed pool, thread or throttled queue) fails the chain with the refusal's error.
     ///
+    /// `work` stays `@Sendable` (``run(_:)``'s is `sending`): it is stored in the chain until it
+    /// runs, and whichever thread gets to it — the target's, a waiter that runs it inline, the
+    /// timer's for `.after`, one that cancels the chain — runs or releases it.
+    ///
     /// Inlinable so that `.inline` and `.sync`, the calls that return a finished chain, are
     /// specialized for `T` where they are made: the chain costs them one finished link, with no
     /// lock and no type metadata looked up (a `.sync` target still hands the work over its own way).
@@ -71,25 +75,31 @@ public enum DispatchMethod: Sendable {
     /// `.sync(on:)` runs like `.async(on:)` here: an async caller must not block its thread, so it
     /// suspends while the target runs the work. `.inline` runs `work` in the calling task.
     ///
+    /// `work` is `sending`: it runs once, on the target, so it may use non-Sendable values the
+    /// caller made and hands over. (``execute(_:)`` and ``ExecutionChain/then(_:_:)`` keep
+    /// `@Sendable`: their work is stored in a chain that any thread may dispatch, cancel or
+    /// release, and a `.sync` step may run on the waiting thread or the target's.)
+    ///
     /// Cancelling the calling task before `work` has begun removes it: it never runs, and this
     /// throws `CancellationError` (a task cancelled before the call submits nothing). Once begun,
-    /// `work` runs to its end and this returns its result. From inside a ``ThrottledQueue/run(_:)``'s
+    /// `work` runs to its end and this returns its result. From inside a ``ThrottledQueue/run(isolation:_:)``'s
     /// work, a method whose target is that queue runs `work` in the calling task, nested in the
     /// running one (see ``ExecutionChain/value``), instead of waiting for a turn that cannot come.
     ///
     /// - Returns: What `work` returned.
     /// - Throws: What `work` threw, `CancellationError`, or the target's refusal.
-    public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    public func run<T: Sendable>(_ work: sending @escaping () throws -> T) async throws -> T {
         // Without this, a cancelled caller could hand its work to an idle thread, which starts it
         // before the cancellation is seen.
         try Task.checkCancellation()
+        let work = SendingWork(work)
         switch self {
         case .inline:
             return try work()
         case .sync(let target):
-            return try await DispatchMethod.async(on: target).queued(work).value
+            return try await DispatchMethod.async(on: target).queued { try work() }.value
         case .async, .after:
-            return try await queued(work).value
+            return try await queued { try work() }.value
         }
     }
 

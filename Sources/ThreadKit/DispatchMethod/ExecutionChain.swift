@@ -78,6 +78,9 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     /// fails with the same error. `.sync(on:)` runs as `.async(on:)` here: nobody is blocked
     /// waiting for a step that follows another (``wait()`` is how to block for one).
     ///
+    /// `work` is `@Sendable`: it waits in the chain until this step finishes, and whichever thread
+    /// finishes this step (or cancels the chain) dispatches or releases it.
+    ///
     /// - Returns: The link that carries `work`'s result.
     @discardableResult
     public func then<Next: Sendable>(
@@ -104,7 +107,7 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     /// Re-entry aware: if a step this link waits for is queued on a serial context that the
     /// calling thread holds (it runs that context's work, or work that the context's holder is
     /// blocked waiting for), or that the calling Swift task holds (it runs a
-    /// ``ThrottledQueue/run(_:)``'s work), the step cannot wait for its context's queue: it runs
+    /// ``ThrottledQueue/run(isolation:_:)``'s work), the step cannot wait for its context's queue: it runs
     /// without waiting (a delayed step once its time has come), where any re-entered work runs. On
     /// the calling thread, except for a thread-affine context (a ``DedicatedThread``, a serial
     /// queue, the main queue) whose work another thread runs: that thread is blocked in a wait
@@ -113,8 +116,11 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     /// process with a message naming it; so does a wait from inside a step of this chain that the
     /// waited-for step comes after (or is), which could never end.
     ///
+    /// It blocks the calling thread, so async code awaits ``value`` instead.
+    ///
     /// - Throws: The error of this step or of one before it, or `CancellationError` if the chain
     ///   was cancelled before this step ran.
+    @available(*, noasync, message: "it blocks the thread; use 'try await chain.value' in async code")
     public func wait() throws -> Value {
         group.mutex.lock()
         defer { group.mutex.unlock() }
@@ -170,7 +176,7 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
     /// result. Steps before this one are not affected.
     ///
     /// Re-entry aware, as ``wait()`` is: a step this link waits for that is queued on a serial
-    /// context the calling task holds (inside ``ThrottledQueue/run(_:)``'s work, for a step on that
+    /// context the calling task holds (inside ``ThrottledQueue/run(isolation:_:)``'s work, for a step on that
     /// queue) can only run here, so it runs in the calling task, as a nested task of the queue.
     ///
     /// - Throws: The error of this step or of one before it, or `CancellationError` if the chain

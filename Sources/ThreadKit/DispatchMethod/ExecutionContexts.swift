@@ -104,7 +104,7 @@ enum ExecutionContexts {
     }
 
     /// Runs `body`, a blocking wait, with the calling thread also holding what the current Swift
-    /// task holds: the throttled queues whose ``ThrottledQueue/run(_:)`` work it runs. Async work
+    /// task holds: the throttled queues whose ``ThrottledQueue/run(isolation:_:)`` work it runs. Async work
     /// may move between threads, so it holds them in a task-local, not in the thread's record; a
     /// blocking wait pins it to this thread until the wait ends, so for that long the thread holds
     /// them. Outside `run`'s work this costs one task-local read.

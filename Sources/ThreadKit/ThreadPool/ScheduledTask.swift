@@ -73,18 +73,24 @@ public final class ScheduledTask: @unchecked Sendable {
     /// On a pool of size 1, a wait from a thread that holds the pool (its own thread, or one running
     /// work its thread is blocked waiting for) runs a queued task inline: only this thread can. A
     /// wait that would close a cycle of blocked threads stops the process with a message naming it.
+    ///
+    /// It blocks the calling thread, so async code submits with ``ThreadPool/run(_:)`` and awaits
+    /// the result instead.
+    @available(*, noasync, message: "it blocks the thread; submit with 'try await pool.run { }' in async code")
     public func wait() {
         _ = wait(until: nil)
     }
 
     /// Blocks the calling thread until the task has run or was cancelled, or `timeout` has passed.
     ///
-    /// Re-entry and deadlock rules as for ``wait()``; a task run inline runs to its end.
+    /// Re-entry and deadlock rules as for ``wait()``; a task run inline runs to its end. It blocks
+    /// the calling thread, so async code submits with ``ThreadPool/run(_:)`` instead.
     ///
     /// - Parameter timeout: The longest to wait; not negative. Zero: it checks once and does not
     ///   wait (as GCD's `wait(timeout:)` and Java's `Future.get` do); far out
     ///   (`.seconds(Int64.max)` and beyond): as long as it takes.
     /// - Returns: `true` if the task has finished (run or cancelled), `false` on timeout.
+    @available(*, noasync, message: "it blocks the thread; submit with 'try await pool.run { }' in async code")
     public func wait(timeout: Duration) -> Bool {
         precondition(timeout >= .zero, "ScheduledTask.wait(timeout:): timeout must not be negative, got \(timeout)")
         return wait(until: MonotonicInstant.now().advanced(by: timeout))

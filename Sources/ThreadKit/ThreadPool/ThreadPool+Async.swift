@@ -1,6 +1,10 @@
 extension ThreadPool {
     /// Runs `work` on a pool thread and suspends (without blocking a thread) until it has run.
     ///
+    /// `work` is `sending`: it runs once, on one pool thread, so it may use non-Sendable values
+    /// the caller made and hands over (code on an actor can pass a value it created, and no longer
+    /// touches it); it cannot use the caller's actor-isolated state, which lives elsewhere.
+    ///
     /// If the calling task is already cancelled, the work is not submitted; if it is cancelled
     /// before a thread takes the work, the work is removed from the queue. Either way the work never
     /// runs and this throws `CancellationError`. Once started, the work runs to its end.
@@ -13,7 +17,8 @@ extension ThreadPool {
     /// - Returns: What `work` returned.
     /// - Throws: What `work` threw, `CancellationError`, or a ``ThreadPoolError`` if the pool refused
     ///   the work or ``disposeNow()`` dropped it before it started.
-    public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    public func run<T: Sendable>(_ work: sending @escaping () throws -> T) async throws -> T {
+        let work = SendingWork(work)
         // Without this, a cancelled caller would hand its work to an idle thread, which claims it
         // at once: too late for the cancellation to remove it.
         try Task.checkCancellation()

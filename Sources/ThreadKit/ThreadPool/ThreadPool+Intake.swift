@@ -241,8 +241,9 @@ extension ThreadPool {
     /// Carries out a task's departure from the queue and lets go of the mutex.
     private func carryOut(_ departed: Machine.Departed) {
         admit(departed.room)
-        if departed.poolTerminated { threadsGone.broadcast() }
+        let terminated = departed.poolTerminated ? announceTermination() : .none
         mutex.unlock()
+        terminated.resumeWaiters()
         help(departed.room)
     }
 }

@@ -66,7 +66,7 @@ extension ThreadPool {
         handedBack += released.handedBack
         released.handedBack = []
         // With no thread left (a start that failed), draining the intake may end the pool.
-        if machine.isTerminated(readIntake()) { threadsGone.broadcast() }
+        if machine.isTerminated(readIntake()) { released.terminated.append(announceTermination()) }
         mutex.unlock()
         for task in handedBack { task.releaseHandedBack() }
         released.carryOut(waking: shutdown.sleepers)
@@ -78,12 +78,14 @@ extension ThreadPool {
     /// Blocks until a disposed pool's threads have all exited, or `timeout` has passed.
     ///
     /// A thread counts as exited once it has done its last piece of ThreadKit work (its log line
-    /// included): after this returns `true`, the pool calls nothing of yours again.
+    /// included): after this returns `true`, the pool calls nothing of yours again. It blocks the
+    /// calling thread, so async code awaits ``awaitTermination()`` instead.
     ///
     /// - Parameter timeout: The longest to wait; not negative. Zero: it checks once and does not
     ///   wait (as Java's `ExecutorService.awaitTermination` does); far out: as long as it takes.
     /// - Returns: `true` if the pool was disposed and has no threads left, `false` on timeout
     ///   (including when the pool was never disposed).
+    @available(*, noasync, message: "it blocks the thread; use 'await awaitTermination()' in async code")
     public func awaitTermination(timeout: Duration) -> Bool {
         precondition(timeout >= .zero, "ThreadPool '\(name)': awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
         let deadline = MonotonicInstant.now().advanced(by: timeout)
@@ -96,6 +98,39 @@ extension ThreadPool {
         }
     }
 
+    /// Suspends, without blocking a thread, until a disposed pool's threads have all exited.
+    ///
+    /// The async twin of ``awaitTermination(timeout:)``: it is resumed by the exit of the pool's
+    /// last thread, as that call is woken, and after it returns `true` the pool calls nothing of
+    /// yours again. Called after the pool has ended, it returns `true` at once. It waits for the
+    /// pool to be disposed first, so a pool that is never disposed (or never let go of) keeps it
+    /// waiting; to bound the wait, cancel the awaiting task (for example from a task group with a
+    /// timer child).
+    ///
+    /// Cancelling the awaiting task ends the wait at once; the pool is not affected.
+    ///
+    /// - Returns: `true` once the pool was disposed and has no threads left; `false` if the
+    ///   awaiting task was cancelled first.
+    @discardableResult
+    public func awaitTermination() async -> Bool {
+        let waiter = EventWaiter()
+        let terminated = mutex.withLock {
+            if machine.isTerminated(readIntake()) { return true }
+            terminationWaiters.add(waiter)
+            return false
+        }
+        if terminated { return true }
+        return await waiter.wait(onCancel: { [self] in mutex.withLock { terminationWaiters.remove(waiter) } })
+    }
+
+    /// The pool has ended: wakes the threads blocked in ``awaitTermination(timeout:)`` and takes
+    /// out the tasks suspended in ``awaitTermination()``, to resume once the mutex is let go.
+    /// Mutex held.
+    func announceTermination() -> EventOccurred {
+        threadsGone.broadcast()
+        return terminationWaiters.takeAll()
+    }
+
     /// What a shutdown releases once the mutex is let go: the ``run(_:)`` calls that waited for
     /// room fail, and the other tasks that waited for room are released.
     private struct Released {
@@ -105,10 +140,14 @@ extension ThreadPool {
         /// returns them with the queued tasks; either way their work is released here, after
         /// unlocking, since releasing it may fail a chain and so call its followers.
         var handedBack: [ScheduledTask] = []
+        /// The tasks suspended in ``awaitTermination()``, if the shutdown ended the pool.
+        var terminated = EventOccurred.none
 
-        /// Wakes the sleeping workers (they see the shutdown and exit), then releases.
+        /// Wakes the sleeping workers (they see the shutdown and exit) and the tasks awaiting the
+        /// pool's end, then releases.
         func carryOut(waking sleepers: [Worker]) {
             for worker in sleepers { worker.wakeUp.signal() }
+            terminated.resumeWaiters()
             for (task, handler) in abandoned {
                 handler()
                 task.releaseHandedBack()
@@ -122,8 +161,8 @@ extension ThreadPool {
     private func closeIntake(for shutdown: Machine.Shutdown) -> Released {
         intake.close()
         queueHasRoom.broadcast()
-        if shutdown.poolTerminated { threadsGone.broadcast() }
         var released = Released()
+        if shutdown.poolTerminated { released.terminated = announceTermination() }
         for task in shutdown.waitingForRoom {
             // A task whose caller cancelled it a moment ago stays: its canceller takes it out.
             guard task.handBack() else {

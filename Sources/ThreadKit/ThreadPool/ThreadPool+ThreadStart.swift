@@ -63,6 +63,7 @@ extension ThreadPool {
         var helper = Machine.Helper.none
         var retryAfter: Duration?
         var refused = false
+        var terminated = EventOccurred.none
         mutex.lock()
         let intake = readIntake()
         switch decide({ $0.threadStartFailed(carryingWork: work != nil, intake) }) {
@@ -72,11 +73,12 @@ extension ThreadPool {
         case .serveQueue(let found):
             helper = found
         case .noThreadLeft(let refusingWork, let retry, let poolTerminated):
-            if poolTerminated { threadsGone.broadcast() }
+            if poolTerminated { terminated = announceTermination() }
             retryAfter = retry
             refused = refusingWork
         }
         mutex.unlock()
+        terminated.resumeWaiters()
         help(helper)  // never a start: another would fail too
         if Log.isEnabled(.threadPool) {
             let message = "\(name): Thread\(number) could not start (errno \(errno))"

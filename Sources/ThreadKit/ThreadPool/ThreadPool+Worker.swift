@@ -116,7 +116,8 @@ extension ThreadPool {
     ///
     /// It logs its exit only once that look has found nothing: a thread that logged "collected"
     /// never runs another task. It takes no more work, but the pool has not terminated until it
-    /// has logged, so that ``awaitTermination(timeout:)`` cannot return before.
+    /// has logged, so that ``awaitTermination(timeout:)`` and ``awaitTermination()`` cannot return
+    /// before.
     private func leave(_ worker: Worker, _ id: WorkerID, _ exit: Machine.Exit) -> Work? {
         let (found, look) = popQueuedWork()
         let intake = readIntake()
@@ -139,8 +140,8 @@ extension ThreadPool {
         }
         mutex.withLock {
             let intake = readIntake()
-            if decide({ $0.threadExited(intake) }) { threadsGone.broadcast() }
-        }
+            return decide({ $0.threadExited(intake) }) ? announceTermination() : .none
+        }.resumeWaiters()
         return nil
     }
 

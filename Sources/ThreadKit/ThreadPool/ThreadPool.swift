@@ -27,8 +27,8 @@ import Synchronization
 /// failure naming the pool (for `awaitTermination`), the timeout and the value. (ThreadKit's design rule:
 /// a negative duration means "now" only for a pause or a `Retry-After` date.)
 public final class ThreadPool: TaskExecutor, @unchecked Sendable {
-    // Sendable: the state machine and every `Worker.assignment` are guarded by `mutex`; `intake`
-    // is a lock-free queue; the other stored properties are constants or atomics.
+    // Sendable: the state machine, `terminationWaiters` and every `Worker.assignment` are guarded
+    // by `mutex`; `intake` is a lock-free queue; the other stored properties are constants or atomics.
 
     /// What a submission does when the queue already holds `queueLimit` tasks.
     public enum OverflowPolicy: Sendable, Equatable {
@@ -60,8 +60,11 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     let mutex = PThreadMutex()
     /// Signalled when a queued task leaves the queue while submitters are blocked on a full queue.
     let queueHasRoom = MonotonicCondition()
-    /// Broadcast when the last thread of a disposed pool exits.
+    /// Broadcast when the last thread of a disposed pool exits (see ``announceTermination()``).
     let threadsGone = MonotonicCondition()
+    /// The tasks suspended in ``awaitTermination()``, resumed when the last thread of a disposed
+    /// pool exits. Guarded by `mutex`.
+    var terminationWaiters = EventWaiters()
     /// Tasks completed by threads that have exited, and by callers that ran a task themselves;
     /// each live worker counts its own (`Worker.completed`), so workers share no counter.
     let completedCount = Atomic<Int>(0)
@@ -131,6 +134,10 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// pool's own threads runs `work` on the calling thread instead of waiting: that thread is one
     /// of those the queue waits for, so waiting could never end.
     ///
+    /// `work` stays `@Sendable` (``run(_:)``'s is `sending`): nobody waits for it, and whichever
+    /// thread comes to it runs or drops it — a pool thread, the submitter (``OverflowPolicy/runOnCaller``),
+    /// or the thread that calls ``disposeNow()`` — so what it captures must be safe to share.
+    ///
     /// - Throws: ``ThreadPoolError/disposed(pool:)`` after ``dispose()``;
     ///   ``ThreadPoolError/queueFull(pool:limit:)`` when the queue is full and the policy is `.reject`;
     ///   ``ThreadPoolError/threadStartFailed(pool:errno:)`` when the pool has no thread and the
@@ -141,7 +148,10 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
 
     /// Runs `work` on a pool thread and returns a handle to cancel it or wait for it.
     ///
-    /// A full queue is handled as in ``execute(_:)``.
+    /// A full queue is handled as in ``execute(_:)``. `work` stays `@Sendable`, as there: the
+    /// returned handle, which any thread may hold, keeps it until it runs, and a thread that waits
+    /// on a one-thread pool's task may run it itself, while ``ScheduledTask/cancel()`` releases it
+    /// on the cancelling thread.
     ///
     /// - Throws: ``ThreadPoolError/disposed(pool:)`` after ``dispose()``;
     ///   ``ThreadPoolError/queueFull(pool:limit:)`` when the queue is full and the policy is `.reject`;

@@ -7,6 +7,10 @@ extension ThrottledQueue {
     /// `CancellationError`; once its turn has come, `work` runs to its end and this returns its
     /// result.
     ///
+    /// `work` runs in the calling task, on the caller's own actor (`isolation`, the caller's
+    /// isolation by default), so it is neither `@Sendable` nor `sending`: code on an actor can use
+    /// the actor's own state and its non-Sendable values in it, and get back a non-Sendable result.
+    ///
     /// Inside `work`, across its awaits and in the structured child tasks it starts (`async let`,
     /// task groups), the queue knows its task is running: a `sync` or `run` on the same queue, or
     /// work queued on it through ``DispatchMethod`` and waited for (``ExecutionChain/wait()``,
@@ -18,7 +22,9 @@ extension ThrottledQueue {
     /// - Returns: What `work` returned.
     /// - Throws: What `work` threw, `CancellationError`, or a ``ThreadPoolError`` if the queue's
     ///   pool refused its worker (it was disposed, or could not start a thread).
-    public func run<T: Sendable>(_ work: @Sendable () async throws -> T) async throws -> T {
+    public func run<T>(
+        isolation: isolated (any Actor)? = #isolation, _ work: () async throws -> T
+    ) async throws -> T {
         let outer = Hold.ofTask
         let ticket = Ticket()
         try await withTaskCancellationHandler {
@@ -28,7 +34,7 @@ extension ThrottledQueue {
                 }
             }
         } onCancel: {
-            leave(ticket)?.resume(throwing: CancellationError())
+            leave(ticket)
         }
         let hold = Hold(queue: self, pool: nil, outer: outer, nestedIn: outer?.innermost(of: self))
         defer { endTask(startedAt: hold.startedAt, ticket: ticket) }
@@ -74,11 +80,10 @@ extension ThrottledQueue {
     }
 
     /// Takes a cancelled `run` caller out of the queue, if its turn has not come, and lets the
-    /// worker re-decide (it goes back to its pool if nothing else is queued).
-    ///
-    /// - Returns: The continuation to resume with `CancellationError`, if it was queued.
-    private func leave(_ ticket: Ticket) -> Waiter? {
-        mutex.withLock {
+    /// worker re-decide (it goes back to its pool if nothing else is queued); the caller, if it was
+    /// queued, throws `CancellationError`.
+    private func leave(_ ticket: Ticket) {
+        mutex.withLock { () -> Removal? in
             switch ticket.phase {
             case .new:
                 ticket.phase = .cancelled
@@ -86,10 +91,31 @@ extension ThrottledQueue {
             case .queued:
                 return removeForWorker(where: { item in
                     if case .run(let queued) = item { queued === ticket } else { false }
-                }).waiters.first
+                })
             case .granted, .ended, .cancelled:
                 return nil
             }
+        }?.resumeWaiters(throwing: CancellationError())
+    }
+
+    /// Suspends, without blocking a thread, until every accepted task has finished (not the gap
+    /// after the last).
+    ///
+    /// The async twin of the blocking `waitUntilIdle()`, which differs from it only by `async`:
+    /// in async code `await queue.waitUntilIdle()` picks this one. It is resumed when a task ends
+    /// or leaves the queue and leaves it idle, as the blocking one is woken; on an idle queue it
+    /// returns at once. Cancelling the awaiting task ends the wait at once, and the queue is not
+    /// affected. Like the blocking one, it stops with a precondition failure when called where it
+    /// could never end: from inside `run`'s work on this queue.
+    public func waitUntilIdle() async {
+        let waiter = EventWaiter()
+        let idle = mutex.withLock {
+            checkIdleWaitCanEnd()
+            if schedule.isIdle { return true }
+            idleWaiters.add(waiter)
+            return false
         }
+        if idle { return }
+        _ = await waiter.wait(onCancel: { [self] in mutex.withLock { idleWaiters.remove(waiter) } })
     }
 }

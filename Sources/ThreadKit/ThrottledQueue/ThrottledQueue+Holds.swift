@@ -7,7 +7,7 @@ import Darwin
 #endif
 
 extension ThrottledQueue {
-    /// A task of a queue that the current thread (or, for ``ThrottledQueue/run(_:)``'s work, the
+    /// A task of a queue that the current thread (or, for ``ThrottledQueue/run(isolation:_:)``'s work, the
     /// current Swift task) is running, and the holds around it.
     ///
     /// A thread that runs a queue's task holds that queue until the task returns; a `sync` onto
@@ -86,7 +86,9 @@ extension ThrottledQueue {
 
         /// Runs `work`, `run`'s work, with `hold` as the current task's innermost hold, and sets the
         /// hold's `startedAt` as the last thing before `work` begins (see ``withThreadHold(_:_:)``).
-        static func withTaskHold<Result: Sendable>(_ hold: Hold, _ work: () async throws -> Result) async rethrows -> Result {
+        static func withTaskHold<Result>(
+            _ hold: Hold, isolation: isolated (any Actor)? = #isolation, _ work: () async throws -> Result
+        ) async rethrows -> Result {
             try await $bound.withValue(hold) {
                 hold.binding = bindingStorage()
                 hold.startedAt = MonotonicInstant.now()
@@ -165,7 +167,7 @@ private func swiftTaskLocalValueGet(_ key: UnsafeRawPointer) -> UnsafeMutableRaw
 
 extension ThrottledQueue.Hold {
     /// Whether the calling Swift task holds `context`: it runs the work of a
-    /// ``ThrottledQueue/run(_:)`` on that queue (or a structured child task of that work does).
+    /// ``ThrottledQueue/run(isolation:_:)`` on that queue (or a structured child task of that work does).
     static func taskHolds(_ context: SerialContext) -> Bool {
         guard case .throttled = context.kind, let holds = ofTask else { return false }
         return holds.heldContexts().contains(context)

@@ -90,6 +90,7 @@ extension ThrottledQueue {
             ticket?.phase = .ended
             changed.signal()
             wakeWaiters()
-        }
+            return takeIdleWaiters()
+        }.resumeWaiters()
     }
 }

@@ -49,15 +49,15 @@ extension ThrottledQueue {
         let disposed = ThreadPoolError.disposed(pool: pool.name)
         var fallback: ThreadPool?
         var failure: ThreadPoolError?
-        let (dropped, waiters) = mutex.withLock { () -> ([Item], [Waiter]) in
+        let removal = mutex.withLock { () -> Removal? in
             refusal = disposed
             worker = .none
-            guard queuedForWorker > 0 else { return ([], []) }
+            guard queuedForWorker > 0 else { return nil }
             let own = ThreadPool(name: label, size: 1)
             do throws(ThreadPoolError) {
                 try submitWorker(to: own, onAbandon: nil)
                 fallback = own
-                return ([], [])
+                return nil
             } catch {
                 // No thread to run them: they leave the queue, and `run` callers get the error.
                 failure = error
@@ -68,15 +68,18 @@ extension ThrottledQueue {
             fallback.dispose()
             Log.log(.throttle, "\(label): ThreadPool '\(pool.name)' was disposed with the queue's worker waiting; the accepted tasks run on a thread of the queue's own")
         }
-        if let failure {
-            for waiter in waiters { waiter.resume(throwing: failure) }
-            Log.log(.throttle, "\(label): ThreadPool '\(pool.name)' was disposed with the queue's worker waiting, and no thread of the queue's own could start (\(failure)): \(dropped.count) accepted tasks never run")
+        if let failure, let removal {
+            removal.resumeWaiters(throwing: failure)
+            Log.log(.throttle, "\(label): ThreadPool '\(pool.name)' was disposed with the queue's worker waiting, and no thread of the queue's own could start (\(failure)): \(removal.removed.count) accepted tasks never run")
         }
     }
 
     /// The worker: starts the tasks it serves (`async` work, `run` callers) when the schedule
     /// allows, until none is queued; then its thread goes back to `workerPool`.
     private func runWorker(on workerPool: ThreadPool) {
+        // The tasks awaiting idleness, once the last task ended: the loop ends then, as nothing
+        // is queued, and they are resumed after the mutex.
+        var idle = EventOccurred.none
         mutex.lock()
         worker = .driving
         while queuedForWorker > 0 {
@@ -107,12 +110,14 @@ extension ThrottledQueue {
                 mutex.lock()
                 schedule.end(at: endedAt, startedAt: startedAt)
                 wakeWaiters()
+                idle.append(takeIdleWaiters())
             } else {
                 mutex.lock()
             }
         }
         worker = .none
         mutex.unlock()
+        idle.resumeWaiters()
     }
 
     /// When the worker may start the next task, as the schedule says; `nil` while that start is

@@ -24,8 +24,8 @@
 /// duration, or ``pause(until:)`` with an instant already past, is no pause; one however far out
 /// holds every start until ``resume()``. The limit's own rules are ``RateLimit``'s.
 public final class ThrottledQueue: @unchecked Sendable {
-    // Sendable: `schedule`, `worker`, `queuedForWorker`, `refusal` and every `Ticket`'s vars are
-    // guarded by `mutex`.
+    // Sendable: `schedule`, `worker`, `queuedForWorker`, `refusal`, `idleWaiters` and every
+    // `Ticket`'s vars are guarded by `mutex`.
 
     /// Where the gap between two tasks is measured from.
     public enum Monitor: Sendable, Equatable {
@@ -75,6 +75,9 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// Queued tasks that the worker starts: `async` work and `run` callers (`sync` callers start
     /// their own).
     var queuedForWorker = 0
+    /// The tasks suspended in the async ``waitUntilIdle()``, resumed when the queue next becomes
+    /// idle (see ``takeIdleWaiters()``).
+    var idleWaiters = EventWaiters()
     /// Set once the pool dropped the worker before it ran (the pool's `disposeNow()`): the pool is
     /// gone, and what needs a worker is refused with this.
     var refusal: ThreadPoolError?
@@ -151,6 +154,10 @@ public final class ThrottledQueue: @unchecked Sendable {
 
     /// Queues `work`, followed by the queue's interval.
     ///
+    /// `work` stays `@Sendable` (``run(isolation:_:)``'s runs on the caller's actor): it runs on
+    /// the queue's worker, a thread of its pool, and ``cancelAll()`` may release it on whichever
+    /// thread calls it.
+    ///
     /// - Throws: ``ThreadPoolError`` if the queue's pool refused its worker (it was disposed, or
     ///   could not start a thread); the work is then not queued.
     public func async(_ work: @escaping @Sendable () -> Void) throws {
@@ -183,11 +190,17 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// queue's pool (a shared `ThreadPool` of size 1) while `async` work or `run` callers are queued
     /// here: their worker would need that very thread, so the call would wait forever. It stops
     /// with a message naming both queues and the pool.
+    ///
+    /// It blocks the calling thread, so async code uses ``run(isolation:_:)`` instead.
+    @available(*, noasync, message: "it blocks the thread; use 'try await run { }' in async code")
     public func sync<T>(_ work: () throws -> T) rethrows -> T {
         try runHere(gap: nil, work)
     }
 
     /// Like ``sync(_:)``, with `interval` as the gap after this one task.
+    ///
+    /// It blocks the calling thread, so async code uses ``run(isolation:_:)`` instead.
+    @available(*, noasync, message: "it blocks the thread; use 'try await run { }' in async code")
     public func sync<T>(interval: Duration, _ work: () throws -> T) rethrows -> T {
         precondition(interval >= .zero, "ThrottledQueue '\(label)': interval must not be negative, got \(interval)")
         return try runHere(gap: interval, work)
@@ -223,18 +236,18 @@ public final class ThrottledQueue: @unchecked Sendable {
 
     /// Removes every queued task that has not started.
     ///
-    /// Removed `async` tasks never run (their closures are released); waiting ``run(_:)`` callers
+    /// Removed `async` tasks never run (their closures are released); waiting ``run(isolation:_:)`` callers
     /// throw `CancellationError`. Threads blocked in ``sync(_:)`` keep their place: they must get
     /// their result. A worker left with nothing to start goes back to its pool at once.
     ///
     /// - Returns: How many tasks will never run.
     @discardableResult
     public func cancelAll() -> Int {
-        let (removed, waiters) = mutex.withLock { removeForWorker(where: { _ in true }) }
-        for waiter in waiters { waiter.resume(throwing: CancellationError()) }
-        if !removed.isEmpty { Log.log(.throttle, "\(label): cancelled \(removed.count) queued tasks") }
-        return removed.count
-        // `removed`, with the closures of the removed tasks, is released here, outside the mutex.
+        let removal = mutex.withLock { removeForWorker(where: { _ in true }) }
+        removal.resumeWaiters(throwing: CancellationError())
+        if !removal.removed.isEmpty { Log.log(.throttle, "\(label): cancelled \(removal.removed.count) queued tasks") }
+        return removal.removed.count
+        // `removal`, with the closures of the removed tasks, is released here, outside the mutex.
     }
 
     /// Blocks until every accepted task has finished (not the gap after the last).
@@ -242,13 +255,25 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// Must not be called from inside one of the queue's own tasks (`run`'s work included), which
     /// could never finish; nor, while `async` work or `run` callers are queued, from a task of
     /// another queue on the only thread of this queue's pool, which their worker needs. Either
-    /// stops with a precondition failure.
+    /// stops with a precondition failure. It blocks the calling thread, so async code awaits the
+    /// async ``waitUntilIdle()`` instead (`await queue.waitUntilIdle()` picks it).
+    @available(*, noasync, message: "it blocks the thread; use 'await waitUntilIdle()' (the async overload) in async code")
     public func waitUntilIdle() {
-        let threadHold = Hold.ofThread, taskHold = Hold.ofTask
         mutex.lock()
-        let context = SerialContext(.throttled(self))
+        checkIdleWaitCanEnd()
+        ExecutionContexts.blocking(for: SerialContext(.throttled(self))) {
+            while !schedule.isIdle { progress.wait(mutex) }
+        }
+        mutex.unlock()
+    }
+
+    /// Stops the process if a wait for idleness by the calling thread or task could never end:
+    /// from inside one of the queue's own tasks, or from a task of another queue on the only
+    /// thread of this queue's pool. Mutex held.
+    func checkIdleWaitCanEnd() {
+        let threadHold = Hold.ofThread
         // Held directly, or through a thread that runs this queue's task and waits for this one.
-        if held(thread: threadHold, task: taskHold) != nil || ExecutionContexts.holds(context) {
+        if held(thread: threadHold, task: Hold.ofTask) != nil || ExecutionContexts.holds(SerialContext(.throttled(self))) {
             mutex.unlock()
             preconditionFailure("ThrottledQueue '\(label)': waitUntilIdle() from inside its own task would wait forever")
         }
@@ -256,10 +281,6 @@ public final class ThrottledQueue: @unchecked Sendable {
             mutex.unlock()
             preconditionFailure(message)
         }
-        ExecutionContexts.blocking(for: context) {
-            while !schedule.isIdle { progress.wait(mutex) }
-        }
-        mutex.unlock()
     }
 
     /// How many accepted tasks have not started.
@@ -286,13 +307,26 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// A `run` caller's continuation, resumed when its turn comes or it leaves the queue.
     typealias Waiter = CheckedContinuation<Void, any Error>
 
+    /// What ``removeForWorker(where:)`` took out, to carry out once the mutex is let go.
+    struct Removal {
+        /// The removed tasks, to release after the mutex (a capture's deinit may use the queue).
+        var removed: [Item]
+        /// The continuations of the `run` callers among them.
+        var waiters: [Waiter]
+        /// The tasks awaiting idleness, if the removal left the queue idle.
+        var idle: EventOccurred
+
+        /// Resumes the removed `run` callers, throwing `error`, and the tasks awaiting idleness.
+        func resumeWaiters(throwing error: any Error) {
+            for waiter in waiters { waiter.resume(throwing: error) }
+            idle.resumeWaiters()
+        }
+    }
+
     /// Takes the queued tasks that the worker would start (`async` work, `run` callers) and that
     /// match `shouldRemove` out of the queue, cancels the `run` callers among them, and lets the
     /// worker and the waiters re-decide. Mutex held.
-    ///
-    /// - Returns: The removed tasks, to release after the mutex (a capture's deinit may use the
-    ///   queue), and the continuations of the `run` callers among them, to resume after it.
-    func removeForWorker(where shouldRemove: (Item) -> Bool) -> (removed: [Item], waiters: [Waiter]) {
+    func removeForWorker(where shouldRemove: (Item) -> Bool) -> Removal {
         let removed = schedule.removeAll { !$0.isSync && shouldRemove($0) }
         queuedForWorker -= removed.count
         var waiters: [Waiter] = []
@@ -302,7 +336,14 @@ public final class ThrottledQueue: @unchecked Sendable {
         }
         changed.signal()
         wakeWaiters()
-        return (removed, waiters)
+        return Removal(removed: removed, waiters: waiters, idle: takeIdleWaiters())
+    }
+
+    /// If the queue is idle, takes out the tasks suspended in the async ``waitUntilIdle()``, to
+    /// resume once the mutex is let go. Called wherever a task ends or leaves the queue, where the
+    /// blocked `waitUntilIdle()` callers are woken. Mutex held.
+    func takeIdleWaiters() -> EventOccurred {
+        schedule.isIdle ? idleWaiters.takeAll() : .none
     }
 
     /// Wakes whoever may go on after a task ended or left, or the interval or a pause changed:

@@ -54,6 +54,10 @@ public final class TimerThread: Sendable {
 
     /// Runs `work` once, `delay` after this call.
     ///
+    /// `work` is `@Sendable` in every `schedule`: it runs on the timer thread, not the caller's,
+    /// and its handle, which any thread may hold, releases it on the thread that cancels it (a
+    /// repeating call's, after runs on the timer thread, again and again).
+    ///
     /// Any delay is accepted, however long: one beyond the monotonic clock's range (about 292
     /// years, `.seconds(Int64.max)` and more) means "never"; the call stays pending until cancelled.
     ///

@@ -64,3 +64,19 @@ func withPoolAndThread<Result>(
     }
     return try await body(pool, thread)
 }
+
+extension ThreadPool {
+    /// The async ``awaitTermination()``, cancelled after `limit`: `false` if the pool had not ended
+    /// by then, so that a pool that never ends fails the test instead of hanging it.
+    func awaitTermination(within limit: Duration) async -> Bool {
+        await cancelling(after: limit) { await self.awaitTermination() }
+    }
+}
+
+extension DedicatedThread {
+    /// The async ``awaitTermination()``, cancelled after `limit`: `false` if the thread had not
+    /// exited by then, so that a thread that never ends fails the test instead of hanging it.
+    func awaitTermination(within limit: Duration) async -> Bool {
+        await cancelling(after: limit) { await self.awaitTermination() }
+    }
+}

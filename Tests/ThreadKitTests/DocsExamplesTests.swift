@@ -1,0 +1,340 @@
+import Foundation
+import Testing
+import ThreadKit
+
+// Every ```swift snippet of Docs/*.md (but URLDispatcher's, in ThreadKitURLTests), compiled and
+// run as written: each test holds its snippet verbatim, between the stand-ins it uses and the
+// checks of what it did. DocSnippetCoverageTests fails when a snippet is changed or added without
+// its copy here.
+
+// MARK: - Stand-ins for what the snippets talk to
+
+/// A database connection that lives on one thread.
+private final class Connection: Sendable {
+    let rows = LockedValue<[String]>([])
+    let vacuumed = Counter()
+    func vacuum() { _ = vacuumed.increment() }
+    func user(_ id: Int) -> String { "user \(id)" }
+    func count() -> Int { rows.withLock { $0.count } }
+    func insert(_ batch: Batch) -> Int { rows.withLock { $0 += batch.lines; return $0.count } }
+}
+
+/// Rows an actor gathers and hands over: not Sendable.
+private final class Batch {
+    var lines: [String] = []
+    func add(_ line: String) { lines.append(line) }
+}
+
+/// An image an actor loads and hands over: not Sendable.
+private final class Bitmap {
+    var side: Int
+    init(path: String) { side = path.count * 100 }
+    func scaled(to side: Int) -> Bitmap {
+        self.side = side
+        return self
+    }
+    var byteCount: Int { side * side * 4 }
+}
+
+private let connection = Connection()
+private let pool = ThreadPool(name: "DocsP", size: 2)
+private let network = ThreadPool(name: "DocsN", size: 2)
+private let db = DedicatedThread(name: "DocsDB")
+private let api = ThrottledQueue(label: "Docs API", interval: .zero)
+private let url = URL(string: "https://example.com/page")!
+private let stored = LockedValue<[String]>([])
+private func download(_ url: URL) throws -> Data { Data(url.absoluteString.utf8) }
+private func save(_ data: Data) throws -> Int { stored.withLock { $0.append(String(decoding: data, as: UTF8.self)); return $0.count } }
+private func notify(_ id: Int) throws -> String { "notified \(id)" }
+
+@Suite("The snippets of Docs/, run as written", .timeLimit(.minutes(1)))
+struct DocsExamplesTests {
+    // MARK: Docs/DedicatedThread.md
+
+    @Test func dedicatedThreadIntroduction() async throws {
+        let db = DedicatedThread(name: "SQLite")              // the thread starts at once
+        try db.execute { connection.vacuum() }                // queued, runs on "SQLite"
+        let user = try await db.run { connection.user(42) }   // suspends; no thread blocked
+
+        actor Store {
+            let thread = DedicatedThread(name: "Store")
+            nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
+            var saved: [String] = []
+            func save(_ record: String) { saved.append(record) }   // always on "Store"
+        }
+
+        #expect(user == "user 42")
+        #expect(connection.vacuumed.value >= 1)
+        let store = Store()
+        await store.save("first")
+        #expect(await store.saved == ["first"])
+        #expect(try await store.thread.run { store.thread.isCurrent })
+
+        func rowCount() -> Int {
+            db.sync { connection.count() }                    // blocks until it ran; from "SQLite" itself: inline
+        }
+
+        #expect(rowCount() == connection.count())
+        db.dispose()
+        #expect(await db.awaitTermination(within: .seconds(10)))
+    }
+
+    @Test func dedicatedThreadSendingWork() async throws {
+        let db = DedicatedThread(name: "SQLite import")
+        defer { db.dispose() }
+        actor Importer {
+            let db: DedicatedThread
+            init(db: DedicatedThread) { self.db = db }
+            func load(_ lines: [String]) async throws -> Int {
+                let batch = Batch()                           // not Sendable: made here, handed over
+                for line in lines { batch.add(line) }
+                return try await db.run { connection.insert(batch) }   // runs once, on "SQLite"
+            }
+        }
+
+        let before = connection.count()
+        #expect(try await Importer(db: db).load(["a", "b"]) == before + 2)
+    }
+
+    // MARK: Docs/ThreadPool.md
+
+    @Test func threadPoolConfiguration() async {
+        let pool = ThreadPool(name: "Render", size: 4,
+                              keepAlive: .seconds(10), collectionInterval: .seconds(15),
+                              queueLimit: 1_000, whenFull: .block)
+
+        #expect(pool.queueLimit == 1_000)
+        pool.dispose()
+        #expect(await pool.awaitTermination(within: .seconds(10)))
+    }
+
+    @Test func threadPoolSendingWork() async throws {
+        actor Gallery {
+            let pool = ThreadPool(name: "Thumbs", size: 4)
+            func thumbnail(of path: String) async throws -> Int {
+                let image = Bitmap(path: path)              // not Sendable: made here, handed over
+                return try await pool.run { image.scaled(to: 128).byteCount }   // runs once, on a pool thread
+            }
+        }
+
+        #expect(try await Gallery().thumbnail(of: "cat.png") == 128 * 128 * 4)
+    }
+
+    @Test func threadPoolAsTaskExecutor() async {
+        let ranOn = LockedValue<String?>(nil)
+        @Sendable func render(_ page: Int) async -> String {
+            ranOn.withLock { $0 = Thread.current.name }
+            return "page \(page)"
+        }
+        let shown = LockedValue<[String]>([])
+        @Sendable func use(_ page: String) { shown.withLock { $0.append(page) } }
+
+        await withTaskExecutorPreference(pool) {
+            async let page = render(1)       // runs on a pool thread
+            use(await page)
+        }
+
+        #expect(shown.withLock { $0 } == ["page 1"])
+        #expect(ranOn.withLock { $0 }?.hasPrefix("DocsP Thread") == true)
+    }
+
+    // MARK: Docs/ThrottledQueue.md
+
+    @Test func throttledQueueIntroduction() async throws {
+        let fetched = Counter()
+        @Sendable func fetchPage(_ page: Int) { _ = fetched.increment() }
+
+        let github = ThrottledQueue(label: "GitHub", interval: .milliseconds(200),
+                                    monitor: .concurrent, mutability: .all,
+                                    limit: .rate(3, per: .seconds(1)))
+        try github.async { fetchPage(1) }
+
+        await github.waitUntilIdle()
+        #expect(fetched.value == 1)
+    }
+
+    @Test func throttledQueueRateLimit() async throws {
+        let api = ThrottledQueue(label: "API", interval: .milliseconds(200), limit: .rate(3, per: .seconds(1)))
+
+        #expect(api.limit != nil)
+        #expect(api.interval == .milliseconds(200))
+    }
+
+    @Test func throttledQueuePausingFor429() async throws {
+        struct Response { var status: Int; var retryAfter: Int? }
+        let sent = Counter()
+        @Sendable @discardableResult func send(_ request: String) -> Response {
+            sent.increment() == 1 ? Response(status: 429, retryAfter: 30) : Response(status: 200)
+        }
+        let request = "GET /items"
+        let api = ThrottledQueue(label: "API 429", interval: .zero)
+
+        try api.async {
+            let response = send(request)
+            if response.status == 429, let seconds = response.retryAfter {
+                api.pause(for: .seconds(seconds))          // nothing starts for 30 s
+                try? api.async { send(request) }           // retry at the back of the queue
+            }
+        }
+
+        #expect(await eventually { sent.value == 1 && api.pendingCount == 1 })
+        #expect(sent.value == 1, "the retry started during the pause")
+        api.resume()
+        await api.waitUntilIdle()
+        #expect(sent.value == 2)
+    }
+
+    @Test func throttledQueueRunOnAnActor() async throws {
+        actor Mirror {
+            let github = ThrottledQueue(label: "GitHub mirror", interval: .milliseconds(200))
+            var fetched: [Int] = []
+            func fetch(_ page: Int) async throws {
+                try await github.run {
+                    fetched.append(page)                      // the actor's own state: the work runs on the actor
+                }
+            }
+        }
+
+        let mirror = Mirror()
+        try await mirror.fetch(1)
+        try await mirror.fetch(2)
+        #expect(await mirror.fetched == [1, 2])
+    }
+
+    // MARK: Docs/TimerThread.md
+
+    @Test func timerThreadIntroduction() throws {
+        let retried = Counter()
+        @Sendable func retry() { _ = retried.increment() }
+
+        let handle = try TimerThread.shared.schedule(after: .seconds(5)) { retry() }
+
+        #expect(handle.cancel())
+        #expect(retried.value == 0)
+    }
+
+    @Test func timerThreadRepeatingCalls() async throws {
+        let beats = Counter(), polls = Counter(), beatsAtEachPoll = Recorder<Int>()
+        @Sendable func sendHeartbeat() { _ = beats.increment() }
+        @Sendable func fetchUpdates() {
+            beatsAtEachPoll.append(beats.value)
+            _ = polls.increment()
+        }
+
+        // A heartbeat on the beat: at 1 s, 2 s, 3 s… after the call.
+        let heartbeat = try TimerThread.shared.schedule(every: .seconds(1)) { sendHeartbeat() }
+
+        // A poll that never overlaps or crowds the server: now, then 5 s after each poll returned.
+        let poll = try TimerThread.shared.schedule(every: .seconds(5), startingAfter: .zero, spacing: .fixedDelay) {
+            fetchUpdates()
+        }
+
+        #expect(await eventually { polls.value == 1 })
+        #expect(heartbeat.cancel())
+        #expect(poll.cancel())
+        // The timer runs its calls in deadline order: the poll, due now, ran before the first beat,
+        // however late the machine let the timer thread run.
+        #expect(beatsAtEachPoll.values.first == 0)
+    }
+
+    // MARK: Docs/DispatchMethod.md
+
+    @Test func dispatchMethodIntroduction() async throws {
+        final class Cache: Sendable {
+            let dispatch: DispatchMethod                     // where the user wants the writes to run
+            init(dispatch: DispatchMethod = .async(on: .pool(pool))) { self.dispatch = dispatch }
+            func store(_ value: String) { dispatch.execute { self.write(value) } }
+            func write(_ value: String) { print("stored \(value)") }
+        }
+        let cache = Cache(dispatch: .sync(on: .thread(db)))
+        cache.store("draft")
+
+        let shown = DispatchMethod.async(on: .pool(network)).execute { try download(url) }
+            .then(.async(on: .thread(db))) { data in try save(data) }
+            .then(.async(on: .throttled(api))) { id in try notify(id) }
+        let id = try await shown.value       // in synchronous code: try shown.wait()
+
+        #expect(id.hasPrefix("notified "))
+        #expect(stored.withLock { $0.last } == url.absoluteString)
+        if case .async = Cache().dispatch {} else { Issue.record("the default is not .async") }
+    }
+
+    // MARK: Docs/Log.md (in child processes: they enable logging and set the delegate for the whole process)
+
+    @Test func logIntroduction() async {
+        await #expect(processExitsWith: .success) {
+            let changes = [1, 2, 3]
+
+            Log.enable(.threadPool)                 // "Render Thread3 ThreadPool: Render: collected Render Thread3, idle for 10.2 s"
+            let sync = Log.Source("Sync")           // make a source once and keep it
+            Log.log(sync, "pulled \(changes.count) changes")   // nothing happens: Sync is off
+
+            precondition(Log.isEnabled(.threadPool) && !Log.isEnabled(sync))
+        }
+    }
+
+    @Test func logOwnSources() async {
+        await #expect(processExitsWith: .success) {
+            let amount = 42
+
+            enum Billing {
+                static let log = Log.Source("Billing")
+            }
+            Log.log(Billing.log, "charged \(amount)")
+
+            precondition(Billing.log.name == "Billing")
+        }
+    }
+
+    @Test func logSwiftLogAdapter() async {
+        let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+            final class SwiftLogDelegate: LogDelegate {
+                let logger = Logger(label: "ThreadKit")
+                func log(_ record: Log.Record) {
+                    logger.info("\(record.message)", metadata: ["source": "\(record.source)", "thread": "\(record.threadName)"],
+                                file: record.file, function: "", line: UInt(record.line))
+                }
+            }
+            Log.delegate = SwiftLogDelegate()
+
+            let source = Log.Source("Adapter")
+            Log.enable(source)
+            Log.log(source, "through swift-log")
+            Log.delegate = nil  // delivers what is queued, then lets the delegate go
+        }
+        let output = String(decoding: result?.standardOutputContent ?? [], as: UTF8.self)
+        #expect(output.contains("ThreadKit info: through swift-log [source: Adapter"), "\(output)")
+    }
+}
+
+/// A stand-in for swift-log's `Logger`, with the members the adapter snippet uses and their
+/// signatures (swift-log is not a dependency of the package): it prints what it is given.
+struct Logger: Sendable {
+    struct Message: ExpressibleByStringInterpolation, Sendable {
+        var text: String
+        init(stringLiteral value: String) { text = value }
+        init(stringInterpolation: DefaultStringInterpolation) { text = String(stringInterpolation: stringInterpolation) }
+    }
+    enum MetadataValue: ExpressibleByStringInterpolation, Sendable {
+        case string(String)
+        init(stringLiteral value: String) { self = .string(value) }
+        init(stringInterpolation: DefaultStringInterpolation) { self = .string(String(stringInterpolation: stringInterpolation)) }
+    }
+    typealias Metadata = [String: MetadataValue]
+
+    let label: String
+
+    init(label: String) {
+        self.label = label
+    }
+
+    func info(
+        _ message: @autoclosure () -> Message, metadata: @autoclosure () -> Metadata? = nil,
+        source: @autoclosure () -> String? = nil, file: String = #fileID, function: String = #function, line: UInt = #line
+    ) {
+        let fields = (metadata() ?? [:]).sorted { $0.key < $1.key }.map { key, value in
+            if case .string(let text) = value { "\(key): \(text)" } else { key }
+        }
+        print("\(label) info: \(message().text) [\(fields.joined(separator: ", "))] \(file):\(line)")
+    }
+}
