@@ -340,11 +340,11 @@ func snippetCoverageProblems(blocks: [DocBlock], sources: [(path: String, text: 
         if held.count > 1 {
             problems.append("\(block) has \(held.count) marked copies: \(held.map(\.description).joined(separator: ", "))")
         }
-        if let problem = copy.placementProblem {
-            problems.append("\(copy), the copy of \(block.id): \(problem)")
+        for misplaced in held {
+            if let problem = misplaced.placementProblem { problems.append("\(misplaced), the copy of \(block.id): \(problem)") }
         }
         if copy.body != block.body {
-            let index = zip(copy.body, block.body).firstIndex { $0 != $1 } ?? min(copy.body.count, block.body.count)
+            let index = zip(copy.body, block.body).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(copy.body.count, block.body.count)
             let doc = index < block.body.count ? block.body[index] : "(the block ends)"
             let test = index < copy.body.count ? copy.body[index] : "(the copy ends)"
             problems.append("\(copy), the copy of \(block.id), differs at its line \(index + 1): the document has \"\(doc)\", the test \"\(test)\"")
@@ -489,10 +489,10 @@ struct DocSnippetCoverageTests {
         let doubled = Self.goodSource.replacingOccurrences(of: "func helper() {}\n", with: "// snippet: Doc.md#2\n print(\"second\")\n// end snippet\n")
         #expect(Self.problems(doubled).contains { $0.hasPrefix("Doc.md#2 (Doc.md:21) has 2 marked copies") })
         let unknown = Self.goodSource.replacingOccurrences(of: "func helper() {}\n", with: "// snippet: Doc.md#3\n// end snippet\n")
-        #expect(Self.problems(unknown) == ["Checks.swift:20: `// snippet: Doc.md#3` names no ```swift block (the blocks of a document are numbered from 1)"])
+        #expect(Self.problems(unknown) == ["Checks.swift:22: `// snippet: Doc.md#3` names no ```swift block (the blocks of a document are numbered from 1)"])
         let unimported = Self.goodSource.replacingOccurrences(of: "import FoundationNetworking\n", with: "")
         #expect(Self.problems(unimported) == ["Checks.swift holds Doc.md#1 but does not import FoundationNetworking"])
         let unclosed = Self.goodSource.replacingOccurrences(of: "print(\"second\")\n        // end snippet", with: "print(\"second\")")
-        #expect(Self.problems(unclosed).contains("Checks.swift:21: `// snippet: Doc.md#2` is never closed by `// end snippet`"))
+        #expect(Self.problems(unclosed).contains("Checks.swift:23: `// snippet: Doc.md#2` is never closed by `// end snippet`"))
     }
 }

@@ -131,10 +131,7 @@ extension URLIntegrationTests {
                 Task { try await busy.refresh(name) }
             }
             #expect(await eventually { server.arrivals.contains { $0.target == "/slow" } && busy.upstream.pendingCount == 2 })
-            try await bounded {
-                await busy.shutDown()
-                return 0
-            }
+            try await bounded { await busy.shutDown() }
             // Had shutDown() not waited, the dispatcher's refusal or the closed store would show here.
             for refresh in refreshes {
                 #expect(try await refresh.value == 1)
