@@ -259,7 +259,7 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// could never finish; nor, while `async` work or `run` callers are queued, from a task of
     /// another queue on the only thread of this queue's pool, which their worker needs. Either
     /// stops with a precondition failure. It blocks the calling thread, so async code awaits the
-    /// async twin, ``waitUntilIdle()-ih3zi5``, instead: `await queue.waitUntilIdle()` picks it
+    /// async twin, ``waitUntilIdle()-5us73``, instead: `await queue.waitUntilIdle()` picks it
     /// in an async function, an actor or a `Task` closure. Not in a `main.swift`'s top-level code,
     /// where Swift picks this blocking overload (top-level code does not get the async one of two
     /// that differ only by `async`) and reports the `noasync` diagnostic: call it from an async
