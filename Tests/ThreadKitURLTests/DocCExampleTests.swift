@@ -15,12 +15,12 @@ import ThreadKitURL
 // rather than end the run.
 
 /// Upstream reports: `/today` has three lines, `/missing` is a 404, `/slow` (one line) is answered
-/// after 300 ms, any other path has one line.
+/// after 2 s, any other path has one line.
 @Sendable func reportReply(_ request: LoopbackHTTPServer.Request) -> LoopbackHTTPServer.Reply {
     switch request.path {
     case "/missing": .respond(status: 404)
     case "/today": .respond(status: 200, body: Array("a\nb\nc\n".utf8))
-    case "/slow": .respond(status: 200, body: Array("a\n".utf8), delay: .milliseconds(300))
+    case "/slow": .respond(status: 200, body: Array("a\n".utf8), delay: .seconds(2))
     default: .respond(status: 200, body: Array("a\n".utf8))
     }
 }
@@ -127,10 +127,12 @@ extension URLIntegrationTests {
             // it. Each ends with its lines stored; none reaches the store after it was closed (which
             // would stop this child process) nor the dispatcher after it was disposed.
             let busy = ReportService(base: base)
-            let refreshes = ["slow", "x", "y"].map { name in
+            let slow = Task { try await busy.refresh("slow") }
+            #expect(await eventually { server.arrivals.contains { $0.target == "/slow" } })
+            let refreshes = [slow] + ["x", "y"].map { name in
                 Task { try await busy.refresh(name) }
             }
-            #expect(await eventually { server.arrivals.contains { $0.target == "/slow" } && busy.upstream.pendingCount == 2 })
+            #expect(await eventually { busy.upstream.pendingCount == 2 })
             try await bounded { await busy.shutDown() }
             // Had shutDown() not waited, the dispatcher's refusal or the closed store would show here.
             for refresh in refreshes {
