@@ -2,10 +2,10 @@ import Foundation
 import Testing
 import ThreadKit
 
-// Every ```swift snippet of Docs/*.md (but URLDispatcher's, in ThreadKitURLTests), compiled and
-// run as written: each test holds its snippet verbatim, between the stand-ins it uses and the
-// checks of what it did. DocSnippetCoverageTests fails when a snippet is changed or added without
-// its copy here.
+// Every ```swift block of Docs/*.md (but URLDispatcher's, in ThreadKitURLTests), compiled and
+// run as written: each test holds its block between `// snippet:` markers, after the stand-ins it
+// uses and before the checks of what it did. DocSnippetCoverageTests fails when a block is changed
+// or added without its copy here.
 
 // MARK: - Stand-ins for what the snippets talk to
 
@@ -52,6 +52,7 @@ struct DocsExamplesTests {
     // MARK: Docs/DedicatedThread.md
 
     @Test func dedicatedThreadIntroduction() async throws {
+        // snippet: Docs/DedicatedThread.md#1
         let db = DedicatedThread(name: "SQLite")              // the thread starts at once
         try db.execute { connection.vacuum() }                // queued, runs on "SQLite"
         let user = try await db.run { connection.user(42) }   // suspends; no thread blocked
@@ -62,6 +63,7 @@ struct DocsExamplesTests {
             var saved: [String] = []
             func save(_ record: String) { saved.append(record) }   // always on "Store"
         }
+        // end snippet
 
         #expect(user == "user 42")
         #expect(connection.vacuumed.value >= 1)
@@ -70,9 +72,11 @@ struct DocsExamplesTests {
         #expect(await store.saved == ["first"])
         #expect(try await store.thread.run { store.thread.isCurrent })
 
+        // snippet: Docs/DedicatedThread.md#2
         func rowCount() -> Int {
             db.sync { connection.count() }                    // blocks until it ran; from "SQLite" itself: inline
         }
+        // end snippet
 
         #expect(rowCount() == connection.count())
         db.dispose()
@@ -82,6 +86,7 @@ struct DocsExamplesTests {
     @Test func dedicatedThreadSendingWork() async throws {
         let db = DedicatedThread(name: "SQLite import")
         defer { db.dispose() }
+        // snippet: Docs/DedicatedThread.md#3
         actor Importer {
             let db: DedicatedThread
             init(db: DedicatedThread) { self.db = db }
@@ -91,6 +96,7 @@ struct DocsExamplesTests {
                 return try await db.run { connection.insert(batch) }   // runs once, on "SQLite"
             }
         }
+        // end snippet
 
         let before = connection.count()
         #expect(try await Importer(db: db).load(["a", "b"]) == before + 2)
@@ -99,9 +105,11 @@ struct DocsExamplesTests {
     // MARK: Docs/ThreadPool.md
 
     @Test func threadPoolConfiguration() async {
+        // snippet: Docs/ThreadPool.md#1
         let pool = ThreadPool(name: "Render", size: 4,
                               keepAlive: .seconds(10), collectionInterval: .seconds(15),
                               queueLimit: 1_000, whenFull: .block)
+        // end snippet
 
         #expect(pool.queueLimit == 1_000)
         pool.dispose()
@@ -109,6 +117,7 @@ struct DocsExamplesTests {
     }
 
     @Test func threadPoolSendingWork() async throws {
+        // snippet: Docs/ThreadPool.md#2
         actor Gallery {
             let pool = ThreadPool(name: "Thumbs", size: 4)
             func thumbnail(of path: String) async throws -> Int {
@@ -116,6 +125,7 @@ struct DocsExamplesTests {
                 return try await pool.run { image.scaled(to: 128).byteCount }   // runs once, on a pool thread
             }
         }
+        // end snippet
 
         #expect(try await Gallery().thumbnail(of: "cat.png") == 128 * 128 * 4)
     }
@@ -129,10 +139,12 @@ struct DocsExamplesTests {
         let shown = LockedValue<[String]>([])
         @Sendable func use(_ page: String) { shown.withLock { $0.append(page) } }
 
+        // snippet: Docs/ThreadPool.md#3
         await withTaskExecutorPreference(pool) {
             async let page = render(1)       // runs on a pool thread
             use(await page)
         }
+        // end snippet
 
         #expect(shown.withLock { $0 } == ["page 1"])
         #expect(ranOn.withLock { $0 }?.hasPrefix("DocsP Thread") == true)
@@ -140,21 +152,40 @@ struct DocsExamplesTests {
 
     // MARK: Docs/ThrottledQueue.md
 
+    @Test func throttledQueueRateLimitExample() async throws {
+        let pages = Recorder<Int>()
+        @Sendable func fetchPage(_ page: Int) { pages.append(page) }
+
+        // snippet: Docs/ThrottledQueue.md#1
+        let api = ThrottledQueue(label: "API", limit: .rate(5, per: .seconds(1)))
+        for page in 1...10 {
+            try api.async { fetchPage(page) }
+        }
+        // end snippet
+
+        await api.waitUntilIdle()
+        #expect(pages.values == Array(1...10))
+    }
+
     @Test func throttledQueueIntroduction() async throws {
         let fetched = Counter()
         @Sendable func fetchPage(_ page: Int) { _ = fetched.increment() }
 
+        // snippet: Docs/ThrottledQueue.md#2
         let github = ThrottledQueue(label: "GitHub", interval: .milliseconds(200),
                                     monitor: .concurrent, mutability: .all,
                                     limit: .rate(3, per: .seconds(1)))
         try github.async { fetchPage(1) }
+        // end snippet
 
         await github.waitUntilIdle()
         #expect(fetched.value == 1)
     }
 
     @Test func throttledQueueRateLimit() async throws {
+        // snippet: Docs/ThrottledQueue.md#3
         let api = ThrottledQueue(label: "API", interval: .milliseconds(200), limit: .rate(3, per: .seconds(1)))
+        // end snippet
 
         #expect(api.limit != nil)
         #expect(api.interval == .milliseconds(200))
@@ -169,6 +200,7 @@ struct DocsExamplesTests {
         let request = "GET /items"
         let api = ThrottledQueue(label: "API 429", interval: .zero)
 
+        // snippet: Docs/ThrottledQueue.md#4
         try api.async {
             let response = send(request)
             if response.status == 429, let seconds = response.retryAfter {
@@ -176,6 +208,7 @@ struct DocsExamplesTests {
                 try? api.async { send(request) }           // retry at the back of the queue
             }
         }
+        // end snippet
 
         #expect(await eventually { sent.value == 1 && api.pendingCount == 1 })
         #expect(sent.value == 1, "the retry started during the pause")
@@ -185,6 +218,7 @@ struct DocsExamplesTests {
     }
 
     @Test func throttledQueueRunOnAnActor() async throws {
+        // snippet: Docs/ThrottledQueue.md#5
         actor Mirror {
             let github = ThrottledQueue(label: "GitHub mirror", interval: .milliseconds(200))
             var fetched: [Int] = []
@@ -194,6 +228,7 @@ struct DocsExamplesTests {
                 }
             }
         }
+        // end snippet
 
         let mirror = Mirror()
         try await mirror.fetch(1)
@@ -207,7 +242,9 @@ struct DocsExamplesTests {
         let retried = Counter()
         @Sendable func retry() { _ = retried.increment() }
 
+        // snippet: Docs/TimerThread.md#1
         let handle = try TimerThread.shared.schedule(after: .seconds(5)) { retry() }
+        // end snippet
 
         #expect(handle.cancel())
         #expect(retried.value == 0)
@@ -221,6 +258,7 @@ struct DocsExamplesTests {
             _ = polls.increment()
         }
 
+        // snippet: Docs/TimerThread.md#2
         // A heartbeat on the beat: at 1 s, 2 s, 3 s… after the call.
         let heartbeat = try TimerThread.shared.schedule(every: .seconds(1)) { sendHeartbeat() }
 
@@ -228,6 +266,7 @@ struct DocsExamplesTests {
         let poll = try TimerThread.shared.schedule(every: .seconds(5), startingAfter: .zero, spacing: .fixedDelay) {
             fetchUpdates()
         }
+        // end snippet
 
         #expect(await eventually { polls.value == 1 })
         #expect(heartbeat.cancel())
@@ -240,23 +279,29 @@ struct DocsExamplesTests {
     // MARK: Docs/DispatchMethod.md
 
     @Test func dispatchMethodIntroduction() async throws {
+        // snippet: Docs/DispatchMethod.md#1
         final class Cache: Sendable {
             let dispatch: DispatchMethod                     // where the user wants the writes to run
             init(dispatch: DispatchMethod = .async(on: .pool(pool))) { self.dispatch = dispatch }
             func store(_ value: String) { dispatch.execute { self.write(value) } }
             func write(_ value: String) { print("stored \(value)") }
         }
-        let cache = Cache(dispatch: .sync(on: .thread(db)))
-        cache.store("draft")
+        func saveDraft() {                                   // synchronous code: `.sync` blocks its thread
+            let cache = Cache(dispatch: .sync(on: .thread(db)))
+            cache.store("draft")                             // returns once "draft" is written, on db's thread
+        }
 
         let shown = DispatchMethod.async(on: .pool(network)).execute { try download(url) }
             .then(.async(on: .thread(db))) { data in try save(data) }
             .then(.async(on: .throttled(api))) { id in try notify(id) }
         let id = try await shown.value       // in synchronous code: try shown.wait()
+        // end snippet
 
+        saveDraft()                          // a short block of the test's task, as in synchronous code
         #expect(id.hasPrefix("notified "))
         #expect(stored.withLock { $0.last } == url.absoluteString)
         if case .async = Cache().dispatch {} else { Issue.record("the default is not .async") }
+        if case .sync = Cache(dispatch: .sync(on: .thread(db))).dispatch {} else { Issue.record("not .sync") }
     }
 
     // MARK: Docs/Log.md (in child processes: they enable logging and set the delegate for the whole process)
@@ -265,9 +310,11 @@ struct DocsExamplesTests {
         await #expect(processExitsWith: .success) {
             let changes = [1, 2, 3]
 
+            // snippet: Docs/Log.md#1
             Log.enable(.threadPool)                 // "Render Thread3 ThreadPool: Render: collected Render Thread3, idle for 10.2 s"
             let sync = Log.Source("Sync")           // make a source once and keep it
             Log.log(sync, "pulled \(changes.count) changes")   // nothing happens: Sync is off
+            // end snippet
 
             precondition(Log.isEnabled(.threadPool) && !Log.isEnabled(sync))
         }
@@ -277,10 +324,12 @@ struct DocsExamplesTests {
         await #expect(processExitsWith: .success) {
             let amount = 42
 
+            // snippet: Docs/Log.md#2
             enum Billing {
                 static let log = Log.Source("Billing")
             }
             Log.log(Billing.log, "charged \(amount)")
+            // end snippet
 
             precondition(Billing.log.name == "Billing")
         }
@@ -288,6 +337,7 @@ struct DocsExamplesTests {
 
     @Test func logSwiftLogAdapter() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+            // snippet: Docs/Log.md#3
             final class SwiftLogDelegate: LogDelegate {
                 let logger = Logger(label: "ThreadKit")
                 func log(_ record: Log.Record) {
@@ -296,6 +346,7 @@ struct DocsExamplesTests {
                 }
             }
             Log.delegate = SwiftLogDelegate()
+            // end snippet
 
             let source = Log.Source("Adapter")
             Log.enable(source)

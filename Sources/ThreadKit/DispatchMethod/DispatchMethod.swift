@@ -26,6 +26,10 @@ public enum DispatchMethod: Sendable {
     case async(on: DispatchTarget)
     /// On the target, with the caller blocked until it ran; `execute` returns after the work.
     /// From work the target is running already, it runs inline instead of waiting for itself.
+    ///
+    /// `execute` blocks the calling thread meanwhile, so it belongs in synchronous code (a plain
+    /// function, a thread); from async code, ``DispatchMethod/run(_:)`` runs the work the same way
+    /// and suspends instead of blocking.
     case sync(on: DispatchTarget)
     /// Queued on the target once `delay` has passed, counted from the call, through
     /// ``TimerThread/shared``; never earlier.

@@ -102,7 +102,11 @@ extension ThrottledQueue {
     /// after the last).
     ///
     /// The async twin of the blocking `waitUntilIdle()`, which differs from it only by `async`:
-    /// in async code `await queue.waitUntilIdle()` picks this one. It is resumed when a task ends
+    /// in async code (an async function, an actor, a `Task` closure) `await queue.waitUntilIdle()`
+    /// picks this one. In a `main.swift`'s top-level code Swift picks the blocking one instead and
+    /// reports its `noasync` diagnostic (top-level code does not get the async overload of two
+    /// that differ only by `async`): call this from an async function there, or name its type,
+    /// `await (queue.waitUntilIdle as () async -> Void)()`. It is resumed when a task ends
     /// or leaves the queue and leaves it idle, as the blocking one is woken; on an idle queue it
     /// returns at once. Cancelling the awaiting task ends the wait at once, and the queue is not
     /// affected. Like the blocking one, it stops with a precondition failure when called where it

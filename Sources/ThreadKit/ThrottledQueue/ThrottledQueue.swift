@@ -166,6 +166,9 @@ public final class ThrottledQueue: @unchecked Sendable {
 
     /// Queues `work`, followed by `interval` instead of the queue's interval (for this one task).
     ///
+    /// `work` stays `@Sendable`, as ``async(_:)``'s does: it runs on the queue's worker, a thread
+    /// of its pool, and ``cancelAll()`` may release it on whichever thread calls it.
+    ///
     /// - Parameters:
     ///   - interval: The gap after this task; not negative.
     ///   - work: The task; it runs on the queue's worker when its turn comes.
@@ -256,7 +259,11 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// could never finish; nor, while `async` work or `run` callers are queued, from a task of
     /// another queue on the only thread of this queue's pool, which their worker needs. Either
     /// stops with a precondition failure. It blocks the calling thread, so async code awaits the
-    /// async ``waitUntilIdle()`` instead (`await queue.waitUntilIdle()` picks it).
+    /// async twin, ``waitUntilIdle()-5us73``, instead: `await queue.waitUntilIdle()` picks it
+    /// in an async function, an actor or a `Task` closure. Not in a `main.swift`'s top-level code,
+    /// where Swift picks this blocking overload (top-level code does not get the async one of two
+    /// that differ only by `async`) and reports the `noasync` diagnostic: call it from an async
+    /// function there, or name the twin's type, `await (queue.waitUntilIdle as () async -> Void)()`.
     @available(*, noasync, message: "it blocks the thread; use 'await waitUntilIdle()' (the async overload) in async code")
     public func waitUntilIdle() {
         mutex.lock()
