@@ -77,7 +77,7 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
     case rateLimitNegativeCount, rateLimitMinCount, rateLimitNegativeWindow
     case dispatchAfterNegativeExecute, dispatchAfterNegativeRun, dispatchAfterNegativeThen
     case threadCheckIsolatedOffThread, threadPreconditionOffThread, threadActorAfterDispose
-    case threadSyncAfterDispose, threadNegativeTimeout
+    case threadSyncAfterDispose, threadNegativeTimeout, sendingWorkCalledTwice
     // The same calls with fine arguments: they do not stop it (each misuse stops it for its argument alone).
     case poolFineArguments, timerFineArguments
     // Wait cycles, and waits that can never end: they stop it, naming the cycle or the wait.
@@ -182,6 +182,9 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         case .threadNegativeTimeout:
             .stops("DedicatedThread: a negative awaitTermination(timeout:) stops, naming the thread, the timeout and its value",
                    naming: "DedicatedThread 'db': awaitTermination(timeout:): timeout must not be negative, got -0.001 seconds")
+        case .sendingWorkCalledTwice:
+            .stops("Work handed over as sending runs once: a second call stops the process",
+                   naming: "work handed over as 'sending' was called a second time")
         case .twoThreads:
             .stops("Two dedicated threads that sync onto each other: the second wait is reported",
                    naming: #"deadlock: thread "cache" holds DedicatedThread "cache" and waits for DedicatedThread "db", held by thread "db", which waits for "cache""#)
@@ -326,6 +329,10 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             _ = try? TimerThread(name: "TmExitFirstD").schedule(every: .seconds(1), startingAfter: .seconds(-2), spacing: .fixedDelay) {}
         case .timerDisposeShared:
             _ = TimerThread.shared.dispose()
+        case .sendingWorkCalledTwice:
+            let work = SendingWork { 1 }
+            precondition((try? work()) == 1, "the first call did not run the work")
+            _ = try? work()
         case .timerHeapInsertTwice:
             final class Item: TimerHeapElement { var heapIndex: Int? }
             var heap = TimerHeap<Item>()

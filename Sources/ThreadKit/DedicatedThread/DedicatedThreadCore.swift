@@ -165,6 +165,11 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
         return await waiter.wait(onCancel: { [self] in mutex.withLock { exitWaiters.remove(waiter) } })
     }
 
+    /// How many tasks are suspended in ``awaitTermination()``.
+    var exitWaiterCount: Int {
+        mutex.withLock { exitWaiters.count }
+    }
+
     /// ``DedicatedThread/pendingCount``.
     var pendingCount: Int {
         mutex.withLock { machine.queue.count + batchMutex.withLock { batch.count } }
