@@ -53,14 +53,14 @@ public final class URLDispatcher: Sendable {
     ///     FoundationNetworking's cache lookup races with a cancel and takes the process down
     ///     (swift-corelibs-foundation issue 3296).
     public init(limits: EndpointLimits = .init(), configuration: URLSessionConfiguration = .ephemeral) {
-        limits.check()
+        limits.check(call: "URLDispatcher.init(limits:configuration:)")
         core = URLDispatcherCore(limits: limits, configuration: configuration)
     }
 
     /// Gives `endpoint` its own limits, from now on: waiting requests start at once if they now fit;
     /// running ones over lowered limits finish, and no new one starts until the counts are below them.
     public func setLimits(_ limits: EndpointLimits, for endpoint: Endpoint) {
-        limits.check()
+        limits.check(call: "URLDispatcher.setLimits(_:for:)")
         core.setLimits(limits, for: endpoint)
     }
 

@@ -297,6 +297,7 @@ struct DedicatedThreadAwaitTerminationTests {
     @Test("Awaited from an actor whose executor is the thread, it stops instead of resuming onto the dead thread")
     func fromTheThreadsActorStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            DeadlockScenario.watchdog()  // a hang exits with success, which fails the test
             let store = ThreadBoundStore(thread: DedicatedThread(name: "DT exit own actor"))
             await store.shutDown()
         }
@@ -306,6 +307,7 @@ struct DedicatedThreadAwaitTerminationTests {
     @Test("Awaited from a task that prefers the thread as its executor, it stops instead of resuming onto the dead thread")
     func fromATaskPreferringTheThreadStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            DeadlockScenario.watchdog()  // a hang exits with success, which fails the test
             let thread = DedicatedThread(name: "DT exit preferring")
             await Task(executorPreference: thread) {
                 thread.dispose()
@@ -419,7 +421,7 @@ struct ThrottledQueueAsyncIdleTests {
         #expect(queue.idleWaiterCount == 0)
     }
 
-    @Test("Each way a queue becomes idle resumes it: a run caller's end, a sync caller's end, cancelAll()")
+    @Test("Each way a queue becomes idle resumes it: a run caller's end, a sync caller's end, cancelAll(), a queued run caller's cancellation")
     func everyWayToIdleResumes() async throws {
         let queue = ThrottledQueue(label: "TQ idle twin 5", interval: .zero)
         // A run caller's work ends.

@@ -148,7 +148,7 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
 
     /// ``DedicatedThread/awaitTermination(timeout:)``.
     func awaitTermination(timeout: Duration) -> Bool {
-        precondition(timeout >= .zero, "DedicatedThread '\(name)': awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
+        precondition(timeout >= .zero, "DedicatedThread '\(name)'.awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
         let deadline = MonotonicInstant.now().advanced(by: timeout)
         return mutex.withLock { _blockingWaitForExit(until: deadline) }
     }
