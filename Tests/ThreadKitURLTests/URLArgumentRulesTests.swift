@@ -33,6 +33,7 @@ struct URLArgumentRulesTests {
         case farOutTimeouts = "Timeouts far out never expire: data, stream and dataSync requests complete"
         case requestTimeoutIntervals = "A request's timeoutInterval of 0 is a time already up; .infinity or 1e300 never expires; -1 is unused beside an explicit timeout"
         case serverConnectionsAtTheEdges = "LoopbackHTTPServer(maxConnections:) 1 and Int.max serve requests"
+        case moreConnectionsThanLibcurlsDefault = "EndpointLimits(maxRequests: 10): ten requests reach one server at once, beyond libcurl's default of 6 per host"
     }
 
     @Test(arguments: Case.allCases)
@@ -180,6 +181,22 @@ struct URLArgumentRulesTests {
                     let status = try await dispatcher.data(for: request).1.statusCode
                     #expect(status == 200, "timeoutInterval \(seconds)")
                 }
+            }
+        case .moreConnectionsThanLibcurlsDefault:
+            // Each request is held until all ten have arrived: a cap below ten holds them all.
+            let arrived = Latch(count: 10)
+            let handler: @Sendable (LoopbackHTTPServer.Request) -> LoopbackHTTPServer.Reply = { _ in
+                arrived.countDown()
+                return arrived.wait(timeout: .seconds(10)) ? .respond(status: 200) : .respond(status: 503)
+            }
+            try await withServerAndDispatcher(.init(maxRequests: 10), handler: handler) { server, dispatcher in
+                try await withThrowingTaskGroup(of: Int.self) { group in
+                    for index in 0..<10 { group.addTask { try await dispatcher.data(for: server.request("/?i=\(index)")).1.statusCode } }
+                    var statuses: [Int] = []
+                    for try await status in group { statuses.append(status) }
+                    #expect(statuses == Array(repeating: 200, count: 10))
+                }
+                #expect(server.peak == 10)
             }
         case .serverConnectionsAtTheEdges:
             for maxConnections in [1, Int.max] {
