@@ -27,6 +27,12 @@
 ///
 /// Once it throws, the parser stays failed: ``next()`` throws the same error again, since the
 /// bytes after a framing error cannot be trusted to start a request.
+///
+/// **Arguments.** ``init(maxHeadBytes:maxBodyBytes:)``'s limits: `maxHeadBytes` at least 64 (the
+/// smallest head that holds a request line and a `Host` field), `maxBodyBytes` zero or more (zero:
+/// any body gets 413); `Int.max` for either limits nothing in practice. A value below those
+/// cannot work: it stops with a precondition failure naming the call, the argument and the value
+/// (ThreadKit's rule for every numeric argument).
 public struct HTTPRequestParser: Sendable {
     /// A request framed by the parser, its target not yet interpreted (see ``HTTPRequestTarget``).
     public struct Message: Sendable, Equatable {
@@ -100,10 +106,10 @@ public struct HTTPRequestParser: Sendable {
     ///
     /// - Parameters:
     ///   - maxHeadBytes: The most bytes a request line and its header fields may take; at least 64.
-    ///   - maxBodyBytes: The most bytes a body may take; at least 0.
+    ///   - maxBodyBytes: The most bytes a body may take; zero or more.
     public init(maxHeadBytes: Int = defaultMaxHeadBytes, maxBodyBytes: Int = defaultMaxBodyBytes) {
-        precondition(maxHeadBytes >= 64, "HTTPRequestParser: maxHeadBytes must be at least 64, got \(maxHeadBytes)")
-        precondition(maxBodyBytes >= 0, "HTTPRequestParser: maxBodyBytes must not be negative, got \(maxBodyBytes)")
+        precondition(maxHeadBytes >= 64, "HTTPRequestParser.init(maxHeadBytes:maxBodyBytes:): maxHeadBytes must be at least 64, got \(maxHeadBytes)")
+        precondition(maxBodyBytes >= 0, "HTTPRequestParser.init(maxHeadBytes:maxBodyBytes:): maxBodyBytes must not be negative, got \(maxBodyBytes)")
         self.maxHeadBytes = maxHeadBytes
         self.maxBodyBytes = maxBodyBytes
     }

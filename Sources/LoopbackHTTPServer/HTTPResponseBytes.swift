@@ -80,8 +80,9 @@ package enum HTTPResponseBytes {
     /// Why a handler's `reply` cannot be sent as HTTP, or `nil` if it can.
     package static func problem(with reply: LoopbackHTTPServer.Reply) -> String? {
         switch reply {
-        case .respond(let status, let headers, _, _):
+        case .respond(let status, let headers, _, let delay):
             guard (100...999).contains(status) else { return "status must be in 100...999, got \(status)" }
+            guard delay >= .zero else { return "delay must not be negative, got \(delay)" }
             for (name, value) in headers {
                 guard !name.isEmpty, name.utf8.allSatisfy(HTTPCharacters.isTokenByte) else {
                     return "header name \"\(name)\" is not a token"
@@ -94,9 +95,10 @@ package enum HTTPResponseBytes {
                 }
             }
             return nil
-        case .stream(let chunks, let chunkSize, _):
+        case .stream(let chunks, let chunkSize, let interval):
             if let chunks, chunks < 0 { return "chunks must not be negative, got \(chunks)" }
             guard chunkSize >= 1 else { return "chunkSize must be at least 1, got \(chunkSize)" }
+            guard interval >= .zero else { return "interval must not be negative, got \(interval)" }
             return nil
         case .hang, .closeMidResponse, .malformed:
             return nil

@@ -86,8 +86,11 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
     /// A reply that cannot be sent as HTTP (a status outside 100...999, a header name that is not
     /// a token or a header value with a control character, a `Content-Length` or
     /// `Transfer-Encoding` header in any case, which the server writes itself from the body, a
-    /// chunk size below 1, a negative chunk count) is answered with a 500 naming the problem instead. A delay or interval beyond a
-    /// year counts as a year; a negative one as zero.
+    /// chunk size below 1, a negative chunk count, a negative delay or interval) is answered with
+    /// a 500 naming the problem and its value instead: a handler's mistake fails its request, not
+    /// the process, as a thrown error would (ThreadKit's rule for a value that cannot work; a
+    /// negative duration means "now" only for a pause or a `Retry-After` date). A zero delay or
+    /// interval sends at once; one beyond a year counts as a year.
     public enum Reply: Sendable {
         /// A whole response, after `delay`.
         case respond(status: Int, headers: [String: String] = [:], body: [UInt8] = [], delay: Duration = .zero)
@@ -153,7 +156,7 @@ public final class LoopbackHTTPServer: @unchecked Sendable {
     /// - Throws: ``LoopbackHTTPServerError`` if the address is not loopback or a socket call fails.
     public init(address: String = "127.0.0.1", maxConnections: Int = defaultMaxConnections,
                 handler: @escaping @Sendable (Request) -> Reply = Reply.route) throws {
-        precondition(maxConnections >= 1, "LoopbackHTTPServer: maxConnections must be at least 1, got \(maxConnections)")
+        precondition(maxConnections >= 1, "LoopbackHTTPServer.init(maxConnections:): maxConnections must be at least 1, got \(maxConnections)")
         var inAddress = in_addr()
         guard inet_pton(AF_INET, address, &inAddress) == 1, address.hasPrefix("127.") else {
             throw LoopbackHTTPServerError.notLoopback(address)

@@ -101,11 +101,11 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         throttle = StartThrottle(limit: rate)
     }
 
-    static func checkLimits(maxRequests: Int, maxLongRequests: Int) {
-        precondition(maxRequests >= 1, "URLDispatcher.EndpointLimits: maxRequests must be at least 1, got \(maxRequests)")
-        precondition(maxLongRequests >= 0, "URLDispatcher.EndpointLimits: maxLongRequests must be at least 0, got \(maxLongRequests)")
+    static func checkLimits(maxRequests: Int, maxLongRequests: Int, call: String = "URLDispatcher.EndpointLimits.init") {
+        precondition(maxRequests >= 1, "\(call): maxRequests must be at least 1, got \(maxRequests)")
+        precondition(maxLongRequests >= 0, "\(call): maxLongRequests must not be negative, got \(maxLongRequests)")
         precondition(maxLongRequests < maxRequests,
-                     "URLDispatcher.EndpointLimits: maxLongRequests (\(maxLongRequests)) must be less than maxRequests (\(maxRequests)), so short requests always keep a slot")
+                     "\(call): maxLongRequests must be less than maxRequests (\(maxRequests)), so that short requests always keep a slot, got \(maxLongRequests)")
     }
 
     /// The rate limit in force.

@@ -28,7 +28,7 @@ extension URLDispatcher {
 
         /// The long-request limit when none is given: 3, or `maxRequests - 1` when that is less.
         static func defaultMaxLongRequests(forMaxRequests maxRequests: Int) -> Int {
-            // Subtracted from only once at least 1: `Int.min - 1` would trap before `check()` names it.
+            // Subtracted from only once at least 1: `Int.min - 1` would trap before `check(call:)` names it.
             maxRequests > 3 ? 3 : maxRequests >= 1 ? maxRequests - 1 : 0
         }
 
@@ -51,16 +51,16 @@ extension URLDispatcher {
             self.rate = rate
             self.honorRetryAfter = honorRetryAfter
             self.maxRetryAfter = maxRetryAfter
-            check()
+            check(call: "URLDispatcher.EndpointLimits.init")
         }
 
-        /// Stops, naming the argument and its value, if these limits cannot work. The initializer
+        /// Stops, naming `call`, the argument and its value, if these limits cannot work. The initializer
         /// checks them, and so do ``URLDispatcher/init(limits:configuration:)`` and
         /// ``URLDispatcher/setLimits(_:for:)``: limits changed through the properties are refused
         /// where they are handed over, not at some later request.
-        func check() {
-            EndpointSlots<Int>.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
-            precondition(maxRetryAfter >= .zero, "URLDispatcher.EndpointLimits: maxRetryAfter must not be negative, got \(maxRetryAfter)")
+        func check(call: String) {
+            EndpointSlots<Int>.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests, call: call)
+            precondition(maxRetryAfter >= .zero, "\(call): maxRetryAfter must not be negative, got \(maxRetryAfter)")
         }
     }
 

@@ -47,20 +47,22 @@ public final class URLDispatcher: Sendable {
     ///
     /// - Parameters:
     ///   - limits: The limits of every endpoint without limits of its own.
-    ///   - configuration: The session's configuration, copied. Its timeouts are set far out (ThreadKit
-    ///     enforces its own), its `httpMaximumConnectionsPerHost` above every ThreadKit limit, and
+    ///   - configuration: The session's configuration, copied. Its timeouts are set to a hundred
+    ///     years (ThreadKit enforces its own; FoundationNetworking cannot take `.infinity`, so a
+    ///     transfer that runs longer than a century ends), its `httpMaximumConnectionsPerHost` to
+    ///     `Int.max`, above every ThreadKit limit, and
     ///     its cache off, whatever it says (`urlCache = nil`, `.reloadIgnoringLocalCacheData`):
     ///     FoundationNetworking's cache lookup races with a cancel and takes the process down
     ///     (swift-corelibs-foundation issue 3296).
     public init(limits: EndpointLimits = .init(), configuration: URLSessionConfiguration = .ephemeral) {
-        limits.check()
+        limits.check(call: "URLDispatcher.init(limits:configuration:)")
         core = URLDispatcherCore(limits: limits, configuration: configuration)
     }
 
     /// Gives `endpoint` its own limits, from now on: waiting requests start at once if they now fit;
     /// running ones over lowered limits finish, and no new one starts until the counts are below them.
     public func setLimits(_ limits: EndpointLimits, for endpoint: Endpoint) {
-        limits.check()
+        limits.check(call: "URLDispatcher.setLimits(_:for:)")
         core.setLimits(limits, for: endpoint)
     }
 

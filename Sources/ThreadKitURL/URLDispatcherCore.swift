@@ -28,10 +28,18 @@ final class URLDispatcherCore: Sendable {
     /// The session's delegate queue (serial): its events, and what a timer call owes user code.
     private let delegateQueue: OperationQueue
 
-    /// The dispatcher's own session timeouts: far beyond any ThreadKit timeout, which it enforces itself.
-    static let sessionTimeout: TimeInterval = 7 * 24 * 3600
-    /// Connections per host allowed to libcurl: above every ThreadKit limit, so it never queues behind us.
-    static let connectionsPerHost = 65_536
+    /// The session's own timeouts (request and resource), set on every request too: ThreadKit
+    /// enforces its timeouts itself, so these only bound a transfer that runs longer than any
+    /// ThreadKit timeout short of "never". They cannot be `.infinity`: FoundationNetworking arms
+    /// its timer with `Int(timeoutInterval) * 1000` ms (which traps on infinity and overflows past
+    /// about 9e15 s), on a Dispatch timer counted in nanoseconds (about 292 years at most). A
+    /// hundred years is well inside both, so the real limit on a transfer is a century: one that
+    /// runs longer is ended by the session, whatever ThreadKit timeout was given.
+    static let sessionTimeout: TimeInterval = 100 * 365.25 * 24 * 3600
+    /// Connections per host allowed to libcurl: `Int.max`, above every `maxRequests` ThreadKit
+    /// accepts, so it never queues a request behind ours (libcurl keeps it as a `long` and only
+    /// compares a host's connection count with it; FoundationNetworking's default would be 6).
+    static let connectionsPerHost = Int.max
 
     /// The longest a cancelled transfer holds its caller's completion while the session carries the
     /// cancel out (it takes about a millisecond): a timeout still costs at most 50 ms more.

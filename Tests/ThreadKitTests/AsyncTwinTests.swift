@@ -27,6 +27,21 @@ extension ThrottledQueue {
     fileprivate var idleWaiterCount: Int {
         mutex.withLock { idleWaiters.count }
     }
+
+    /// Awaits the async `waitUntilIdle()` and says whether the queue's idleness ended the wait:
+    /// `false` if the awaiting task's cancellation did (a guard's, after its limit), so that a
+    /// missed wake-up fails the test instead of passing once the guard has cancelled the wait.
+    fileprivate func idleResumedTheWait() async -> Bool {
+        await waitUntilIdle()
+        return !Task.isCancelled
+    }
+}
+
+extension DedicatedThread {
+    /// How many tasks are suspended in `awaitTermination()`.
+    fileprivate var exitWaiterCount: Int {
+        core.exitWaiterCount
+    }
 }
 
 extension Task where Failure == Never {
@@ -116,14 +131,17 @@ struct PoolAwaitTerminationTests {
         let pool = ThreadPool(name: "ATe", size: 2)
         let gate = try pool.occupy(2)
         let count = 200
-        let resumed = await withTaskGroup(of: Bool.self) { group -> [Bool] in
-            for _ in 0..<count { group.addTask { await pool.awaitTermination() } }
-            #expect(await eventually { pool.terminationWaiterCount == count })
-            pool.dispose()
-            gate.countDown()
-            var resumed: [Bool] = []
-            for await returned in group { resumed.append(returned) }
-            return resumed
+        // Each returns false if the guard's cancellation, not the termination, ended its wait.
+        let resumed = await cancelling(after: .seconds(10)) {
+            await withTaskGroup(of: Bool.self) { group -> [Bool] in
+                for _ in 0..<count { group.addTask { await pool.awaitTermination() } }
+                #expect(await eventually { pool.terminationWaiterCount == count })
+                pool.dispose()
+                gate.countDown()
+                var resumed: [Bool] = []
+                for await returned in group { resumed.append(returned) }
+                return resumed
+            }
         }
         #expect(resumed == Array(repeating: true, count: count))
         #expect(pool.statistics.threads == 0)
@@ -141,30 +159,56 @@ struct PoolAwaitTerminationTests {
         #expect(await awaiter.value(cancellingAfter: .seconds(10)))
     }
 
-    @Test("Stress: awaiters, some cancelled at random moments, across 100 pools: each returns once; those not cancelled return true")
+    /// When the stress test cancels an awaiter of a pool's termination.
+    private enum CancelMoment: CaseIterable {
+        /// Never: the termination must end its wait, with true.
+        case never
+        /// Before `dispose()`, with the awaiter on the waiter list: its wait ends with false.
+        case beforeDispose
+        /// Right after `dispose()`, racing the threads' exit: true or false, whichever came first.
+        case racingTermination
+        /// After the pool is known to have ended: too late, its wait ended with true.
+        case afterTermination
+    }
+
+    @Test("Stress: awaiters cancelled before, racing and after the termination, across 100 pools: each ends once, on whichever came first")
     func stress() async throws {
         var random = SplitMix64(seed: 21)
-        var cancelled = 0, returnedTrue = 0, total = 0
+        var outcomes: [CancelMoment: [Bool: Int]] = [:]
         for round in 0..<100 {
             let pool = ThreadPool(name: "ATs\(round % 10)", size: 2)
             let tasks = Int(random.next() % 20)
             let ran = Counter()
             for _ in 0..<tasks { try pool.execute { _ = ran.increment() } }
-            let awaiters = (0..<8).map { _ in Task { await pool.awaitTermination() } }
-            let cancelSome = random.next() % 2 == 0
-            if cancelSome { for (index, awaiter) in awaiters.enumerated() where index.isMultiple(of: 3) { awaiter.cancel() } }
+            let moments = (0..<8).map { _ in CancelMoment.allCases[Int(random.next() % 4)] }
+            let awaiters = moments.map { _ in Task { await pool.awaitTermination() } }
+            #expect(await eventually { pool.terminationWaiterCount == 8 }, "round \(round)")
+            for (moment, awaiter) in zip(moments, awaiters) where moment == .beforeDispose { awaiter.cancel() }
             pool.dispose()
-            for (index, awaiter) in awaiters.enumerated() {
+            // Racing: cancelled from the test's task while the pool's threads run out and exit.
+            for (moment, awaiter) in zip(moments, awaiters).shuffled(using: &random) where moment == .racingTermination {
+                awaiter.cancel()
+            }
+            #expect(await pool.awaitTermination(within: .seconds(10)), "round \(round)")
+            for (moment, awaiter) in zip(moments, awaiters) where moment == .afterTermination { awaiter.cancel() }
+            for (index, (moment, awaiter)) in zip(moments, awaiters).enumerated() {
                 let returned = await awaiter.value(cancellingAfter: .seconds(10))
-                total += 1
-                if returned { returnedTrue += 1 }
-                if cancelSome, index.isMultiple(of: 3) { cancelled += 1 } else { #expect(returned, "round \(round): awaiter \(index)") }
+                outcomes[moment, default: [:]][returned, default: 0] += 1
+                switch moment {
+                case .never, .afterTermination: #expect(returned, "round \(round): awaiter \(index), cancelled \(moment)")
+                case .beforeDispose: #expect(!returned, "round \(round): awaiter \(index), cancelled \(moment)")
+                case .racingTermination: break
+                }
             }
             #expect(ran.value == tasks)
             #expect(pool.terminationWaiterCount == 0)
         }
-        #expect(total == 800)
-        #expect(returnedTrue >= 800 - cancelled)
+        // Every awaiter ended exactly once: on the termination (true) or on its cancellation
+        // (false), and false only where the cancellation could come first.
+        let count = { (moment: CancelMoment, returned: Bool) in outcomes[moment]?[returned] ?? 0 }
+        #expect(outcomes.values.flatMap(\.values).reduce(0, +) == 800)
+        #expect(count(.never, false) == 0 && count(.afterTermination, false) == 0 && count(.beforeDispose, true) == 0)
+        #expect(count(.never, true) > 0 && count(.beforeDispose, false) > 0 && count(.afterTermination, true) > 0)
     }
 }
 
@@ -182,9 +226,11 @@ struct DedicatedThreadAwaitTerminationTests {
             let returned = await thread.awaitTermination()
             return Awaited(returned: returned, reading: ran.value)
         }
+        #expect(await eventually { thread.exitWaiterCount == 1 })
         thread.dispose()
         try await Task.sleep(for: .milliseconds(100))
         #expect(KernelThreads.names().contains(name))
+        #expect(thread.exitWaiterCount == 1, "the wait ended while the thread still ran")
         gate.countDown()
         let outcome = await awaiter.value(cancellingAfter: .seconds(10))
         #expect(outcome == Awaited(returned: true, reading: 5))
@@ -209,17 +255,20 @@ struct DedicatedThreadAwaitTerminationTests {
     func cancellationEndsTheWait() async throws {
         let thread = DedicatedThread(name: KernelThreads.uniqueName("DTat3"))
         defer { thread.dispose() }
-        let started = Latch()
-        let awaiter = Task {
-            started.countDown()
-            return await thread.awaitTermination()
-        }
-        #expect(await eventually { started.isOpen })
-        try await Task.sleep(for: .milliseconds(20))  // let it suspend; either way it must end
+        let awaiter = Task { await thread.awaitTermination() }
+        #expect(await eventually { thread.exitWaiterCount == 1 })
         let cancelledAt = ContinuousClock.now
         awaiter.cancel()
         #expect(await !awaiter.value(cancellingAfter: .seconds(10)))
         #expect(ContinuousClock.now - cancelledAt < .seconds(5), "the cancelled wait did not end at once")
+        #expect(thread.exitWaiterCount == 0, "the cancelled waiter stayed on the list")
+        // Cancelled before the call: it never waits, nor joins the list.
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await thread.awaitTermination()
+        }
+        #expect(await !early.value)
+        #expect(thread.exitWaiterCount == 0)
         #expect(try await thread.run { 7 } == 7)
     }
 
@@ -229,16 +278,58 @@ struct DedicatedThreadAwaitTerminationTests {
         let gate = Latch()
         try thread.execute { gate.wait(timeout: .seconds(30)) }
         let count = 200
-        let resumed = await withTaskGroup(of: Bool.self) { group -> [Bool] in
-            for _ in 0..<count { group.addTask { await thread.awaitTermination() } }
-            thread.dispose()
-            try? await Task.sleep(for: .milliseconds(20))
-            gate.countDown()
-            var resumed: [Bool] = []
-            for await returned in group { resumed.append(returned) }
-            return resumed
+        // Each returns false if the guard's cancellation, not the exit, ended its wait.
+        let resumed = await cancelling(after: .seconds(10)) {
+            await withTaskGroup(of: Bool.self) { group -> [Bool] in
+                for _ in 0..<count { group.addTask { await thread.awaitTermination() } }
+                #expect(await eventually { thread.exitWaiterCount == count })
+                thread.dispose()
+                gate.countDown()
+                var resumed: [Bool] = []
+                for await returned in group { resumed.append(returned) }
+                return resumed
+            }
         }
         #expect(resumed == Array(repeating: true, count: count))
+        #expect(thread.exitWaiterCount == 0)
+    }
+
+    @Test("Awaited from an actor whose executor is the thread, it stops instead of resuming onto the dead thread")
+    func fromTheThreadsActorStops() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            DeadlockScenario.watchdog()  // a hang exits with success, which fails the test
+            let store = ThreadBoundStore(thread: DedicatedThread(name: "DT exit own actor"))
+            await store.shutDown()
+        }
+        #expect(stopped(result, saying: "DedicatedThread 'DT exit own actor'.awaitTermination()", "from a task on that thread"))
+    }
+
+    @Test("Awaited from a task that prefers the thread as its executor, it stops instead of resuming onto the dead thread")
+    func fromATaskPreferringTheThreadStops() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            DeadlockScenario.watchdog()  // a hang exits with success, which fails the test
+            let thread = DedicatedThread(name: "DT exit preferring")
+            await Task(executorPreference: thread) {
+                thread.dispose()
+                await thread.awaitTermination()
+            }.value
+        }
+        #expect(stopped(result, saying: "DedicatedThread 'DT exit preferring'.awaitTermination()", "from a task on that thread"))
+    }
+}
+
+/// An actor that runs on a dedicated thread and, wrongly, awaits that thread's end from itself.
+private actor ThreadBoundStore {
+    let thread: DedicatedThread
+    nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
+
+    init(thread: DedicatedThread) {
+        self.thread = thread
+    }
+
+    func shutDown() async {
+        thread.dispose()
+        await thread.awaitTermination()
     }
 }
 
@@ -252,8 +343,8 @@ struct ThrottledQueueAsyncIdleTests {
         try queue.async { gate.wait(timeout: .seconds(30)) }
         for _ in 0..<5 { try queue.async { _ = ran.increment() } }
         let awaiter = Task { () -> Awaited<[Int]> in
-            await queue.waitUntilIdle()
-            return Awaited(returned: true, reading: [ran.value, queue.pendingCount])
+            let resumed = await queue.idleResumedTheWait()
+            return Awaited(returned: resumed, reading: [ran.value, queue.pendingCount])
         }
         #expect(await eventually { queue.idleWaiterCount == 1 })
         try await Task.sleep(for: .milliseconds(100))
@@ -266,10 +357,10 @@ struct ThrottledQueueAsyncIdleTests {
     @Test("On an idle queue it returns at once; a task already cancelled returns at once too")
     func idleQueueReturnsAtOnce() async throws {
         let queue = ThrottledQueue(label: "TQ idle twin 2", interval: .seconds(60))
-        await queue.waitUntilIdle()
+        #expect(await cancelling(after: .seconds(10)) { await queue.idleResumedTheWait() })
         try await queue.run {}
         // The queue's 60 s gap follows, but no task is left: idle.
-        #expect(await cancelling(after: .seconds(10)) { await queue.waitUntilIdle(); return true })
+        #expect(await cancelling(after: .seconds(10)) { await queue.idleResumedTheWait() })
         // On a busy queue, a task cancelled before the call returns at once.
         let gate = Latch()
         try queue.async { gate.wait(timeout: .seconds(30)) }
@@ -295,12 +386,13 @@ struct ThrottledQueueAsyncIdleTests {
         #expect(await eventually { queue.idleWaiterCount == 1 })
         let cancelledAt = ContinuousClock.now
         awaiter.cancel()
-        #expect(await awaiter.value(cancellingAfter: .seconds(10), then: { true }))
+        _ = await awaiter.value(cancellingAfter: .seconds(10))
         #expect(ContinuousClock.now - cancelledAt < .seconds(5), "the cancelled wait did not end at once")
         #expect(queue.idleWaiterCount == 0)
         #expect(ran.value == 0)
+        #expect(queue.pendingCount == 1, "the wait ended on its cancellation, not on idleness")
         gate.countDown()
-        #expect(await cancelling(after: .seconds(10)) { await queue.waitUntilIdle(); return true })
+        #expect(await cancelling(after: .seconds(10)) { await queue.idleResumedTheWait() })
         #expect(ran.value == 1)
     }
 
@@ -312,23 +404,24 @@ struct ThrottledQueueAsyncIdleTests {
         try queue.async { gate.wait(timeout: .seconds(30)) }
         for _ in 0..<10 { try queue.async { _ = ran.increment() } }
         let count = 200
-        let seen = await withTaskGroup(of: Int.self) { group -> [Int] in
-            for _ in 0..<count {
-                group.addTask {
-                    await queue.waitUntilIdle()
-                    return ran.value
+        // Each sees nil if the guard's cancellation, not idleness, ended its wait.
+        let seen = await cancelling(after: .seconds(10)) {
+            await withTaskGroup(of: Int?.self) { group -> [Int?] in
+                for _ in 0..<count {
+                    group.addTask { await queue.idleResumedTheWait() ? ran.value : nil }
                 }
+                #expect(await eventually { queue.idleWaiterCount == count })
+                gate.countDown()
+                var seen: [Int?] = []
+                for await value in group { seen.append(value) }
+                return seen
             }
-            #expect(await eventually { queue.idleWaiterCount == count })
-            gate.countDown()
-            var seen: [Int] = []
-            for await value in group { seen.append(value) }
-            return seen
         }
         #expect(seen == Array(repeating: 10, count: count))
+        #expect(queue.idleWaiterCount == 0)
     }
 
-    @Test("Each way a queue becomes idle resumes it: a run caller's end, a sync caller's end, cancelAll()")
+    @Test("Each way a queue becomes idle resumes it: a run caller's end, a sync caller's end, cancelAll(), a queued run caller's cancellation")
     func everyWayToIdleResumes() async throws {
         let queue = ThrottledQueue(label: "TQ idle twin 5", interval: .zero)
         // A run caller's work ends.
@@ -341,54 +434,84 @@ struct ThrottledQueueAsyncIdleTests {
             }
         }
         #expect(await eventually { inRun.isOpen })
-        let afterRun = Task { await queue.waitUntilIdle() }
+        let afterRun = Task { await queue.idleResumedTheWait() }
         #expect(await eventually { queue.idleWaiterCount == 1 })
         leaveRun.countDown()
         try await runner.value
-        #expect(await afterRun.value(cancellingAfter: .seconds(10), then: { queue.idleWaiterCount == 0 }))
+        #expect(await afterRun.value(cancellingAfter: .seconds(10)), "a run caller's end did not resume the wait")
+        #expect(queue.idleWaiterCount == 0)
 
         // A sync caller's work ends.
         let inSync = Latch()
         let leaveSync = Latch()
         Thread { queue.sync { inSync.countDown(); _ = leaveSync.wait(timeout: .seconds(30)) } }.start()
         #expect(await eventually { inSync.isOpen })
-        let afterSync = Task { await queue.waitUntilIdle() }
+        let afterSync = Task { await queue.idleResumedTheWait() }
         #expect(await eventually { queue.idleWaiterCount == 1 })
         leaveSync.countDown()
-        #expect(await afterSync.value(cancellingAfter: .seconds(10), then: { queue.idleWaiterCount == 0 }))
+        #expect(await afterSync.value(cancellingAfter: .seconds(10)), "a sync caller's end did not resume the wait")
+        #expect(queue.idleWaiterCount == 0)
 
         // cancelAll() removes the queued tasks, behind a pause that holds them all.
         queue.pause(for: .seconds(60))
         let ran = Counter()
         for _ in 0..<3 { try queue.async { _ = ran.increment() } }
-        let afterCancel = Task { await queue.waitUntilIdle() }
+        let afterCancel = Task { await queue.idleResumedTheWait() }
         #expect(await eventually { queue.idleWaiterCount == 1 })
         #expect(queue.cancelAll() == 3)
-        #expect(await afterCancel.value(cancellingAfter: .seconds(10), then: { queue.idleWaiterCount == 0 }))
+        #expect(await afterCancel.value(cancellingAfter: .seconds(10)), "cancelAll() did not resume the wait")
+        #expect(queue.idleWaiterCount == 0)
+        #expect(ran.value == 0)
+
+        // The one queued run caller is cancelled, behind the same pause: it leaves the queue.
+        let queuedRunner = Task { try await queue.run { _ = ran.increment() } }
+        #expect(await eventually { queue.pendingCount == 1 })
+        let afterLeaving = Task { await queue.idleResumedTheWait() }
+        #expect(await eventually { queue.idleWaiterCount == 1 })
+        queuedRunner.cancel()
+        await #expect(throws: CancellationError.self) { try await queuedRunner.value }
+        #expect(await afterLeaving.value(cancellingAfter: .seconds(10)), "a queued run caller's cancellation did not resume the wait")
+        #expect(queue.idleWaiterCount == 0)
         #expect(ran.value == 0)
     }
 
-    @Test("Stress: tasks from several threads and awaiters, some cancelled: every awaiter not cancelled sees every task done")
+    @Test("Stress: tasks from several threads; awaiters cancelled before or racing idleness: each ends once, those resumed by idleness see every task done")
     func stress() async throws {
+        var random = SplitMix64(seed: 2121)
+        var resumedByIdleness = 0, cancelledFirst = 0, notCancelled = 0, cancelledBefore = 0
         for round in 0..<40 {
             let queue = ThrottledQueue(label: "TQ idle stress \(round)", interval: .zero)
             let gate = Latch()
             let ran = Counter()
             try queue.async { gate.wait(timeout: .seconds(30)) }
             await onThreads(4) { _ in for _ in 0..<25 { try? queue.async { _ = ran.increment() } } }
-            let awaiters = (0..<16).map { _ in Task { () -> Int in
-                await queue.waitUntilIdle()
-                return ran.value
-            } }
-            for (index, awaiter) in awaiters.enumerated() where index.isMultiple(of: 4) { awaiter.cancel() }
+            // 0: never cancelled; 1: cancelled before the queue can be idle; 2: racing idleness.
+            let plan = (0..<16).map { _ in Int(random.next() % 3) }
+            let awaiters = plan.map { _ in Task { () -> Int? in await queue.idleResumedTheWait() ? ran.value : nil } }
+            #expect(await eventually { queue.idleWaiterCount == 16 }, "round \(round)")
+            for (step, awaiter) in zip(plan, awaiters) where step == 1 { awaiter.cancel() }
             gate.countDown()
-            for (index, awaiter) in awaiters.enumerated() {
+            for (step, awaiter) in zip(plan, awaiters) where step == 2 { awaiter.cancel() }
+            for (index, (step, awaiter)) in zip(plan, awaiters).enumerated() {
                 let seen = await awaiter.value(cancellingAfter: .seconds(10))
-                if !index.isMultiple(of: 4) { #expect(seen == 100, "round \(round): awaiter \(index) saw \(seen)") }
+                if let seen {
+                    resumedByIdleness += 1
+                    #expect(seen == 100, "round \(round): awaiter \(index) saw \(seen)")
+                } else {
+                    cancelledFirst += 1
+                }
+                if step == 0 { notCancelled += 1; #expect(seen != nil, "round \(round): awaiter \(index) was not resumed") }
+                if step == 1 { cancelledBefore += 1; #expect(seen == nil, "round \(round): awaiter \(index) outlived its cancellation") }
             }
             #expect(ran.value == 100)
             #expect(queue.idleWaiterCount == 0)
         }
+        // Each of the 640 ended once: by idleness (all that were never cancelled, and the racing
+        // cancellations that came late) or by its cancellation (all cancelled before, and the
+        // racing ones that came first).
+        #expect(resumedByIdleness + cancelledFirst == 640)
+        #expect(resumedByIdleness >= notCancelled && cancelledFirst >= cancelledBefore)
+        #expect(notCancelled > 0 && cancelledBefore > 0)
     }
 
     @Test("The async waitUntilIdle() from inside run's work on the same queue stops instead of waiting forever")

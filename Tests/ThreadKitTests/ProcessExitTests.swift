@@ -77,7 +77,7 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
     case rateLimitNegativeCount, rateLimitMinCount, rateLimitNegativeWindow
     case dispatchAfterNegativeExecute, dispatchAfterNegativeRun, dispatchAfterNegativeThen
     case threadCheckIsolatedOffThread, threadPreconditionOffThread, threadActorAfterDispose
-    case threadSyncAfterDispose, threadNegativeTimeout
+    case threadSyncAfterDispose, threadNegativeTimeout, sendingWorkCalledTwice
     // The same calls with fine arguments: they do not stop it (each misuse stops it for its argument alone).
     case poolFineArguments, timerFineArguments
     // Wait cycles, and waits that can never end: they stop it, naming the cycle or the wait.
@@ -101,21 +101,21 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
 
     var specification: Specification {
         switch self {
-        case .poolSizeZero: .stops("ThreadPool: size 0 stops", naming: "'Bad'", "size must be at least 1, got 0")
-        case .poolSizeNegative: .stops("ThreadPool: size -1 stops", naming: "size must be at least 1, got -1")
-        case .poolSizeMin: .stops("ThreadPool: size Int.min stops", naming: "'Bad'", "size must be at least 1, got \(Int.min)")
+        case .poolSizeZero: .stops("ThreadPool: size 0 stops", naming: "ThreadPool 'Bad'.init: size must be at least 1, got 0")
+        case .poolSizeNegative: .stops("ThreadPool: size -1 stops", naming: "ThreadPool 'Bad'.init: size must be at least 1, got -1")
+        case .poolSizeMin: .stops("ThreadPool: size Int.min stops", naming: "ThreadPool 'Bad'.init: size must be at least 1, got \(Int.min)")
         case .poolNegativeKeepAlive:
-            .stops("ThreadPool: a negative keepAlive stops", naming: "keepAlive must not be negative", "-0.001 seconds")
+            .stops("ThreadPool: a negative keepAlive stops", naming: "ThreadPool 'Bad'.init: keepAlive must not be negative, got -0.001 seconds")
         case .poolZeroCollectionInterval:
             .stops("ThreadPool: a zero collectionInterval stops",
-                   naming: "collectionInterval must be more than zero", "0.0 seconds")
+                   naming: "ThreadPool 'Bad'.init: collectionInterval must be more than zero, got 0.0 seconds")
         case .poolNegativeCollectionInterval:
             .stops("ThreadPool: a negative collectionInterval stops",
-                   naming: "collectionInterval must be more than zero", "-15.0 seconds")
+                   naming: "ThreadPool 'Bad'.init: collectionInterval must be more than zero, got -15.0 seconds")
         case .poolZeroQueueLimit:
-            .stops("ThreadPool: queueLimit 0 stops", naming: "queueLimit must be at least 1, got 0")
+            .stops("ThreadPool: queueLimit 0 stops", naming: "ThreadPool 'Bad'.init: queueLimit must be at least 1, got 0")
         case .poolNegativeQueueLimit:
-            .stops("ThreadPool: queueLimit -1 stops", naming: "'Bad'", "queueLimit must be at least 1, got -1")
+            .stops("ThreadPool: queueLimit -1 stops", naming: "ThreadPool 'Bad'.init: queueLimit must be at least 1, got -1")
         case .poolNegativeWaitTimeout:
             .stops("ScheduledTask: a negative wait(timeout:) stops, naming the timeout and its value",
                    naming: "ScheduledTask.wait(timeout:): timeout must not be negative, got -1.0 seconds")
@@ -127,45 +127,45 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
                    naming: "ScheduledTask.wait(timeout:): timeout must not be negative, got -0.001 seconds")
         case .poolNegativeAwaitTermination:
             .stops("ThreadPool: a negative awaitTermination(timeout:) stops, naming the pool, the timeout and its value",
-                   naming: "ThreadPool 'Bad': awaitTermination(timeout:): timeout must not be negative, got -1e-09 seconds")
+                   naming: "ThreadPool 'Bad'.awaitTermination(timeout:): timeout must not be negative, got -1e-09 seconds")
         case .timerNegativeDelay:
             .stops("TimerThread: a negative delay stops the process",
-                   naming: "TimerThread 'TmExitNeg'", "delay must not be negative, got -0.001 seconds")
+                   naming: "TimerThread 'TmExitNeg'.schedule(after:tag:_:): delay must not be negative, got -0.001 seconds")
         case .timerFarNegativeDelay:
             .stops("TimerThread: a delay negative beyond Int64.max seconds stops, naming it, instead of trapping elsewhere",
-                   naming: "TimerThread 'TmExitFarNeg'", "delay must not be negative, got -")
+                   naming: "TimerThread 'TmExitFarNeg'.schedule(after:tag:_:): delay must not be negative, got -")
         case .timerNaNDelay: .stops("TimerThread: a NaN delay stops the process")
         case .rateLimitNegativeCount:
-            .stops("RateLimit: a count of -1 stops", naming: "RateLimit.rate: count must be at least 1, got -1")
+            .stops("RateLimit: a count of -1 stops", naming: "RateLimit.rate(_:per:): count must be at least 1, got -1")
         case .rateLimitMinCount:
-            .stops("RateLimit: a count of Int.min stops", naming: "RateLimit.rate: count must be at least 1, got \(Int.min)")
+            .stops("RateLimit: a count of Int.min stops", naming: "RateLimit.rate(_:per:): count must be at least 1, got \(Int.min)")
         case .rateLimitNegativeWindow:
             .stops("RateLimit: a negative window stops",
-                   naming: "RateLimit.rate: window must be more than zero, got -1.0 seconds")
+                   naming: "RateLimit.rate(_:per:): window must be more than zero, got -1.0 seconds")
         case .dispatchAfterNegativeExecute:
             .stops("DispatchMethod.after with a negative delay stops at execute, naming it",
-                   naming: "DispatchMethod.after: delay must not be negative, got -1.0 seconds")
+                   naming: "DispatchMethod.after(_:on:): delay must not be negative, got -1.0 seconds")
         case .dispatchAfterNegativeRun:
             .stops("DispatchMethod.after with a negative delay stops at run, naming it",
-                   naming: "DispatchMethod.after: delay must not be negative, got -0.001 seconds")
+                   naming: "DispatchMethod.after(_:on:): delay must not be negative, got -0.001 seconds")
         case .dispatchAfterNegativeThen:
             .stops("DispatchMethod.after with a negative delay stops at then, where it is handed over",
-                   naming: "DispatchMethod.after: delay must not be negative, got -2.0 seconds")
+                   naming: "DispatchMethod.after(_:on:): delay must not be negative, got -2.0 seconds")
         case .timerZeroInterval:
             .stops("TimerThread: a zero interval stops the process",
-                   naming: "TimerThread 'TmExitZero'", "interval must be more than zero, got 0.0 seconds")
+                   naming: "TimerThread 'TmExitZero'.schedule(every:startingAfter:spacing:tag:_:): interval must be more than zero, got 0.0 seconds")
         case .timerNegativeInterval:
             .stops("TimerThread: a negative interval stops the process",
-                   naming: "TimerThread 'TmExitNegI'", "interval must be more than zero, got -1.0 seconds")
+                   naming: "TimerThread 'TmExitNegI'.schedule(every:startingAfter:spacing:tag:_:): interval must be more than zero, got -1.0 seconds")
         case .timerNegativeIntervalFixedDelay:
             .stops("TimerThread: a negative interval stops the process, with a fixed delay too",
-                   naming: "TimerThread 'TmExitNegD'", "interval must be more than zero, got -0.005 seconds")
+                   naming: "TimerThread 'TmExitNegD'.schedule(every:startingAfter:spacing:tag:_:): interval must be more than zero, got -0.005 seconds")
         case .timerNegativeFirstDelay:
             .stops("TimerThread: a negative first delay stops the process",
-                   naming: "TimerThread 'TmExitFirst'", "firstDelay must not be negative, got -0.001 seconds")
+                   naming: "TimerThread 'TmExitFirst'.schedule(every:startingAfter:spacing:tag:_:): firstDelay must not be negative, got -0.001 seconds")
         case .timerNegativeFirstDelayFixedDelay:
             .stops("TimerThread: a negative first delay stops the process, with a fixed delay too",
-                   naming: "TimerThread 'TmExitFirstD'", "firstDelay must not be negative, got -2.0 seconds")
+                   naming: "TimerThread 'TmExitFirstD'.schedule(every:startingAfter:spacing:tag:_:): firstDelay must not be negative, got -2.0 seconds")
         case .timerDisposeShared: .stops("TimerThread: disposing the shared timer stops the process")
         case .timerHeapInsertTwice: .stops("TimerHeap: an element cannot be in a timer heap twice")
         case .threadCheckIsolatedOffThread:
@@ -181,7 +181,10 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
                    naming: "sync on DedicatedThread 'db'", "disposed")
         case .threadNegativeTimeout:
             .stops("DedicatedThread: a negative awaitTermination(timeout:) stops, naming the thread, the timeout and its value",
-                   naming: "DedicatedThread 'db': awaitTermination(timeout:): timeout must not be negative, got -0.001 seconds")
+                   naming: "DedicatedThread 'db'.awaitTermination(timeout:): timeout must not be negative, got -0.001 seconds")
+        case .sendingWorkCalledTwice:
+            .stops("Work handed over as sending runs once: a second call stops the process",
+                   naming: "work handed over as 'sending' was called a second time")
         case .twoThreads:
             .stops("Two dedicated threads that sync onto each other: the second wait is reported",
                    naming: #"deadlock: thread "cache" holds DedicatedThread "cache" and waits for DedicatedThread "db", held by thread "db", which waits for "cache""#)
@@ -326,6 +329,10 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             _ = try? TimerThread(name: "TmExitFirstD").schedule(every: .seconds(1), startingAfter: .seconds(-2), spacing: .fixedDelay) {}
         case .timerDisposeShared:
             _ = TimerThread.shared.dispose()
+        case .sendingWorkCalledTwice:
+            let work = SendingWork { 1 }
+            precondition((try? work()) == 1, "the first call did not run the work")
+            _ = try? work()
         case .timerHeapInsertTwice:
             final class Item: TimerHeapElement { var heapIndex: Int? }
             var heap = TimerHeap<Item>()

@@ -12,7 +12,7 @@ struct ThrottledQueueExitTests {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = ThrottledQueue(label: "TQ exit init", interval: .milliseconds(-1))
         }
-        #expect(stopped(result, saying: "TQ exit init", "interval must not be negative", "-0.001 seconds"))
+        #expect(stopped(result, saying: "ThrottledQueue 'TQ exit init'.init: interval must not be negative, got -0.001 seconds"))
     }
 
     @Test("A negative interval set on a queue stops")
@@ -21,7 +21,7 @@ struct ThrottledQueueExitTests {
             let queue = ThrottledQueue(label: "TQ exit setter", interval: .milliseconds(10))
             queue.interval = .milliseconds(-5)
         }
-        #expect(stopped(result, saying: "TQ exit setter", "interval must not be negative", "-0.005 seconds"))
+        #expect(stopped(result, saying: "ThrottledQueue 'TQ exit setter'.interval: interval must not be negative, got -0.005 seconds"))
     }
 
     @Test("A negative async(interval:) stops")
@@ -30,7 +30,7 @@ struct ThrottledQueueExitTests {
             let queue = ThrottledQueue(label: "TQ exit async", interval: .milliseconds(10))
             try? queue.async(interval: .seconds(-2)) {}
         }
-        #expect(stopped(result, saying: "TQ exit async", "interval must not be negative", "-2.0 seconds"))
+        #expect(stopped(result, saying: "ThrottledQueue 'TQ exit async'.async(interval:_:): interval must not be negative, got -2.0 seconds"))
     }
 
     @Test("A negative sync(interval:) stops")
@@ -39,7 +39,7 @@ struct ThrottledQueueExitTests {
             let queue = ThrottledQueue(label: "TQ exit sync", interval: .milliseconds(10))
             synchronously { queue.sync(interval: .milliseconds(-3)) {} }
         }
-        #expect(stopped(result, saying: "TQ exit sync", "interval must not be negative", "-0.003 seconds"))
+        #expect(stopped(result, saying: "ThrottledQueue 'TQ exit sync'.sync(interval:_:): interval must not be negative, got -0.003 seconds"))
     }
 
     /// In a child process: exits with `code` unless `sync` on `queue`, called now, starts within
@@ -82,7 +82,7 @@ struct ThrottledQueueExitTests {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = RateLimit.rate(0, per: .seconds(1))
         }
-        #expect(stopped(result, saying: "count must be at least 1", "got 0"))
+        #expect(stopped(result, saying: "RateLimit.rate(_:per:): count must be at least 1, got 0"))
     }
 
     @Test("RateLimit.rate(1, per: .zero) stops")
@@ -90,7 +90,7 @@ struct ThrottledQueueExitTests {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = RateLimit.rate(1, per: .zero)
         }
-        #expect(stopped(result, saying: "window must be more than zero", "got 0.0 seconds"))
+        #expect(stopped(result, saying: "RateLimit.rate(_:per:): window must be more than zero, got 0.0 seconds"))
     }
 
     @Test("waitUntilIdle() from inside the queue's own task stops instead of waiting forever")

@@ -66,6 +66,8 @@ import LoopbackHTTPServer
         (.respond(status: 200, headers: ["TRANSFER-encoding": "gzip"]), "header TRANSFER-encoding is the server's own: it frames the body itself"),
         (.stream(chunks: -1, interval: .zero), "chunks must not be negative, got -1"),
         (.stream(chunks: 1, chunkSize: 0, interval: .zero), "chunkSize must be at least 1, got 0"),
+        (.respond(status: 200, delay: .milliseconds(-1)), "delay must not be negative, got -0.001 seconds"),
+        (.stream(chunks: 1, interval: .seconds(-2)), "interval must not be negative, got -2.0 seconds"),
     ])
     func aReplyThatCannotBeSentAsHTTPIsNamed(_ reply: LoopbackHTTPServer.Reply, _ problem: String) {
         #expect(HTTPResponseBytes.problem(with: reply) == problem)
@@ -73,7 +75,7 @@ import LoopbackHTTPServer
 
     @Test(arguments: [
         LoopbackHTTPServer.Reply.respond(status: 100), .respond(status: 999, headers: ["A-b_c": "tab\tok"]),
-        .stream(chunks: nil, interval: .zero), .stream(chunks: 0, chunkSize: 1, interval: .zero),
+        .respond(status: 200, delay: .zero), .stream(chunks: nil, interval: .zero), .stream(chunks: 0, chunkSize: 1, interval: .zero),
         .hang, .closeMidResponse, .malformed,
     ])
     func aReplyThatCanBeSentHasNoProblem(_ reply: LoopbackHTTPServer.Reply) {

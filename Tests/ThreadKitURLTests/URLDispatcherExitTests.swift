@@ -10,7 +10,7 @@ import LoopbackHTTPServer
 ///
 /// A negative timeout stops at the call that hands it over (zero and far-out ones work: see
 /// ``URLArgumentRulesTests``). None of these calls reaches the network: each stops first.
-@Suite("URLDispatcher and LoopbackHTTPServer preconditions")
+@Suite("URLDispatcher, LoopbackHTTPServer and HTTPRequestParser preconditions")
 struct URLDispatcherExitTests {
     /// A call that breaks one of the dispatcher's preconditions, and what the message it stops with says.
     enum BadCall: String, CaseIterable, Codable, Sendable, NamedTestCase {
@@ -35,21 +35,26 @@ struct URLDispatcherExitTests {
         case negativeTimeoutIntervalAtDataSync = "dataSync of a request whose negative timeoutInterval is its default timeout stops"
         case serverWithoutConnections = "LoopbackHTTPServer(maxConnections: 0) stops"
         case serverWithNegativeConnections = "LoopbackHTTPServer(maxConnections: -1) stops"
+        case parserWithoutHeadRoom = "HTTPRequestParser(maxHeadBytes: 0) stops"
+        case parserHeadBelowItsSmallest = "HTTPRequestParser(maxHeadBytes: 63), one below the smallest, stops"
+        case parserHeadMin = "HTTPRequestParser(maxHeadBytes: Int.min) stops"
+        case parserNegativeBody = "HTTPRequestParser(maxBodyBytes: -1) stops"
+        case parserBodyMin = "HTTPRequestParser(maxBodyBytes: Int.min) stops"
 
         /// What the message names: the argument and its value.
         var message: [String] {
             switch self {
-            case .longLimitNotBelowTheTotal: ["maxLongRequests (3) must be less than maxRequests (3)"]
-            case .noRequestsAtAll: ["maxRequests must be at least 1, got 0"]
-            case .explicitLongLimitAboveTheTotal: ["maxLongRequests (2) must be less than maxRequests (1)"]
-            case .negativeLongLimit: ["maxLongRequests must be at least 0, got -1"]
-            case .limitsMadeInvalidThroughTheirPropertiesAtInit: ["maxLongRequests (3) must be less than maxRequests (3)"]
-            case .limitsMadeInvalidThroughTheirPropertiesAtSetLimits: ["maxRetryAfter must not be negative"]
-            case .negativeMaxRequests: ["maxRequests must be at least 1, got -1"]
-            case .minMaxRequests: ["maxRequests must be at least 1, got \(Int.min)"]
-            case .minLongLimit: ["maxLongRequests must be at least 0, got \(Int.min)"]
-            case .negativeMaxRetryAfterAtInit: ["maxRetryAfter must not be negative, got -0.001 seconds"]
-            case .nanTimeoutInterval: ["the request's timeoutInterval must be a number, got nan"]
+            case .longLimitNotBelowTheTotal: ["URLDispatcher.EndpointLimits.init: maxLongRequests must be less than maxRequests (3)", "got 3"]
+            case .noRequestsAtAll: ["URLDispatcher.EndpointLimits.init: maxRequests must be at least 1, got 0"]
+            case .explicitLongLimitAboveTheTotal: ["URLDispatcher.EndpointLimits.init: maxLongRequests must be less than maxRequests (1)", "got 2"]
+            case .negativeLongLimit: ["URLDispatcher.EndpointLimits.init: maxLongRequests must not be negative, got -1"]
+            case .limitsMadeInvalidThroughTheirPropertiesAtInit: ["URLDispatcher.init(limits:configuration:): maxLongRequests must be less than maxRequests (3)", "got 3"]
+            case .limitsMadeInvalidThroughTheirPropertiesAtSetLimits: ["URLDispatcher.setLimits(_:for:): maxRetryAfter must not be negative, got -1.0 seconds"]
+            case .negativeMaxRequests: ["URLDispatcher.EndpointLimits.init: maxRequests must be at least 1, got -1"]
+            case .minMaxRequests: ["URLDispatcher.EndpointLimits.init: maxRequests must be at least 1, got \(Int.min)"]
+            case .minLongLimit: ["URLDispatcher.EndpointLimits.init: maxLongRequests must not be negative, got \(Int.min)"]
+            case .negativeMaxRetryAfterAtInit: ["URLDispatcher.EndpointLimits.init: maxRetryAfter must not be negative, got -0.001 seconds"]
+            case .nanTimeoutInterval: ["URLDispatcher.stream(for:kind:timeout:idleTimeout:): the request's timeoutInterval must be a number, got nan"]
             case .negativeTimeout: ["URLDispatcher.data(for:kind:timeout:queueTimeout:): timeout must not be negative, got -0.005 seconds"]
             case .negativeQueueTimeout: ["URLDispatcher.data(for:kind:timeout:queueTimeout:): queueTimeout must not be negative, got -1.0 seconds"]
             case .negativeStreamTimeout: ["URLDispatcher.stream(for:kind:timeout:idleTimeout:): timeout must not be negative, got -0.005 seconds"]
@@ -58,8 +63,13 @@ struct URLDispatcherExitTests {
             case .negativeDataSyncTimeout: ["URLDispatcher.dataSync(for:timeout:): timeout must not be negative, got -0.001 seconds"]
             case .negativeTimeoutIntervalAtDispatch: ["URLDispatcher.dispatch(_:kind:delegate:): the request's timeoutInterval must not be negative, got -1.0"]
             case .negativeTimeoutIntervalAtDataSync: ["URLDispatcher.dataSync(for:timeout:): the request's timeoutInterval must not be negative, got -0.5"]
-            case .serverWithoutConnections: ["LoopbackHTTPServer: maxConnections must be at least 1, got 0"]
-            case .serverWithNegativeConnections: ["LoopbackHTTPServer: maxConnections must be at least 1, got -1"]
+            case .serverWithoutConnections: ["LoopbackHTTPServer.init(maxConnections:): maxConnections must be at least 1, got 0"]
+            case .serverWithNegativeConnections: ["LoopbackHTTPServer.init(maxConnections:): maxConnections must be at least 1, got -1"]
+            case .parserWithoutHeadRoom: ["HTTPRequestParser.init(maxHeadBytes:maxBodyBytes:): maxHeadBytes must be at least 64, got 0"]
+            case .parserHeadBelowItsSmallest: ["HTTPRequestParser.init(maxHeadBytes:maxBodyBytes:): maxHeadBytes must be at least 64, got 63"]
+            case .parserHeadMin: ["HTTPRequestParser.init(maxHeadBytes:maxBodyBytes:): maxHeadBytes must be at least 64, got \(Int.min)"]
+            case .parserNegativeBody: ["HTTPRequestParser.init(maxHeadBytes:maxBodyBytes:): maxBodyBytes must not be negative, got -1"]
+            case .parserBodyMin: ["HTTPRequestParser.init(maxHeadBytes:maxBodyBytes:): maxBodyBytes must not be negative, got \(Int.min)"]
             }
         }
 
@@ -108,6 +118,11 @@ struct URLDispatcherExitTests {
                 _ = synchronously { try? URLDispatcher().dataSync(for: request) }
             case .serverWithoutConnections: _ = try? LoopbackHTTPServer(maxConnections: 0)
             case .serverWithNegativeConnections: _ = try? LoopbackHTTPServer(maxConnections: -1)
+            case .parserWithoutHeadRoom: _ = HTTPRequestParser(maxHeadBytes: 0)
+            case .parserHeadBelowItsSmallest: _ = HTTPRequestParser(maxHeadBytes: 63)
+            case .parserHeadMin: _ = HTTPRequestParser(maxHeadBytes: .min)
+            case .parserNegativeBody: _ = HTTPRequestParser(maxBodyBytes: -1)
+            case .parserBodyMin: _ = HTTPRequestParser(maxBodyBytes: .min)
             }
         }
     }

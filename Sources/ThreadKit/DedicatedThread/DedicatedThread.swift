@@ -201,10 +201,17 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
     ///
     /// Cancelling the awaiting task ends the wait at once; the thread is not affected.
     ///
+    /// Never await it from a task running on this thread: from an actor whose executor it is, or
+    /// from a task that prefers it as its executor. That task would resume on this thread once it
+    /// has exited, which can never be; the call stops with a precondition failure naming the
+    /// thread instead. Await it from elsewhere (a task of the global executor, another actor).
+    ///
     /// - Returns: `true` once the thread is gone; `false` if the awaiting task was cancelled first.
     @discardableResult
-    public func awaitTermination() async -> Bool {
-        await core.awaitTermination()
+    nonisolated(nonsending) public func awaitTermination() async -> Bool {
+        // Runs on the caller's executor: on this thread, the caller would resume onto it once dead.
+        precondition(!isCurrent, "DedicatedThread '\(name)'.awaitTermination(): awaited from a task on that thread, which can never resume there once it has exited")
+        return await core.awaitTermination()
     }
 
     /// How many closures and jobs wait in the queue (not the one running).

@@ -148,7 +148,7 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
 
     /// ``DedicatedThread/awaitTermination(timeout:)``.
     func awaitTermination(timeout: Duration) -> Bool {
-        precondition(timeout >= .zero, "DedicatedThread '\(name)': awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
+        precondition(timeout >= .zero, "DedicatedThread '\(name)'.awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
         let deadline = MonotonicInstant.now().advanced(by: timeout)
         return mutex.withLock { _blockingWaitForExit(until: deadline) }
     }
@@ -163,6 +163,11 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
         }
         if exited { return true }
         return await waiter.wait(onCancel: { [self] in mutex.withLock { exitWaiters.remove(waiter) } })
+    }
+
+    /// How many tasks are suspended in ``awaitTermination()``.
+    var exitWaiterCount: Int {
+        mutex.withLock { exitWaiters.count }
     }
 
     /// ``DedicatedThread/pendingCount``.

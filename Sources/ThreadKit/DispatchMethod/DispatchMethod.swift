@@ -112,7 +112,7 @@ public enum DispatchMethod: Sendable {
     /// its step comes to be dispatched, perhaps on another thread.
     func checkArguments() {
         if case .after(let delay, _) = self {
-            precondition(delay >= .zero, "DispatchMethod.after: delay must not be negative, got \(delay)")
+            precondition(delay >= .zero, "DispatchMethod.after(_:on:): delay must not be negative, got \(delay)")
         }
     }
 

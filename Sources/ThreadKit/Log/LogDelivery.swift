@@ -102,8 +102,8 @@ final class LogDelivery: @unchecked Sendable {
     private var state = State()
 
     init(limits: Limits) {
-        precondition(limits.maxBacklog >= 1, "maxBacklog must be at least 1, not \(limits.maxBacklog)")
-        precondition(limits.callerBudget >= 0, "callerBudget must not be negative, not \(limits.callerBudget)")
+        precondition(limits.maxBacklog >= 1, "LogDelivery.init(limits:): maxBacklog must be at least 1, got \(limits.maxBacklog)")
+        precondition(limits.callerBudget >= 0, "LogDelivery.init(limits:): callerBudget must not be negative, got \(limits.callerBudget)")
         self.limits = limits
     }
 

@@ -2,23 +2,28 @@
 /// without blocking a thread.
 ///
 /// The component that owns the event keeps its waiters in an ``EventWaiters`` list under its own
-/// lock, and ends them after letting that lock go: the event with `true`, the waiting task's
-/// cancellation with `false`. Whichever comes first resumes the task, exactly once; a later end
-/// does nothing. An end that comes before the task has suspended is kept, and the task does not
-/// suspend at all.
+/// lock. The event is decided there, when ``EventWaiters/takeAll()`` takes them out (so a wait
+/// ends with `true` exactly when the component's state says the event happened before the
+/// cancellation), and the tasks are resumed after that lock is let go. The waiting task's
+/// cancellation ends the wait with `false` unless the event was decided first. Whichever comes
+/// first decides, exactly once; a later end does nothing. An end that comes before the task has
+/// suspended is kept, and the task does not suspend at all.
 final class EventWaiter: Sendable {
     private enum Phase {
         /// Not suspended yet.
         case new
         case suspended(CheckedContinuation<Bool, Never>)
+        /// The event happened, decided under the owner's lock; the task is yet to be resumed.
+        case eventHappened(CheckedContinuation<Bool, Never>)
         /// Ended, with whether the event happened.
         case ended(Bool)
     }
 
     private let phase = Locked(Phase.new)
 
-    /// Suspends until ``end(eventHappened:)``, or until the calling task is cancelled; then calls
-    /// `onCancel` (to take this waiter out of its owner's list) and returns `false`.
+    /// Suspends until the event (``decideEventHappened()``, then ``resumeAfterEvent()``), or until
+    /// the calling task is cancelled first; then calls `onCancel` (to take this waiter out of its
+    /// owner's list) and returns `false`.
     ///
     /// - Returns: Whether the event happened before the cancellation.
     func wait(onCancel: @Sendable () -> Void) async -> Bool {
@@ -32,28 +37,51 @@ final class EventWaiter: Sendable {
                 if let ended { continuation.resume(returning: ended) }
             }
         } onCancel: {
-            end(eventHappened: false)
+            cancel()
             onCancel()
         }
     }
 
-    /// Ends the wait, if it has not ended: the task resumes (at once, or when it comes to suspend)
-    /// and ``wait(onCancel:)`` returns `eventHappened`. Never call it holding a lock:
-    /// resuming a task may enqueue it on an executor that takes one.
-    func end(eventHappened: Bool) {
+    /// The event happened: the wait ends with `true`, unless its cancellation came first. Called
+    /// under the owner's lock, where the event is decided; it resumes nothing (the lock is held):
+    /// ``resumeAfterEvent()`` does, once that lock is let go.
+    fileprivate func decideEventHappened() {
+        phase.withLock { phase in
+            switch phase {
+            case .new: phase = .ended(true)
+            case .suspended(let continuation): phase = .eventHappened(continuation)
+            case .eventHappened, .ended: break
+            }
+        }
+    }
+
+    /// Resumes the task whose wait ``decideEventHappened()`` ended, if it had suspended. Never call
+    /// it holding a lock: resuming a task may enqueue it on an executor that takes one.
+    fileprivate func resumeAfterEvent() {
+        let continuation = phase.withLock { phase -> CheckedContinuation<Bool, Never>? in
+            guard case .eventHappened(let continuation) = phase else { return nil }
+            phase = .ended(true)
+            return continuation
+        }
+        continuation?.resume(returning: true)
+    }
+
+    /// The waiting task was cancelled: the wait ends with `false`, unless the event was decided
+    /// first (then ``resumeAfterEvent()`` resumes it with `true`).
+    private func cancel() {
         let continuation = phase.withLock { phase -> CheckedContinuation<Bool, Never>? in
             switch phase {
             case .new:
-                phase = .ended(eventHappened)
+                phase = .ended(false)
                 return nil
             case .suspended(let continuation):
-                phase = .ended(eventHappened)
+                phase = .ended(false)
                 return continuation
-            case .ended:
+            case .eventHappened, .ended:
                 return nil
             }
         }
-        continuation?.resume(returning: eventHappened)
+        continuation?.resume(returning: false)
     }
 }
 
@@ -74,9 +102,11 @@ struct EventWaiters {
         waiters[ObjectIdentifier(waiter)] = nil
     }
 
-    /// Takes out every waiter, for the event: end them after the component's lock is let go.
+    /// Takes out every waiter, for the event, which ends each wait with `true` now (unless its
+    /// cancellation came first); resume them after the component's lock is let go.
     mutating func takeAll() -> EventOccurred {
         defer { waiters = [:] }
+        for waiter in waiters.values { waiter.decideEventHappened() }
         return EventOccurred(waiters: Array(waiters.values))
     }
 }
@@ -95,6 +125,6 @@ struct EventOccurred {
 
     /// Resumes every waiter: the event happened. Never call it holding a lock.
     func resumeWaiters() {
-        for waiter in waiters { waiter.end(eventHappened: true) }
+        for waiter in waiters { waiter.resumeAfterEvent() }
     }
 }

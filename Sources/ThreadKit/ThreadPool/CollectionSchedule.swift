@@ -14,8 +14,8 @@ struct CollectionSchedule: Sendable {
     private let step: UInt64
 
     init(createdAt start: MonotonicInstant, keepAlive: Duration, interval: Duration) {
-        precondition(interval > .zero, "collectionInterval must be > 0, got \(interval)")
-        precondition(keepAlive >= .zero, "keepAlive must be ≥ 0, got \(keepAlive)")
+        precondition(interval > .zero, "CollectionSchedule.init: collectionInterval must be more than zero, got \(interval)")
+        precondition(keepAlive >= .zero, "CollectionSchedule.init: keepAlive must not be negative, got \(keepAlive)")
         self.step = UInt64(max(1, interval.nanosecondsSaturated))
         self.origin = start.advanced(by: .nanoseconds(step))
         self.keepAlive = keepAlive

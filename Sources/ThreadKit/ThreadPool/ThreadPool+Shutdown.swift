@@ -87,7 +87,7 @@ extension ThreadPool {
     ///   (including when the pool was never disposed).
     @available(*, noasync, message: "it blocks the thread; use 'await awaitTermination()' in async code")
     public func awaitTermination(timeout: Duration) -> Bool {
-        precondition(timeout >= .zero, "ThreadPool '\(name)': awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
+        precondition(timeout >= .zero, "ThreadPool '\(name)'.awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
         let deadline = MonotonicInstant.now().advanced(by: timeout)
         return mutex.withLock {
             while !machine.isTerminated(readIntake()) {

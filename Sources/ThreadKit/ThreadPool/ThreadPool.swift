@@ -106,13 +106,13 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         collectionInterval: Duration = .seconds(15),
         queueLimit: Int? = nil, whenFull: OverflowPolicy = .block
     ) {
-        precondition(size >= 1, "ThreadPool '\(name)': size must be at least 1, got \(size)")
-        precondition(keepAlive >= .zero, "ThreadPool '\(name)': keepAlive must not be negative, got \(keepAlive)")
+        precondition(size >= 1, "ThreadPool '\(name)'.init: size must be at least 1, got \(size)")
+        precondition(keepAlive >= .zero, "ThreadPool '\(name)'.init: keepAlive must not be negative, got \(keepAlive)")
         precondition(
             collectionInterval > .zero,
-            "ThreadPool '\(name)': collectionInterval must be more than zero, got \(collectionInterval)")
+            "ThreadPool '\(name)'.init: collectionInterval must be more than zero, got \(collectionInterval)")
         if let queueLimit {
-            precondition(queueLimit >= 1, "ThreadPool '\(name)': queueLimit must be at least 1, got \(queueLimit)")
+            precondition(queueLimit >= 1, "ThreadPool '\(name)'.init: queueLimit must be at least 1, got \(queueLimit)")
         }
         configuration = Configuration(
             name: name, size: size, keepAlive: keepAlive, collectionInterval: collectionInterval,

@@ -19,8 +19,8 @@ public struct RateLimit: Sendable, Equatable, CustomStringConvertible {
     ///   - count: At least 1.
     ///   - window: More than zero.
     public static func rate(_ count: Int, per window: Duration) -> RateLimit {
-        precondition(count >= 1, "RateLimit.rate: count must be at least 1, got \(count)")
-        precondition(window > .zero, "RateLimit.rate: window must be more than zero, got \(window)")
+        precondition(count >= 1, "RateLimit.rate(_:per:): count must be at least 1, got \(count)")
+        precondition(window > .zero, "RateLimit.rate(_:per:): window must be more than zero, got \(window)")
         return RateLimit(count: count, window: window)
     }
 

@@ -111,7 +111,7 @@ public final class ThrottledQueue: @unchecked Sendable {
         limit: RateLimit? = nil, pool: ThreadPool? = nil
     ) {
         let interval = interval ?? Self.defaultInterval(limit: limit)
-        precondition(interval >= .zero, "ThrottledQueue '\(label)': interval must not be negative, got \(interval)")
+        precondition(interval >= .zero, "ThrottledQueue '\(label)'.init: interval must not be negative, got \(interval)")
         self.label = label
         self.monitor = monitor
         self.mutability = mutability
@@ -141,7 +141,7 @@ public final class ThrottledQueue: @unchecked Sendable {
     public var interval: Duration {
         get { mutex.withLock { schedule.interval } }
         set {
-            precondition(newValue >= .zero, "ThrottledQueue '\(label)': interval must not be negative, got \(newValue)")
+            precondition(newValue >= .zero, "ThrottledQueue '\(label)'.interval: interval must not be negative, got \(newValue)")
             mutex.withLock {
                 schedule.setInterval(newValue)
                 changed.signal()
@@ -175,7 +175,7 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// - Throws: ``ThreadPoolError`` if the queue's pool refused its worker (it was disposed, or
     ///   could not start a thread); the work is then not queued.
     public func async(interval: Duration, _ work: @escaping @Sendable () -> Void) throws {
-        precondition(interval >= .zero, "ThrottledQueue '\(label)': interval must not be negative, got \(interval)")
+        precondition(interval >= .zero, "ThrottledQueue '\(label)'.async(interval:_:): interval must not be negative, got \(interval)")
         try mutex.withLock { () throws(ThreadPoolError) in try enqueueForWorker(.work(work), gap: interval, nested: false) }
     }
 
@@ -205,7 +205,7 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// It blocks the calling thread, so async code uses ``run(isolation:_:)`` instead.
     @available(*, noasync, message: "it blocks the thread; use 'try await run { }' in async code")
     public func sync<T>(interval: Duration, _ work: () throws -> T) rethrows -> T {
-        precondition(interval >= .zero, "ThrottledQueue '\(label)': interval must not be negative, got \(interval)")
+        precondition(interval >= .zero, "ThrottledQueue '\(label)'.sync(interval:_:): interval must not be negative, got \(interval)")
         return try runHere(gap: interval, work)
     }
 

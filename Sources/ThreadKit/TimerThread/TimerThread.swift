@@ -74,7 +74,7 @@ public final class TimerThread: Sendable {
         after delay: Duration, tag: (any Hashable & Sendable)? = nil,
         _ work: @escaping @Sendable () -> Void
     ) throws -> TimerHandle {
-        precondition(delay >= .zero, "TimerThread '\(name)': delay must not be negative, got \(delay)")
+        precondition(delay >= .zero, "TimerThread '\(name)'.schedule(after:tag:_:): delay must not be negative, got \(delay)")
         return try add(work, repetition: nil, tag: tag, deadline: MonotonicInstant.now().advanced(by: delay))
     }
 
@@ -136,9 +136,9 @@ public final class TimerThread: Sendable {
         every interval: Duration, startingAfter firstDelay: Duration? = nil, spacing: Spacing = .fixedRate,
         tag: (any Hashable & Sendable)? = nil, _ work: @escaping @Sendable () -> Void
     ) throws -> TimerHandle {
-        precondition(interval > .zero, "TimerThread '\(name)': interval must be more than zero, got \(interval)")
+        precondition(interval > .zero, "TimerThread '\(name)'.schedule(every:startingAfter:spacing:tag:_:): interval must be more than zero, got \(interval)")
         let firstDelay = firstDelay ?? interval
-        precondition(firstDelay >= .zero, "TimerThread '\(name)': firstDelay must not be negative, got \(firstDelay)")
+        precondition(firstDelay >= .zero, "TimerThread '\(name)'.schedule(every:startingAfter:spacing:tag:_:): firstDelay must not be negative, got \(firstDelay)")
         return try add(
             work, repetition: TimerHandle.Repetition(interval: interval, spacing: spacing), tag: tag,
             deadline: MonotonicInstant.now().advanced(by: firstDelay))
