@@ -14,6 +14,7 @@ final class InMemoryCoordinator: @unchecked Sendable {
     private var recorded: [(client: String, at: Int64)] = []
     private var failing: Failure?
     private var blocking: Duration = .zero
+    private var blockedCalls = 0
     let horizon: Int64
     let leaseTTL: Int64
 
@@ -49,6 +50,8 @@ final class InMemoryCoordinator: @unchecked Sendable {
     /// Every reserved start so far, in the order recorded: the client and the instant (µs).
     var reservations: [(client: String, at: Int64)] { locked { $0.recorded } }
     var state: SharedThrottle { locked { $0.model } }
+    /// Whether a reservation is being answered slowly (see ``block(for:)``) right now.
+    var isBlocking: Bool { locked { $0.blockedCalls > 0 } }
 
     /// Makes every later command fail this way; `nil` heals it.
     func fail(_ failure: Failure?) { locked { $0.failing = failure } }
@@ -84,8 +87,12 @@ final class InMemoryCoordinator: @unchecked Sendable {
             now: now, gap: request.gap.microsecondsRoundedUp, monitor: request.monitor,
             limit: request.limitInMicroseconds, horizon: horizon, leaseTTL: leaseTTL, holding: request.holding))
         if case .reserved(let at, _, _) = decision { recorded.append((client, at)) }
+        if delay > .zero { blockedCalls += 1 }
         lock.unlock()
-        if delay > .zero { Self.sleep(delay) }
+        if delay > .zero {
+            Self.sleep(delay)
+            lock.withLock { blockedCalls -= 1 }
+        }
         switch decision {
         case .reserved(_, let wait, let token):
             // The answer arrives `delay` late, and the queue counts the wait from its arrival: later, never earlier.
