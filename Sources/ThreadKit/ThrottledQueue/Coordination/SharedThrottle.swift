@@ -38,7 +38,7 @@ package struct SharedThrottle: Sendable, Equatable {
         package var gap: Int64
         package var monitor: ThrottledQueue.Monitor
         /// At most `count` starts in any window of `window` microseconds; `nil` for no cap.
-        package var limit: (count: Int, window: Int64)?
+        package var limit: Limit?
         /// The furthest ahead a start is reserved, in microseconds.
         package var horizon: Int64
         /// How long a `.serial` lease lasts after its start, in microseconds: longer than any task.
@@ -53,17 +53,17 @@ package struct SharedThrottle: Sendable, Equatable {
             self.now = now
             self.gap = gap
             self.monitor = monitor
-            self.limit = limit
+            self.limit = limit.map { Limit(count: $0.count, window: $0.window) }
             self.horizon = horizon
             self.leaseTTL = leaseTTL
             self.holding = holding
         }
+    }
 
-        package static func == (lhs: Request, rhs: Request) -> Bool {
-            lhs.now == rhs.now && lhs.gap == rhs.gap && lhs.monitor == rhs.monitor
-                && lhs.limit?.count == rhs.limit?.count && lhs.limit?.window == rhs.limit?.window
-                && lhs.horizon == rhs.horizon && lhs.leaseTTL == rhs.leaseTTL && lhs.holding == rhs.holding
-        }
+    /// At most `count` starts in any sliding window of `window` microseconds.
+    package struct Limit: Sendable, Equatable {
+        package var count: Int
+        package var window: Int64
     }
 
     /// The answer to a request.
