@@ -84,6 +84,9 @@ struct ThrottleSchedule<Item> {
     /// The task that the next ``start(at:)`` starts.
     var next: Item? { (nestedPending.first ?? pending.first)?.item }
 
+    /// The gap that follows the task that the next ``start(at:)`` starts.
+    var nextGap: Duration? { (nestedPending.first ?? pending.first)?.gap }
+
     // MARK: - Events
 
     /// Queues `item`, to be followed by `explicitGap` or, without one, the queue's interval.

@@ -36,11 +36,28 @@ extension ThrottledQueue {
     /// signals) or watches the clock, then returns `nil` for the caller to decide again; or, once it
     /// is time, returns the instant to start at. Every start, by the worker or by a `sync` caller,
     /// nested or not, is carried out by this one function. Mutex held.
-    func _blockingApproach(toStartAt allowed: MonotonicInstant, on condition: MonotonicCondition) -> MonotonicInstant? {
+    ///
+    /// A coordinated queue then asks its coordinator too, once the local rules allow the start (see
+    /// ThrottledQueue+Coordination).
+    ///
+    /// - Parameter gap: The gap that follows a nested start; `nil` for the next queued task's own.
+    func _blockingApproach(
+        toStartAt allowed: MonotonicInstant, on condition: MonotonicCondition, gap: Duration? = nil
+    ) -> MonotonicInstant? {
         let now = MonotonicInstant.now()
-        switch schedule.approach(toStartAt: allowed, now: now) {
+        guard _blockingCarryOut(schedule.approach(toStartAt: allowed, now: now), on: condition) else { return nil }
+        if let coordination {
+            return _blockingCoordinatedApproach(coordination, localAllowed: allowed, now: now, gap: gap, on: condition)
+        }
+        return now
+    }
+
+    /// Carries out one step of an approach: sleeps on `condition` or watches the clock, and returns
+    /// `false`; or, when it is time, returns `true`. Mutex held.
+    func _blockingCarryOut(_ approach: ThrottleSchedule<Item>.Approach, on condition: MonotonicCondition) -> Bool {
+        switch approach {
         case .startNow:
-            return now
+            return true
         case .sleep(let wake):
             condition.wait(mutex, until: wake)
         case .spin(let target):
@@ -48,7 +65,7 @@ extension ThrottledQueue {
             Self.spin(until: target)
             mutex.lock()
         }
-        return nil
+        return false
     }
 
     /// Yields the core until `deadline`, which is at most ``finalApproach`` away: a spin, not a

@@ -71,7 +71,8 @@ extension ThrottledQueue {
                 ExecutionContexts.blocking(for: SerialContext(.nestedTurn(holder))) { progress.wait(mutex) }
                 continue
             }
-            if let now = _blockingApproach(toStartAt: schedule.nestedStart(), on: progress), holder?.hasNestedTaskRunning != true {
+            if let now = _blockingApproach(toStartAt: schedule.nestedStart(), on: progress, gap: gap ?? schedule.interval),
+               holder?.hasNestedTaskRunning != true {
                 schedule.startNested(at: now, gap: gap)
                 holder?.hasNestedTaskRunning = true
                 return
@@ -83,6 +84,7 @@ extension ThrottledQueue {
     /// once; a task nested in `holder` lets the next one nested in it start.
     func endTask(startedAt: MonotonicInstant, ticket: Ticket?, nestedIn holder: Hold? = nil) {
         let now = MonotonicInstant.now()
+        if let coordination { reportEnd(to: coordination, at: now) }
         mutex.withLock {
             schedule.end(at: now, startedAt: startedAt)
             (holder ?? ticket?.nestedIn)?.hasNestedTaskRunning = false

@@ -107,6 +107,7 @@ extension ThrottledQueue {
                 // The closure is released with this call's argument, before the mutex is taken
                 // again: a capture's deinit may use the queue.
                 let (startedAt, endedAt) = perform(work.take()!, on: workerPool)
+                if let coordination { reportEnd(to: coordination, at: endedAt) }
                 mutex.lock()
                 schedule.end(at: endedAt, startedAt: startedAt)
                 wakeWaiters()
@@ -116,7 +117,9 @@ extension ThrottledQueue {
             }
         }
         worker = .none
+        let unused = coordination.flatMap { schedule.isIdle ? $0.starts.giveUpReservation(now: .now()) : nil }
         mutex.unlock()
+        if let unused { coordination?.coordinator.finished(token: unused) }
         idle.resumeWaiters()
     }
 

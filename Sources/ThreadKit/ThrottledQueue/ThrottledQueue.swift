@@ -24,8 +24,8 @@
 /// duration, or ``pause(until:)`` with an instant already past, is no pause; one however far out
 /// holds every start until ``resume()``. The limit's own rules are ``RateLimit``'s.
 public final class ThrottledQueue: @unchecked Sendable {
-    // Sendable: `schedule`, `worker`, `queuedForWorker`, `refusal`, `idleWaiters` and every
-    // `Ticket`'s vars are guarded by `mutex`.
+    // Sendable: `schedule`, `worker`, `queuedForWorker`, `refusal`, `idleWaiters`, every
+    // `Ticket`'s vars and `coordination.starts` are guarded by `mutex`.
 
     /// Where the gap between two tasks is measured from.
     public enum Monitor: Sendable, Equatable {
@@ -81,6 +81,9 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// Set once the pool dropped the worker before it ran (the pool's `disposeNow()`): the pool is
     /// gone, and what needs a worker is refused with this.
     var refusal: ThreadPoolError?
+    /// The coordinator that decides the starts together with other processes, if the queue has one
+    /// (see ThrottledQueue+Coordination); `nil` costs its path one check.
+    let coordination: Coordination?
 
     /// Creates a queue.
     ///
@@ -105,11 +108,26 @@ public final class ThrottledQueue: @unchecked Sendable {
     ///     queue holds no thread once idle long enough to be collected, nor once the queue is gone.
     ///     A shared pool needs a thread for each queue busy at the same time, or queues wait for
     ///     each other.
-    public init(
+    public convenience init(
         label: String = "ThrottledQueue", interval: Duration? = nil,
         monitor: Monitor = .concurrent, mutability: Mutability = .all,
         limit: RateLimit? = nil, pool: ThreadPool? = nil
     ) {
+        self.init(label: label, interval: interval, monitor: monitor, mutability: mutability, limit: limit, pool: pool, coordinator: nil)
+    }
+
+    /// Creates a queue whose starts `coordinator` decides together with other processes' queues
+    /// (see ThrottledQueue+Coordination), or, with `nil`, a queue of its own like the public initializer's.
+    ///
+    /// - Parameter whenUnavailable: What each start does when the coordinator cannot decide it.
+    package init(
+        label: String = "ThrottledQueue", interval: Duration? = nil,
+        monitor: Monitor = .concurrent, mutability: Mutability = .all,
+        limit: RateLimit? = nil, pool: ThreadPool? = nil,
+        coordinator: (any StartCoordinator)?, whenUnavailable: UnavailablePolicy = .standard
+    ) {
+        whenUnavailable.validate("ThrottledQueue '\(label)': whenUnavailable")
+        self.coordination = coordinator.map { Coordination(coordinator: $0, policy: whenUnavailable) }
         let interval = interval ?? Self.defaultInterval(limit: limit)
         precondition(interval >= .zero, "ThrottledQueue '\(label)'.init: interval must not be negative, got \(interval)")
         self.label = label
@@ -370,6 +388,7 @@ public final class ThrottledQueue: @unchecked Sendable {
             changed.signal()
             wakeWaiters()
         }
+        coordination?.coordinator.pause(for: now.duration(to: instant))
         Log.log(.throttle, "\(label): paused for \(now.duration(to: instant))")
     }
 

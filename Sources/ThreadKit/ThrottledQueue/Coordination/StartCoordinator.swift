@@ -1,0 +1,54 @@
+/// Who decides a coordinated ``ThrottledQueue``'s starts together with other processes: the queue's
+/// worker asks it before granting any start, and waits out the reservation on its own clock.
+///
+/// A later module implements it on Redis (one Lua script mirroring ``SharedThrottle``); the tests
+/// implement it in memory on ``SharedThrottle`` itself.
+///
+/// - ``reserve(_:)`` may block for a network round trip. The queue never calls it under its lock,
+///   nor on a cooperative thread: it is called by the queue's worker (for `async` work and `run`
+///   callers) or by a blocked `sync` caller.
+/// - ``finished(token:)`` and ``pause(for:)`` must return at once (send the command, do not wait
+///   for its reply): they are called where blocking is not allowed, at the end of `run`'s work on
+///   the caller's cooperative thread, and from `pause(for:)`, which async code may call.
+package protocol StartCoordinator: AnyObject, Sendable {
+    /// Asks for the queue's next start.
+    func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer
+    /// A `.serial` start holding the lease `token` ended, or was given up unused.
+    func finished(token: UInt64)
+    /// No start, in any process, for `duration` from now; a longer pause in force stays.
+    func pause(for duration: Duration)
+}
+
+/// What a queue asks its coordinator for its next start.
+package struct CoordinatedRequest: Sendable, Equatable {
+    /// The gap that follows this start.
+    package var gap: Duration
+    package var monitor: ThrottledQueue.Monitor
+    package var limit: RateLimit?
+    /// For a `.serial` start nested in the queue's running task: the token of that task's lease.
+    package var holding: UInt64?
+
+    package init(gap: Duration, monitor: ThrottledQueue.Monitor, limit: RateLimit?, holding: UInt64?) {
+        self.gap = gap
+        self.monitor = monitor
+        self.limit = limit
+        self.holding = holding
+    }
+
+    /// The limit in microseconds, as ``SharedThrottle`` takes it.
+    package var limitInMicroseconds: (count: Int, window: Int64)? {
+        limit.map { ($0.count, $0.window.microsecondsRoundedUp) }
+    }
+}
+
+/// A coordinator's answer to a ``CoordinatedRequest``.
+package enum CoordinatorAnswer: Sendable, Equatable {
+    /// The start is recorded: start `wait` from the answer's arrival (a `.serial` start holds `token`).
+    case reserved(wait: Duration, token: UInt64?)
+    /// Too far ahead: nothing was recorded; ask again `retryIn` from now.
+    case declined(retryIn: Duration)
+    /// The coordinator cannot decide: the queue applies its ``UnavailablePolicy``. `consumed`: the
+    /// request was sent and timed out, so it may have been recorded; `retryIn`: when the
+    /// coordinator may be asked again (its breaker's back-off).
+    case unavailable(consumed: Bool, retryIn: Duration)
+}

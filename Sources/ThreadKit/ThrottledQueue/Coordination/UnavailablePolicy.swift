@@ -1,0 +1,46 @@
+/// What a coordinated ``ThrottledQueue`` does while its coordinator (Redis) does not answer.
+///
+/// The decision is the queue's, start by start: each start asks the coordinator, whose circuit
+/// breaker answers "unavailable" at once while it is open, and the queue applies this policy to
+/// that one start. Once the coordinator answers again, the next start is coordinated again.
+package enum UnavailablePolicy: Sendable, Equatable {
+    /// The local throttle at `share` of the rate (the default, with a share of 0.5): see
+    /// ``fallbackRules(gap:limit:share:)``. A command that timed out after it was sent counts as
+    /// one of its starts.
+    case localFallback(share: Double)
+    /// Nothing starts until the coordinator answers again.
+    case failClosed
+    /// The queue's own rules only, at the full rate.
+    case failOpen
+
+    /// The default: ``localFallback(share:)`` with a share of 0.5.
+    package static let standard = UnavailablePolicy.localFallback(share: 0.5)
+
+    /// Stops with a precondition failure naming `argument` if a share is not in 0 < share ≤ 1.
+    package func validate(_ argument: String) {
+        guard case .localFallback(let share) = self else { return }
+        precondition(share > 0 && share <= 1, "\(argument): the fallback share must be in 0 < share ≤ 1, got \(share)")
+    }
+
+    /// The rules of the local fallback at `share` of the rate, in microseconds, each rounded so
+    /// that the fallback is never faster than `share` of the coordinated rate:
+    ///
+    /// - the gap is `gap / share` (one start per gap becomes `share` starts per gap), rounded up;
+    /// - a limit of `n` per `w` becomes `n′ = max(1, ⌊n × share⌋)` per `w′ = w × n′ / (n × share)`,
+    ///   rounded up: the rate n′/w′ is exactly `share` × n/w, and a burst is at most `n × share`
+    ///   starts (one, if that is less than one).
+    package static func fallbackRules(
+        gap: Int64, limit: (count: Int, window: Int64)?, share: Double
+    ) -> (gap: Int64, limit: (count: Int, window: Int64)?) {
+        let scaledGap = microseconds(Double(gap) / share)
+        guard let limit else { return (scaledGap, nil) }
+        let allowed = Double(limit.count) * share
+        let count = max(1, Int(allowed.rounded(.down)))
+        return (scaledGap, (count, microseconds(Double(limit.window) * Double(count) / allowed)))
+    }
+
+    /// `value` rounded up to whole microseconds, clamped to `Int64`.
+    private static func microseconds(_ value: Double) -> Int64 {
+        value >= 9.2e18 ? .max : Int64(value.rounded(.up))
+    }
+}
