@@ -55,7 +55,11 @@ struct ReconnectBackoff: Sendable, Equatable {
         lastFailure = reason
         let ceiling = ceiling(afterFailures: failures)
         let nanoseconds = ceiling.nanosecondsRoundedDown
-        let delay = Duration.nanoseconds(Int64.random(in: (nanoseconds / 2)...nanoseconds, using: &random))
+        let half = nanoseconds / 2
+        // One draw scaled onto half...ceiling (the high word of a 64 × 64-bit product): no rejection
+        // loop, so any generator, a constant one too, gives an answer; 0 gives half, all ones the ceiling.
+        let span = UInt64(nanoseconds - half) + 1
+        let delay = Duration.nanoseconds(half + Int64(span.multipliedFullWidth(by: random.next()).high))
         retryAt = now + delay
         return delay
     }
