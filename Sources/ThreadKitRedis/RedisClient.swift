@@ -21,14 +21,14 @@ import ThreadKit
 /// run it). The connection is then dropped, since a later reply could no longer be matched to its
 /// command, and every other command in flight on it fails with
 /// ``RedisError/connectionLost(_:sent:)``. The timeouts are calls on ThreadKit's shared
-/// ``TimerThread``, which only fail the commands: no code of yours runs there.
+/// `TimerThread`, which only fail the commands: no code of yours runs there.
 ///
 /// **Reconnecting.** The client connects when the first command comes, and again after a
 /// connection was lost, refused or dropped, no sooner than a back-off allows: after the n-th failure
 /// in a row, a delay drawn between half and all of `min(2 s, 20 ms · 2ⁿ⁻¹)`; the first reply ends
 /// the run of failures. A command that comes while the client waits fails at once with
 /// ``RedisError/unavailable(retryIn:lastFailure:)``. Connects, losses and timeouts are logged to
-/// ``ThreadKit/Log/Source/redis``.
+/// `Log.Source.redis`.
 ///
 /// **Errors.** A server's error reply (`-ERR …`) is thrown as ``RedisError/server(_:)``; everything
 /// else that can go wrong is a ``RedisError`` too.
