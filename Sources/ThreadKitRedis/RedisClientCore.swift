@@ -48,36 +48,54 @@ final class RedisClientCore: Sendable {
     /// are bounded by the command's deadline, since its timeout shuts the socket down.
     func submit(_ command: [UInt8], to slot: ReplySlot) {
         let deadline = ContinuousClock.now + commandTimeout
+        var after = Aftermath()
         writeLock.withLock { _ in
             let connection: RedisConnection, generation: UInt64
-            switch connectionOrConnect(deadline: deadline) {
+            switch connectionOrConnect(deadline: deadline, &after) {
             case .success(let open): (connection, generation) = open
-            case .failure(let error): return slot.complete(.failure(error))
+            case .failure(let error): return after.fail(slot, error)
             }
             guard ContinuousClock.now < deadline else {
-                return slot.complete(.failure(.timedOut(after: commandTimeout, sent: false)))
+                return after.fail(slot, .timedOut(after: commandTimeout, sent: false))
             }
             guard let id = state.withLock({ $0.pipeline.enqueue(slot, on: generation) }) else {
-                return slot.complete(.failure(.connectionLost("the connection closed before the command was written", sent: false)))
+                return after.fail(slot, .connectionLost("the connection closed before the command was written", sent: false))
             }
             do {
                 let handle = try TimerThread.shared.schedule(at: deadline) { [self] in timeOut(id) }
                 slot.attach(handle)
             } catch {
                 let withdrawn = state.withLock { $0.pipeline.withdraw(id) }
-                withdrawn?.waiter.complete(.failure(.connectionLost("its timeout could not be armed: \(error)", sent: false)))
+                if let withdrawn { after.fail(withdrawn.waiter, .connectionLost("its timeout could not be armed: \(error)", sent: false)) }
                 return
             }
             // The timeout may have fired already (a past deadline is due at once): then it is not written.
             guard state.withLock({ $0.pipeline.markSent(id) }) else { return }
             if let failure = connection.writeAll(command) {
-                lose(generation, reason: failure, unsent: id)
+                lose(generation, reason: failure, unsent: id, &after)
             }
+        }
+        after.carryOut(self)
+    }
+
+    /// What a change of state under a lock leaves to do once the lock is let go: commands to fail
+    /// (which resumes or wakes their callers) and lines to log (which may run a `Log` delegate).
+    private struct Aftermath {
+        var failures: [(ReplySlot, RedisError)] = []
+        var lines: [String] = []
+
+        mutating func fail(_ slot: ReplySlot, _ error: RedisError) { failures.append((slot, error)) }
+        mutating func log(_ line: String) { lines.append(line) }
+
+        /// Never call it holding a lock.
+        func carryOut(_ core: RedisClientCore) {
+            for (slot, error) in failures { slot.complete(.failure(error)) }
+            for line in lines { core.log(line) }
         }
     }
 
     /// The open connection, or a new one if the back-off allows it.
-    private func connectionOrConnect(deadline: ContinuousClock.Instant) -> Result<(RedisConnection, UInt64), RedisError> {
+    private func connectionOrConnect(deadline: ContinuousClock.Instant, _ after: inout Aftermath) -> Result<(RedisConnection, UInt64), RedisError> {
         let now = ContinuousClock.now - origin
         enum Next { case open(RedisConnection, UInt64), wait(Duration, String), closed, connect }
         let next = state.withLock { state -> Next in
@@ -99,7 +117,7 @@ final class RedisClientCore: Sendable {
             let delay = state.withLock { state in
                 state.backoff.failed(at: ContinuousClock.now - origin, reason: error.description, using: &state.random)
             }
-            log("could not connect to \(address): \(error); next attempt in \(delay)")
+            after.log("could not connect to \(address): \(error); next attempt in \(delay)")
             return .failure(error)
         }
         let generation = state.withLock { state in
@@ -112,10 +130,10 @@ final class RedisClientCore: Sendable {
                 readReplies(from: socket, generation: generation)
             }
         } catch {
-            lose(generation, reason: "no reader thread could be started: \(error)", unsent: nil)
+            lose(generation, reason: "no reader thread could be started: \(error)", unsent: nil, &after)
             return .failure(.connectionLost("no reader thread could be started: \(error)", sent: false))
         }
-        log("connected to \(address)")
+        after.log("connected to \(address)")
         return .success((socket, generation))
     }
 
@@ -156,12 +174,15 @@ final class RedisClientCore: Sendable {
                 break
             }
         }
-        lose(generation, reason: reason, unsent: nil)
+        var after = Aftermath()
+        lose(generation, reason: reason, unsent: nil, &after)
+        after.carryOut(self)
     }
 
     /// Connection `generation` ended: fails every command in flight on it (`unsent`, whose bytes
-    /// did not all go out, as not sent), shuts it down and starts the back-off.
-    private func lose(_ generation: UInt64, reason: String, unsent: UInt64?) {
+    /// did not all go out, as not sent), shuts it down and starts the back-off. The failures and
+    /// the log line are left in `after`, to carry out once every lock is let go.
+    private func lose(_ generation: UInt64, reason: String, unsent: UInt64?, _ after: inout Aftermath) {
         let now = ContinuousClock.now - origin
         let (entries, socket, wasClosed) = state.withLock { state in
             let entries = state.pipeline.lost(generation)
@@ -174,9 +195,9 @@ final class RedisClientCore: Sendable {
         }
         socket?.shutDown()
         for entry in entries {
-            entry.waiter.complete(.failure(.connectionLost(reason, sent: entry.sent && entry.id != unsent)))
+            after.fail(entry.waiter, .connectionLost(reason, sent: entry.sent && entry.id != unsent))
         }
-        if socket != nil, !wasClosed { log("lost the connection to \(address): \(reason); \(entries.count) commands in flight failed") }
+        if socket != nil, !wasClosed { after.log("lost the connection to \(address): \(reason); \(entries.count) commands in flight failed") }
     }
 
     /// Command `id`'s timeout call, on the shared timer thread: if it is still in flight, it fails,
