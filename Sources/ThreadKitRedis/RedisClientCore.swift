@@ -1,3 +1,4 @@
+import Foundation
 @_spi(ThreadKitURL) import ThreadKit
 
 /// What a ``RedisClient`` shares with its reader thread and its timeout calls: the connection, the
@@ -28,8 +29,10 @@ final class RedisClientCore: Sendable {
     }
 
     private let state: Locked<State>
-    /// Held by the one caller that connects, enqueues and writes at a time.
-    private let writeLock = Locked(())
+    /// Held by the one caller that connects, enqueues and writes at a time. It guards no value (a
+    /// `Locked<Void>` would hand the closure an `inout` of zero bytes, which the thread sanitizer
+    /// places past the end of its object and reports as a race), only the order of the writes.
+    private let writeLock = NSLock()
     /// Where back-off offsets count from.
     private let origin = ContinuousClock.now
     /// Also receives every log line (tests watch reconnects through it; `Log`'s delegate is process-wide).
@@ -49,7 +52,7 @@ final class RedisClientCore: Sendable {
     func submit(_ command: [UInt8], to slot: ReplySlot) {
         let deadline = ContinuousClock.now + commandTimeout
         var after = Aftermath()
-        writeLock.withLock { _ in
+        writeLock.withLock {
             let connection: RedisConnection, generation: UInt64
             switch connectionOrConnect(deadline: deadline, &after) {
             case .success(let open): (connection, generation) = open
