@@ -6,6 +6,7 @@ let package = Package(
     products: [
         .library(name: "ThreadKit", targets: ["ThreadKit"]),
         .library(name: "ThreadKitURL", targets: ["ThreadKitURL"]),
+        .library(name: "ThreadKitRedis", targets: ["ThreadKitRedis"]),
         .library(name: "LoopbackHTTPServer", targets: ["LoopbackHTTPServer"]),
         .executable(name: "threadkit-demo", targets: ["threadkit-demo"]),
         .executable(name: "threadkit-bench", targets: ["threadkit-bench"]),
@@ -17,6 +18,8 @@ let package = Package(
         .target(name: "ThreadKit", dependencies: ["ThreadLaunch"]),
         // URLDispatcher: imports FoundationNetworking on Linux, so the core never links it.
         .target(name: "ThreadKitURL", dependencies: ["ThreadKit"]),
+        // Limits shared by a fleet, decided on Redis: its own RESP2 client (no package dependencies).
+        .target(name: "ThreadKitRedis", dependencies: ["ThreadKit"]),
         // The loopback HTTP/1.1 server that the tests, the demo and the benchmark share.
         .target(name: "LoopbackHTTPServer", dependencies: ["ThreadLaunch"]),
         // The seeded random source shared by the tests, the benchmark and the soak (not a product).
@@ -30,6 +33,7 @@ let package = Package(
         // refused thread starts, exit-test checks (not a product).
         .target(name: "ThreadKitTestSupport", path: "Tests/ThreadKitTestSupport"),
         .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "SeededRandom", "ThreadKitTestSupport"]),
+        .testTarget(name: "ThreadKitRedisTests", dependencies: ["ThreadKitRedis", "ThreadKit", "SeededRandom", "ThreadKitTestSupport"]),
         .testTarget(name: "ThreadKitURLTests", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom", "ThreadKitTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,152 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// One open socket to a Redis server: connecting with a deadline, writing whole commands, reading.
+///
+/// The socket is closed when the last reference goes (the client's state, the reader thread, a
+/// writer in the middle of a write), never before: a descriptor closed under a blocked `read` or
+/// `send` could be reused by another open and receive bytes meant for this one. To end a connection
+/// early, shut it down (``shutDown()``): blocked reads and writes return at once, and the descriptor stays valid.
+final class RedisConnection: Sendable {
+    let descriptor: Int32
+
+    private init(descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
+    deinit {
+        close(descriptor)
+    }
+
+    /// Connects to `address`, giving up at `deadline`.
+    ///
+    /// - Throws: ``RedisError/connectionRefused(address:reason:)`` when the server cannot be reached,
+    ///   ``RedisError/timedOut(after:sent:)`` (not sent) when connecting takes past the deadline.
+    static func open(_ address: RedisClient.Address, deadline: ContinuousClock.Instant, timeout: Duration) throws(RedisError) -> RedisConnection {
+        switch address {
+        case .unixSocket(let path):
+            var socketAddress = sockaddr_un()
+            socketAddress.sun_family = sa_family_t(AF_UNIX)
+            let capacity = MemoryLayout.size(ofValue: socketAddress.sun_path)
+            let bytes = Array(path.utf8)
+            guard bytes.count < capacity else {
+                throw .connectionRefused(address: address.description, reason: "the socket path is longer than \(capacity - 1) bytes")
+            }
+            withUnsafeMutableBytes(of: &socketAddress.sun_path) { $0.copyBytes(from: bytes) }
+            return try withUnsafeBytes(of: &socketAddress) { raw throws(RedisError) in
+                try connectSocket(family: AF_UNIX, raw, length: socklen_t(MemoryLayout<sockaddr_un>.size), address, deadline, timeout)
+            }
+        case .tcp(let host, let port):
+            var hints = addrinfo()
+            hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+            hints.ai_family = AF_UNSPEC
+            var list: UnsafeMutablePointer<addrinfo>?
+            let status = getaddrinfo(host, String(port), &hints, &list)
+            guard status == 0, let list else {
+                throw .connectionRefused(address: address.description, reason: String(cString: gai_strerror(status)))
+            }
+            defer { freeaddrinfo(list) }
+            var lastError = RedisError.connectionRefused(address: address.description, reason: "no address for the host")
+            var entry: UnsafeMutablePointer<addrinfo>? = list
+            while let current = entry {
+                do {
+                    let raw = UnsafeRawBufferPointer(start: current.pointee.ai_addr, count: Int(current.pointee.ai_addrlen))
+                    let connection = try connectSocket(family: current.pointee.ai_family, raw, length: current.pointee.ai_addrlen, address, deadline, timeout)
+                    var on: Int32 = 1
+                    setsockopt(connection.descriptor, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
+                    return connection
+                } catch {
+                    lastError = error
+                }
+                entry = current.pointee.ai_next
+            }
+            throw lastError
+        }
+    }
+
+    /// A non-blocking connect, waited out with `poll` until `deadline`; the socket is blocking after.
+    private static func connectSocket(
+        family: Int32, _ socketAddress: UnsafeRawBufferPointer, length: socklen_t,
+        _ address: RedisClient.Address, _ deadline: ContinuousClock.Instant, _ timeout: Duration
+    ) throws(RedisError) -> RedisConnection {
+        #if canImport(Darwin)
+        let descriptor = socket(family, SOCK_STREAM, 0)
+        #else
+        let descriptor = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        #endif
+        guard descriptor >= 0 else { throw .connectionRefused(address: address.description, reason: Self.describe(errno)) }
+        let connection = RedisConnection(descriptor: descriptor)
+        let flags = fcntl(descriptor, F_GETFL)
+        _ = fcntl(descriptor, F_SETFL, flags | O_NONBLOCK)
+        let pointer = socketAddress.baseAddress!.assumingMemoryBound(to: sockaddr.self)
+        var result: Int32
+        repeat { result = connect(descriptor, pointer, length) } while result != 0 && errno == EINTR
+        if result != 0 {
+            let error = errno
+            // EINPROGRESS: a TCP handshake under way. (A Unix socket whose backlog is full answers
+            // EAGAIN instead, and cannot be waited for: refused.)
+            guard error == EINPROGRESS else { throw .connectionRefused(address: address.description, reason: Self.describe(error)) }
+            try connection.awaitWritable(until: deadline, timeout: timeout, address)
+            var pending: Int32 = 0
+            var size = socklen_t(MemoryLayout<Int32>.size)
+            getsockopt(descriptor, SOL_SOCKET, SO_ERROR, &pending, &size)
+            guard pending == 0 else { throw .connectionRefused(address: address.description, reason: Self.describe(pending)) }
+        }
+        _ = fcntl(descriptor, F_SETFL, flags & ~O_NONBLOCK)
+        return connection
+    }
+
+    private func awaitWritable(until deadline: ContinuousClock.Instant, timeout: Duration, _ address: RedisClient.Address) throws(RedisError) {
+        while true {
+            let remaining = deadline - ContinuousClock.now
+            guard remaining > .zero else { throw .timedOut(after: timeout, sent: false) }
+            var entry = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
+            let milliseconds = Int32(clamping: (remaining.components.seconds * 1000) + remaining.components.attoseconds / 1_000_000_000_000_000 + 1)
+            let ready = poll(&entry, 1, milliseconds)
+            if ready > 0 { return }
+            if ready < 0, errno != EINTR { throw .connectionRefused(address: address.description, reason: Self.describe(errno)) }
+        }
+    }
+
+    /// Writes all of `bytes`, again after an interruption, never raising `SIGPIPE`.
+    ///
+    /// - Returns: `nil` when every byte was written, else why not.
+    func writeAll(_ bytes: [UInt8]) -> String? {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if written < 0, errno == EINTR { continue }
+            guard written > 0 else { return written < 0 ? "writing failed: \(Self.describe(errno))" : "writing failed" }
+            offset += written
+        }
+        return nil
+    }
+
+    /// Reads what has come, blocking until something has.
+    ///
+    /// - Returns: The number of bytes read, or why there are none: the server closed the connection
+    ///   (or it was shut down), or reading failed.
+    func read(into buffer: inout [UInt8]) -> Result<Int, RedisError> {
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+            if count > 0 { return .success(count) }
+            if count == 0 { return .failure(.connectionLost("the server closed the connection", sent: true)) }
+            if errno == EINTR { continue }
+            return .failure(.connectionLost("reading failed: \(Self.describe(errno))", sent: true))
+        }
+    }
+
+    /// Ends the connection in both directions: a blocked read or write returns at once.
+    func shutDown() {
+        _ = shutdown(descriptor, Int32(SHUT_RDWR))
+    }
+
+    static func describe(_ error: Int32) -> String {
+        String(cString: strerror(error))
+    }
+}

@@ -1,0 +1,49 @@
+/// Why a ``RedisClient`` command failed.
+///
+/// Whether a failed command may have taken effect matters to a rate limit (a start the server
+/// recorded but whose answer was lost still counts), so every failure after the command left says so:
+/// `sent` is `true` once its bytes started to go out on the connection, and then the server may
+/// have run it (erring safe: a command cut off in the middle of its bytes is never run, but counts
+/// as sent unless the write itself failed).
+public enum RedisError: Error, Hashable, CustomStringConvertible {
+    /// The server answered with an error reply (`-ERR …`, `-NOSCRIPT …`, `-WRONGTYPE …`): its message.
+    case server(String)
+    /// No reply came within the command timeout. The connection was dropped, since a later reply
+    /// could no longer be matched to its command, and every other command in flight on it failed
+    /// with ``connectionLost(_:sent:)``.
+    case timedOut(after: Duration, sent: Bool)
+    /// The client could not connect: nothing listens at the address, or the address is wrong.
+    case connectionRefused(address: String, reason: String)
+    /// The connection ended with the command in flight: the server closed it, it was reset, it sent
+    /// bytes that are not RESP2, or another command's timeout dropped it.
+    case connectionLost(String, sent: Bool)
+    /// The client is waiting before it tries to connect again (jittered exponential back-off after
+    /// the last failure, described in `lastFailure`); the command was not sent.
+    case unavailable(retryIn: Duration, lastFailure: String)
+
+    /// Whether the server may have run the command: `true` for an error reply (it ran and failed), and for a timeout or a
+    /// lost connection after all of its bytes were written.
+    public var mayHaveRun: Bool {
+        switch self {
+        case .server: true
+        case .timedOut(_, let sent), .connectionLost(_, let sent): sent
+        case .connectionRefused, .unavailable: false
+        }
+    }
+
+    /// A sentence saying what happened.
+    public var description: String {
+        switch self {
+        case .server(let message):
+            "Redis answered with an error: \(message)"
+        case .timedOut(let after, let sent):
+            "Redis did not answer within \(after) (the command was \(sent ? "sent" : "not sent"))"
+        case .connectionRefused(let address, let reason):
+            "could not connect to Redis at \(address): \(reason)"
+        case .connectionLost(let reason, let sent):
+            "the connection to Redis was lost (the command was \(sent ? "sent" : "not sent")): \(reason)"
+        case .unavailable(let retryIn, let lastFailure):
+            "Redis is unavailable; the next attempt to connect is in \(retryIn) (last failure: \(lastFailure))"
+        }
+    }
+}

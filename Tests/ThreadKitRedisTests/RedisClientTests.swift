@@ -1,0 +1,283 @@
+import Foundation
+import Testing
+@testable import ThreadKitRedis
+import ThreadKitTestSupport
+
+/// Log lines a client wrote, watched without `Log`'s process-wide delegate.
+final class LogLines: Sendable {
+    private let lines = LockedValue<[String]>([])
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+    var all: [String] { lines.value }
+    func count(containing text: String) -> Int { all.filter { $0.contains(text) }.count }
+}
+
+/// A client with a generous timeout (the machine may be loaded) whose log lines `lines` records.
+func makeClient(_ address: RedisClient.Address, timeout: Duration = .seconds(5), lines: LogLines = LogLines(),
+                backoff: ReconnectBackoff = ReconnectBackoff(initial: .milliseconds(20), maximum: .milliseconds(200))) -> RedisClient {
+    RedisClient(address, commandTimeout: timeout, backoff: backoff, observeLog: { lines.append($0) })
+}
+
+@Suite("Redis tests need redis-server")
+struct RedisAvailabilityTests {
+    @Test("redis-server is on PATH when THREADKIT_REQUIRE_REDIS=1 (else the Redis tests say they were skipped)")
+    func serverPresentWhenRequired() {
+        if !RedisAvailability.isAvailable {
+            if RedisAvailability.isRequired {
+                Issue.record("THREADKIT_REQUIRE_REDIS=1 but \(RedisAvailability.skipMessage)")
+            } else {
+                print("note: \(RedisAvailability.skipMessage)")
+            }
+        }
+    }
+}
+
+@Suite("RedisClient against a real redis-server", .enabled(if: RedisAvailability.isAvailable, RedisAvailability.skipMessage), .timeLimit(.minutes(1)))
+struct RedisClientTests {
+    @Test("PING, SET and GET, async and blocking; a missing key is the null bulk string")
+    func pingSetGet() async throws {
+        try await withRedisServer { server in
+            let client = makeClient(server.address)
+            #expect(try await client.send("PING") == .simpleString("PONG"))
+            #expect(try await client.send("SET", "greeting", "hello") == .simpleString("OK"))
+            #expect(try await client.send(["GET", "greeting"]).string == "hello")
+            #expect(try await client.send("GET", "missing") == .bulkString(nil))
+            let blocking = try await onNewThread(limit: .seconds(10)) { () -> Result<RESPValue, RedisError> in
+                Result { () throws(RedisError) -> RESPValue in try client.sendSync("GET", "greeting") }
+            }
+            #expect(try blocking.get().string == "hello")
+            #expect(client.address == server.address && client.commandTimeout == .seconds(5))
+        }
+    }
+
+    @Test("the example of the documentation runs")
+    func documentationExample() async throws {
+        try await withRedisServer { server in
+            let socketPath = server.socketPath
+            let client = RedisClient(.unixSocket(path: socketPath))
+            _ = try await client.send("SET", "greeting", "hello")
+            let greeting = try await client.send("GET", "greeting")
+            print(greeting.string ?? "(missing)")  // hello
+            #expect(greeting.string == "hello")
+        }
+    }
+
+    @Test("1,000 pipelined commands from 8 threads and 1,000 from concurrent tasks each get their own reply")
+    func pipelining() async throws {
+        try await withRedisServer { server in
+            let lines = LogLines()
+            let client = makeClient(server.address, lines: lines)
+            let mismatches = Counter()
+            let failures = Counter()
+            await onThreads(8) { thread in
+                for index in 0..<125 {
+                    let tag = "t\(thread)-\(index)"
+                    do {
+                        if try client.sendSync("ECHO", tag).string != tag { mismatches.increment() }
+                        _ = try client.sendSync("INCR", "counter")
+                    } catch {
+                        failures.increment()
+                    }
+                }
+            }
+            #expect(mismatches.value == 0 && failures.value == 0)
+            let replies = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for index in 0..<1_000 {
+                    group.addTask {
+                        let tag = "task-\(index)"
+                        let echoed = try await client.send("ECHO", tag)
+                        _ = try await client.send("INCR", "counter")
+                        return echoed.string == tag
+                    }
+                }
+                return try await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(replies.count == 1_000 && replies.allSatisfy { $0 })
+            #expect(try await client.send("GET", "counter").string == "2000")
+            // One connection carried it all.
+            #expect(lines.count(containing: "connected to") == 1)
+        }
+    }
+
+    @Test("an error reply is thrown with the server's message, and the connection goes on")
+    func errorReply() async throws {
+        try await withRedisServer { server in
+            let client = makeClient(server.address)
+            await #expect {
+                _ = try await client.send("NOSUCHCOMMAND", "x")
+            } throws: { error in
+                guard case .server(let message) = error as? RedisError else { return false }
+                return message.hasPrefix("ERR unknown command")
+            }
+            _ = try await client.send("SET", "text", "x")
+            do {
+                _ = try await client.send("INCR", "text")
+                Issue.record("INCR of a string must fail")
+            } catch let error as RedisError {
+                #expect(error == .server("ERR value is not an integer or out of range"))
+                #expect(error.description == "Redis answered with an error: ERR value is not an integer or out of range")
+                #expect(error.mayHaveRun)
+            }
+            #expect(try await client.send("PING") == .simpleString("PONG"))
+        }
+    }
+
+    @Test("with the server stopped, a command times out saying it was sent, the others in flight fail, and the client recovers after SIGCONT")
+    func timeoutWhileStopped() async throws {
+        try await withRedisServer { server in
+            let lines = LogLines()
+            let client = makeClient(server.address, timeout: .milliseconds(300), lines: lines)
+            let pong = try await client.send("PING")
+            #expect(pong == .simpleString("PONG"))
+            server.pause()
+            defer { server.resume() }
+            let started = ContinuousClock.now
+            let errors = await withTaskGroup(of: RedisError?.self) { group in
+                for _ in 0..<5 {
+                    group.addTask {
+                        do {
+                            _ = try await client.send("PING")
+                            return nil
+                        } catch {
+                            return error as? RedisError
+                        }
+                    }
+                }
+                return await group.reduce(into: [RedisError?]()) { $0.append($1) }
+            }
+            let elapsed = ContinuousClock.now - started
+            #expect(elapsed >= .milliseconds(300) && elapsed < .seconds(5), "\(elapsed)")
+            #expect(errors.allSatisfy { $0 != nil })
+            let timedOut = errors.filter { if case .timedOut(.milliseconds(300), true) = $0 { true } else { false } }
+            let lost = errors.filter { if case .connectionLost(_, true) = $0 { true } else { false } }
+            #expect(timedOut.count >= 1 && timedOut.count + lost.count == 5, "\(errors)")
+            #expect(errors.allSatisfy { $0?.mayHaveRun == true })
+            #expect(RedisError.timedOut(after: .milliseconds(300), sent: true).description == "Redis did not answer within 0.3 seconds (the command was sent)")
+            #expect(lines.count(containing: "timed out after 0.3 seconds (sent); dropped the connection") >= 1)
+
+            server.resume()
+            let recovered = await eventually(timeout: .seconds(10), pollingEvery: .milliseconds(20)) {
+                (try? client.sendSync("PING")) == .simpleString("PONG")
+            }
+            #expect(recovered)
+        }
+    }
+
+    @Test("after the server is killed, commands fail, the client backs off, and it reconnects once the server is back on the same path")
+    func reconnectAfterRestart() async throws {
+        try await withRedisServer { server in
+            let lines = LogLines()
+            let client = makeClient(server.address, lines: lines)
+            #expect(try await client.send("SET", "k", "before") == .simpleString("OK"))
+            server.kill()
+            var seen: [RedisError] = []
+            let deadline = ContinuousClock.now + .seconds(2)
+            while ContinuousClock.now < deadline {
+                do {
+                    _ = try await client.send("PING")
+                    Issue.record("a killed server cannot answer")
+                } catch let error as RedisError {
+                    seen.append(error)
+                }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(seen.contains { if case .connectionRefused(_, let reason) = $0 { reason == "Connection refused" } else { false } }, "\(seen.prefix(5))")
+            #expect(seen.contains { if case .unavailable(let retryIn, _) = $0 { retryIn > .zero } else { false } })
+            #expect(seen.allSatisfy { !$0.mayHaveRun || $0 == .connectionLost("the server closed the connection", sent: true) })
+            #expect(lines.count(containing: "lost the connection") + lines.count(containing: "could not connect") >= 2)
+            #expect(lines.count(containing: "next attempt in") >= 1)
+
+            try server.start()
+            let recovered = await eventually(timeout: .seconds(10), pollingEvery: .milliseconds(20)) {
+                (try? client.sendSync("PING")) == .simpleString("PONG")
+            }
+            #expect(recovered)
+            // A new server, empty: the key written before is gone.
+            #expect(try await client.send("GET", "k") == .bulkString(nil))
+            #expect(lines.count(containing: "connected to") == 2, "\(lines.all)")
+        }
+    }
+
+    @Test("a script runs by EVALSHA, falls back to EVAL on NOSCRIPT, and again after SCRIPT FLUSH")
+    func scriptFallback() async throws {
+        try await withRedisServer { server in
+            let lines = LogLines()
+            let client = makeClient(server.address, lines: lines)
+            let script = RedisScript("return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])}")
+            let key = RedisLimitKeys("api.example.com").key("calls")
+            let expected = { (count: Int64) in RESPValue.array([.bulkString(Array(key.utf8)), .bulkString(Array("x".utf8)), .integer(count)]) }
+            #expect(try await client.evaluate(script, keys: [key], arguments: ["x"]) == expected(1))
+            #expect(lines.count(containing: "NOSCRIPT") == 1)
+            #expect(try await client.evaluate(script, keys: [key], arguments: ["x"]) == expected(2))
+            #expect(lines.count(containing: "NOSCRIPT") == 1)
+            #expect(try await client.send("SCRIPT", "FLUSH") == .simpleString("OK"))
+            let blocking = try await onNewThread(limit: .seconds(10)) { () -> Result<RESPValue, RedisError> in
+                Result { () throws(RedisError) -> RESPValue in try client.evaluateSync(script, keys: [key], arguments: ["x"]) }
+            }
+            #expect(try blocking.get() == expected(3))
+            #expect(lines.count(containing: "NOSCRIPT") == 2)
+            // A script's own error is a server error, not a fallback.
+            await #expect(throws: RedisError.self) {
+                _ = try await client.evaluate(RedisScript("return redis.call('NOSUCH')"))
+            }
+        }
+    }
+
+    @Test("the SHA-1 of a script is the one the server's SCRIPT LOAD answers")
+    func sha1MatchesServer() async throws {
+        try await withRedisServer { server in
+            let client = makeClient(server.address)
+            let sources = [
+                "return 1", "", "return 'é — ü'",
+                String(repeating: "-- a long comment that spans many SHA-1 blocks\n", count: 40) + "return redis.call('TIME')",
+            ]
+            for source in sources {
+                let script = RedisScript(source)
+                let loaded = try await client.send("SCRIPT", "LOAD", source)
+                #expect(loaded.string == script.sha1, "\(source.prefix(20))")
+            }
+        }
+    }
+}
+
+@Suite("RedisClient with nothing listening")
+struct RedisClientRefusedTests {
+    @Test("a Unix socket with no server is a refused connection, then a back-off")
+    func refusedUnixSocket() async throws {
+        let path = NSTemporaryDirectory() + "threadkit-no-redis-\(getpid()).sock"
+        let client = makeClient(.unixSocket(path: path))
+        do {
+            _ = try await client.send("PING")
+            Issue.record("nothing listens")
+        } catch {
+            #expect(error == .connectionRefused(address: "unix:\(path)", reason: "No such file or directory"))
+            #expect(error.description == "could not connect to Redis at unix:\(path): No such file or directory")
+            #expect(!error.mayHaveRun)
+        }
+        do {
+            _ = try await client.send("PING")
+            Issue.record("nothing listens")
+        } catch {
+            guard case .unavailable(let retryIn, let lastFailure) = error else { Issue.record("expected a back-off, got \(error)"); return }
+            #expect(retryIn > .zero && retryIn <= .milliseconds(20))
+            #expect(lastFailure.contains("No such file or directory"))
+        }
+    }
+
+    @Test("a TCP port with nothing listening on 127.0.0.1 is a refused connection")
+    func refusedTCP() async throws {
+        // A port that was free a moment ago: bound, read, closed.
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) } }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        close(descriptor)
+        let client = makeClient(.tcp(host: "127.0.0.1", port: port))
+        await #expect(throws: RedisError.connectionRefused(address: "127.0.0.1:\(port)", reason: "Connection refused")) {
+            _ = try await client.send("PING")
+        }
+    }
+}
