@@ -397,26 +397,37 @@ struct ThrottledQueueTests {
 
     // MARK: - Independence
 
-    // AHDispatch 0.9.1 serialised all queues behind two global locks.
-    @Test("Two queues throttle independently: 5 tasks 100 ms apart on each finish in 400 ms, not 800")
+    // AHDispatch 0.9.1 serialised all queues behind two global locks. Shown by events, not by a total
+    // time: one queue holds its worker in a task and another waits out an hour's gap, with work queued
+    // behind each, while a third runs all its tasks on its own schedule.
+    @Test("Two queues throttle independently: one blocked in a task or waiting out an hour's gap never holds up another")
     func twoQueuesAreIndependent() async throws {
-        let queues = [ThrottledQueue(label: "TQ pair A", interval: .milliseconds(100)), ThrottledQueue(label: "TQ pair B", interval: .milliseconds(100))]
-        let recorders = [RunRecorder(), RunRecorder()]
-        let before = ContinuousClock.now
-        for tag in 0..<5 {
-            for side in 0..<2 { try queues[side].async(recorders[side].task(tag)) }
+        let blocked = ThrottledQueue(label: "TQ pair A", interval: .zero)
+        let waiting = ThrottledQueue(label: "TQ pair W", interval: .seconds(3600))
+        let free = ThrottledQueue(label: "TQ pair B", interval: .milliseconds(100))
+        let release = Latch(), blockedStarted = Latch(), waitingRan = Latch()
+        try blocked.async {
+            blockedStarted.countDown()
+            _ = release.wait(timeout: .seconds(60))
         }
-        let after = ContinuousClock.now
-        await Self.waitUntilIdle(queues[0], queues[1])
-        let total = ContinuousClock.now - before
+        try blocked.async {}
+        try waiting.async { waitingRan.countDown() }
+        try waiting.async {}
+        #expect(await guarded { blockedStarted.wait(timeout: .seconds(10)) && waitingRan.wait(timeout: .seconds(10)) } == true)
 
-        #expect(total >= .milliseconds(400))
-        #expect(total < .milliseconds(800), "two independent queues took \(total)")
-        for side in 0..<2 {
-            let runs = recorders[side].all
-            #expect(runs.map(\.tag) == [0, 1, 2, 3, 4])
-            Self.expectThrottled(runs, gaps: Array(repeating: .milliseconds(100), count: 5), submitted: Self.submitted(before...after, count: 5))
-        }
+        let recorder = RunRecorder()
+        let before = ContinuousClock.now
+        for tag in 0..<5 { try free.async(recorder.task(tag)) }
+        let after = ContinuousClock.now
+        #expect(await eventually(timeout: .seconds(30)) { recorder.all.count == 5 })
+
+        #expect(blocked.pendingCount == 1, "the blocked queue's second task ran: it was not blocked")
+        #expect(waiting.pendingCount == 1, "the hour's gap did not hold the waiting queue's second task")
+        #expect(recorder.all.map(\.tag) == [0, 1, 2, 3, 4])
+        Self.expectThrottled(recorder.all, gaps: Array(repeating: .milliseconds(100), count: 5), submitted: Self.submitted(before...after, count: 5))
+        release.countDown()
+        #expect(waiting.cancelAll() == 1)
+        await Self.waitUntilIdle(blocked, free)
     }
 
     // MARK: - Rate limits
