@@ -181,6 +181,24 @@ struct CoordinatedStartsTests {
         #expect(askedAgain == request(monitor: .serial))
     }
 
+    @Test("Each reservation given up late in a row doubles the allowance (up to 64 times), so a loaded process still starts; a start resets it")
+    func latenessAllowanceGrows() {
+        #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100), lateInARow: 1) == .milliseconds(20))
+        #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100), lateInARow: 6) == .milliseconds(640))
+        #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100), lateInARow: 60) == .milliseconds(640))
+        var starts = CoordinatedStarts(policy: .failClosed)
+        // Woken 15 ms late each time (a loaded machine), with a 10 ms allowance.
+        _ = step(&starts, allowed: 0, now: 0)
+        _ = starts.answered(.reserved(wait: .milliseconds(50), token: nil), now: at(0))
+        #expect(step(&starts, allowed: 0, now: 65) == request())
+        #expect(starts.lateInARow == 1)
+        _ = starts.answered(.reserved(wait: .milliseconds(85), token: nil), now: at(65))
+        // 15 ms late is within the doubled 20 ms: started.
+        #expect(step(&starts, allowed: 0, now: 165) == .startAt(at(150)))
+        starts.started()
+        #expect(starts.lateInARow == 0)
+    }
+
     @Test("A reservation carries the gap it was asked with; one asked with another gap than the next task's is given up")
     func reservationCarriesItsGap() {
         var starts = CoordinatedStarts(policy: .failClosed)

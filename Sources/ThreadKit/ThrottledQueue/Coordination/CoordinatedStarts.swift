@@ -9,7 +9,7 @@
 /// - with one that the local rules have since moved past (a pause, a longer interval), one asked
 ///   with another gap than the next task's (an interval changed since), one asked for a start
 ///   nested in a task (or not) when the next is not (or is), or one reached more than its
-///   ``latenessAllowance(gap:)`` after its time: give it up (its lease handed back; the start it
+///   ``latenessAllowance(gap:lateInARow:)`` after its time: give it up (its lease handed back; the start it
 ///   recorded stays counted, as consumed) and ask again;
 /// - after a decline, or while the coordinator is unavailable under `.failClosed`: wait until the
 ///   time it gave, then ask again (no polling in between);
@@ -20,10 +20,13 @@
 /// **The guarantee across processes is defined on reservations, on the coordinator's clock**: no two
 /// reserved starts closer than the gap, never more than `count` reserved in a window. A process
 /// starts a reservation on its own monotonic clock, no earlier than its time and, since a later one
-/// is given up, no more than ``latenessAllowance(gap:)`` after it. So two started tasks of
-/// different processes are at least `gap − allowance` apart (and a window of `W − allowance`
+/// is given up, no more than ``latenessAllowance(gap:lateInARow:)`` after it. So two started tasks
+/// of different processes are at least `gap − allowance` apart (and a window of `W − allowance`
 /// holds at most `count` of them), apart from the difference between the two processes' answer
-/// delays, which erring late keeps on the safe side for the process that waits.
+/// delays, which erring late keeps on the safe side for the process that waits. A process too
+/// loaded to wake within the allowance would give up every reservation and never start: each
+/// reservation given up in a row doubles the allowance (up to 64 times), until one is started,
+/// so it makes progress, at a precision its load allows.
 struct CoordinatedStarts {
     /// A `.serial` start's lease: the coordinator's, or the local fallback's.
     enum Token: Equatable {
@@ -48,8 +51,9 @@ struct CoordinatedStarts {
     /// whichever is longer. A thread woken at a deadline on a loaded machine runs up to a
     /// millisecond late, and giving a reservation up costs a round trip and a consumed start, so
     /// not less; a tenth of the gap bounds what lateness takes off the gap between processes.
-    static func latenessAllowance(gap: Duration) -> Duration {
-        max(.milliseconds(1), gap / 10)
+    /// Each reservation given up late in a row (`lateInARow`, up to 6) doubles it.
+    static func latenessAllowance(gap: Duration, lateInARow: Int = 0) -> Duration {
+        max(.milliseconds(1), gap / 10) * (1 << min(max(lateInARow, 0), 6))
     }
 
     /// When a coordinator that answered ``CoordinatorAnswer/mismatch(reason:)`` is asked again
@@ -82,6 +86,8 @@ struct CoordinatedStarts {
     private(set) var askAfter: MonotonicInstant?
     private(set) var isAsking = false
     private(set) var isUnavailable = false
+    /// How many reservations in a row were given up for being reached late (see ``latenessAllowance(gap:lateInARow:)``).
+    private(set) var lateInARow = 0
     /// The local fallback throttle, on the monotonic clock in microseconds; every start is recorded
     /// in it, so a switch to the fallback counts from the last coordinated start.
     private(set) var fallback = SharedThrottle()
@@ -105,9 +111,9 @@ struct CoordinatedStarts {
     ) -> Step {
         if isAsking { return .awaitAnswer }
         if let held = reservation {
-            let usable = held.at >= localAllowed && held.nested == nested && held.gap == gap
-                && now <= held.at.advanced(by: Self.latenessAllowance(gap: held.gap))
-            if usable { return .startAt(held.at) }
+            let inTime = now <= held.at.advanced(by: Self.latenessAllowance(gap: held.gap, lateInARow: lateInARow))
+            if held.at >= localAllowed && held.nested == nested && held.gap == gap && inTime { return .startAt(held.at) }
+            if !inTime { lateInARow += 1 }
             if let token = giveUpReservation(now: now) { return .release(token) }
         }
         if let askAfter, now < askAfter { return .wait(until: askAfter) }
@@ -197,6 +203,7 @@ struct CoordinatedStarts {
 
     /// The reserved start was carried out.
     mutating func started() {
+        lateInARow = 0
         running.append(reservation?.token)
         reservation = nil
     }
