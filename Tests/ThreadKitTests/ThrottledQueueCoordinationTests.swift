@@ -146,7 +146,7 @@ struct ThrottledQueueCoordinationTests {
     @Test("A slow coordinator never holds the queue's lock: the queue answers while a reservation is asked for")
     func slowCoordinatorOutsideTheLock() async throws {
         let coordinator = InMemoryCoordinator()
-        coordinator.block(for: .seconds(4))
+        let release = coordinator.holdReservations()
         let queue = makeQueues(1, coordinator: coordinator, interval: .zero)[0]
         let runs = Recorder<Run>()
         try submit(1, to: queue, into: runs)
@@ -155,6 +155,7 @@ struct ThrottledQueueCoordinationTests {
         #expect(queue.pendingCount == 1)
         // Both calls took the queue's lock, and returned while the coordinator was still asked.
         #expect(coordinator.isBlocking)
+        release.countDown()
         await waitIdle([queue])
         #expect(runs.count == 1)
     }
