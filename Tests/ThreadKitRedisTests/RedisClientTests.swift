@@ -54,7 +54,7 @@ struct RedisClientTests {
         try await withRedisServer { server in
             let socketPath = server.socketPath
             // snippet: Sources/ThreadKitRedis/ThreadKitRedis.docc/ThreadKitRedis.md#1
-            let client = RedisClient(.unixSocket(path: socketPath))
+            let client = RedisClient(.unixSocket(path: socketPath), commandTimeout: .seconds(1))   // default: 100 ms
             _ = try await client.send("SET", "greeting", "hello")
             let greeting = try await client.send("GET", "greeting")
             print(greeting.string ?? "(missing)")  // hello
