@@ -110,11 +110,9 @@ struct PoolAwaitTerminationTests {
         defer { pool.dispose() }
         let awaiter = Task { await pool.awaitTermination() }
         #expect(await eventually { pool.terminationWaiterCount == 1 })
-        let cancelledAt = ContinuousClock.now
         awaiter.cancel()
         let returned = await awaiter.value(cancellingAfter: .seconds(10))
         #expect(!returned)
-        #expect(ContinuousClock.now - cancelledAt < .seconds(5), "the cancelled wait did not end at once")
         #expect(pool.terminationWaiterCount == 0, "the cancelled waiter stayed on the list")
         // Cancelled before the call: it never waits.
         let early = Task {
@@ -257,10 +255,8 @@ struct DedicatedThreadAwaitTerminationTests {
         defer { thread.dispose() }
         let awaiter = Task { await thread.awaitTermination() }
         #expect(await eventually { thread.exitWaiterCount == 1 })
-        let cancelledAt = ContinuousClock.now
         awaiter.cancel()
         #expect(await !awaiter.value(cancellingAfter: .seconds(10)))
-        #expect(ContinuousClock.now - cancelledAt < .seconds(5), "the cancelled wait did not end at once")
         #expect(thread.exitWaiterCount == 0, "the cancelled waiter stayed on the list")
         // Cancelled before the call: it never waits, nor joins the list.
         let early = Task {
@@ -384,10 +380,8 @@ struct ThrottledQueueAsyncIdleTests {
         try queue.async { _ = ran.increment() }
         let awaiter = Task { await queue.waitUntilIdle() }
         #expect(await eventually { queue.idleWaiterCount == 1 })
-        let cancelledAt = ContinuousClock.now
         awaiter.cancel()
         _ = await awaiter.value(cancellingAfter: .seconds(10))
-        #expect(ContinuousClock.now - cancelledAt < .seconds(5), "the cancelled wait did not end at once")
         #expect(queue.idleWaiterCount == 0)
         #expect(ran.value == 0)
         #expect(queue.pendingCount == 1, "the wait ended on its cancellation, not on idleness")

@@ -13,7 +13,7 @@ final class InMemoryCoordinator: @unchecked Sendable {
     private var random = SplitMix64(seed: 24)
     private var recorded: [(client: String, at: Int64)] = []
     private var failing: Failure?
-    private var blocking: Duration = .zero
+    private var hold: Latch?
     private var blockedCalls = 0
     let horizon: Int64
     let leaseTTL: Int64
@@ -50,13 +50,18 @@ final class InMemoryCoordinator: @unchecked Sendable {
     /// Every reserved start so far, in the order recorded: the client and the instant (µs).
     var reservations: [(client: String, at: Int64)] { locked { $0.recorded } }
     var state: SharedThrottle { locked { $0.model } }
-    /// Whether a reservation is being answered slowly (see ``block(for:)``) right now.
+    /// Whether a reservation is being held back (see ``holdReservations()``) right now.
     var isBlocking: Bool { locked { $0.blockedCalls > 0 } }
 
     /// Makes every later command fail this way; `nil` heals it.
     func fail(_ failure: Failure?) { locked { $0.failing = failure } }
-    /// Makes every later reservation take this long (a slow round trip).
-    func block(for duration: Duration) { locked { $0.blocking = duration } }
+    /// Holds every later reservation's answer back (a slow round trip) until the returned latch is
+    /// counted down.
+    func holdReservations() -> Latch {
+        let latch = Latch()
+        locked { $0.hold = latch }
+        return latch
+    }
 
     private static func sleep(_ duration: Duration) {
         Thread.sleep(forTimeInterval: Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
@@ -69,7 +74,7 @@ final class InMemoryCoordinator: @unchecked Sendable {
     private func reserve(_ request: CoordinatedRequest, client: String) -> CoordinatorAnswer {
         lock.lock()
         let now = Client.now()
-        let delay = blocking
+        let held = hold
         if case .refused(let retryIn) = breaker.permit(now: .microseconds(now)) {
             lock.unlock()
             return .unavailable(consumed: false, retryIn: retryIn)
@@ -87,15 +92,15 @@ final class InMemoryCoordinator: @unchecked Sendable {
             now: now, gap: request.gap.microsecondsRoundedUp, monitor: request.monitor,
             limit: request.limitInMicroseconds, horizon: horizon, leaseTTL: leaseTTL, holding: request.holding))
         if case .reserved(let at, _, _) = decision { recorded.append((client, at)) }
-        if delay > .zero { blockedCalls += 1 }
+        if held != nil { blockedCalls += 1 }
         lock.unlock()
-        if delay > .zero {
-            Self.sleep(delay)
+        if let held {
+            _ = held.wait(timeout: .seconds(60))
             lock.withLock { blockedCalls -= 1 }
         }
         switch decision {
         case .reserved(_, let wait, let token):
-            // The answer arrives `delay` late, and the queue counts the wait from its arrival: later, never earlier.
+            // A held answer arrives late, and the queue counts the wait from its arrival: later, never earlier.
             return .reserved(wait: .microseconds(wait), token: token)
         case .declined(let retryIn):
             return .declined(retryIn: .microseconds(retryIn))
