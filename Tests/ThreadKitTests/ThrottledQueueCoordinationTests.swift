@@ -248,8 +248,9 @@ struct ThrottledQueueCoordinationTests {
             queues[1].pause(for: .seconds(10))
             await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await queues[0].run {} }
-                #expect(await eventually { coordinator.reservations.count == 2 })
-                #expect(coordinator.state.lease?.running == 2)
+                // The nested start holds the lease too (the outer one may have been reserved more
+                // than once, a reservation reached late on a loaded machine being given up).
+                #expect(await eventually { coordinator.state.lease?.running == 2 })
                 group.cancelAll()
                 await #expect(throws: CancellationError.self) { try await group.next() }
             }
@@ -262,8 +263,8 @@ struct ThrottledQueueCoordinationTests {
     @Test("A queue whose rules differ from the shared ones is told so and applies its fallback, leaving the shared rules as they were")
     func mismatchedRulesFallBack() async throws {
         let coordinator = InMemoryCoordinator()
-        // Its 5 s gap keeps the shared state (and its rules) alive while the other queue asks.
-        let concurrent = makeQueues(1, coordinator: coordinator, interval: .seconds(5))[0]
+        // Its 10 min gap keeps the shared state (and its rules) alive while the other queue asks.
+        let concurrent = makeQueues(1, coordinator: coordinator, interval: .seconds(600))[0]
         let limited = ThrottledQueue(
             label: "limited", interval: .milliseconds(20), limit: .rate(5, per: .seconds(1)),
             coordinator: coordinator.client("limited"), whenUnavailable: .localFallback(share: 0.5))
@@ -273,7 +274,8 @@ struct ThrottledQueueCoordinationTests {
         try submit(2, to: limited, into: runs)
         await waitIdle([limited])
         #expect(runs.count == 3)
-        #expect(coordinator.reservations.map(\.client) == ["q0"])
+        // Only q0's (more than one if a reservation reached late was given up on a loaded machine).
+        #expect(Set(coordinator.reservations.map(\.client)) == ["q0"])
         #expect(coordinator.state.rules == SharedThrottle.Rules(monitor: .concurrent, limit: nil))
         // The fallback decided: its gap is 40 ms (20 ms at a share of 0.5).
         let limitedStarts = runs.values.filter { $0.queue == "limited" }.map(\.start)
@@ -300,7 +302,7 @@ struct ThrottledQueueCoordinationTests {
         coordinator.fail(nil)
         await waitIdle([shared])
         #expect(runs.count == 4)
-        #expect(coordinator.reservations.map(\.client) == ["shared"])
+        #expect(Set(coordinator.reservations.map(\.client)) == ["shared"])
     }
 }
 
