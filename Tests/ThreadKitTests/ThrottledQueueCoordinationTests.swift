@@ -119,9 +119,9 @@ struct ThrottledQueueCoordinationTests {
         queues[1].interval = .zero
         let runs = Recorder<Run>()
         try submit(1, to: queues[1], into: runs)
-        #expect(await eventually { coordinator.reservations.count == 2 })
+        #expect(await eventually { coordinator.reservations.contains { $0.client == "q1" } })
         #expect(coordinator.state.lease != nil)
-        let reservedAt = coordinator.reservations[1].at
+        let reservedAt = coordinator.reservations.last { $0.client == "q1" }?.at ?? 0
         #expect(queues[1].cancelAll() == 1)
         await waitIdle([queues[1]])
         #expect(await eventually { coordinator.state.lease == nil })
@@ -136,8 +136,8 @@ struct ThrottledQueueCoordinationTests {
         let queues = makeQueues(2, coordinator: coordinator, interval: .seconds(60))
         try await queues[0].run {}
         let waiting = Task { try await queues[1].run {} }
-        #expect(await eventually { coordinator.reservations.count == 2 })
-        let reservedAt = coordinator.reservations[1].at
+        #expect(await eventually { coordinator.reservations.contains { $0.client == "q1" } })
+        let reservedAt = coordinator.reservations.last { $0.client == "q1" }?.at ?? 0
         waiting.cancel()
         await #expect(throws: CancellationError.self) { try await waiting.value }
         // At once: long before the reserved start, which was a minute away.
@@ -191,7 +191,8 @@ struct ThrottledQueueCoordinationTests {
         coordinator.fail(nil)
         await waitIdle([queue])
         #expect(runs.count == 3)
-        #expect(coordinator.reservations.count == 3)
+        // At least one each (more if a reservation reached late on a loaded machine was given up).
+        #expect(coordinator.reservations.count >= 3)
     }
 
     @Test(".failOpen: the queue's own rules alone while the coordinator is down")
@@ -234,7 +235,7 @@ struct ThrottledQueueCoordinationTests {
         try submit(2, to: queue, into: runs)
         await waitIdle([queue])
         #expect(runs.count == 6)
-        #expect(coordinator.reservations.count == 2)
+        #expect(coordinator.reservations.count >= 2)
     }
 
     // MARK: - Step 2
@@ -271,15 +272,24 @@ struct ThrottledQueueCoordinationTests {
         let runs = Recorder<Run>()
         try submit(1, to: concurrent, into: runs)
         await waitIdle([concurrent])
-        try submit(2, to: limited, into: runs)
+        // Each task reads the start its queue's fallback recorded for it (its reservation).
+        let fallbackStarts = Recorder<Int64>()
+        for _ in 0..<2 {
+            try limited.async {
+                runs.append(Run(queue: limited.label, start: limited.startOfCurrentTask!.microsecondsRoundedUp, end: Self.now()))
+                fallbackStarts.append(limited.mutex.withLock { limited.coordination!.starts.fallback.lastStart! })
+            }
+        }
         await waitIdle([limited])
         #expect(runs.count == 3)
         // Only q0's (more than one if a reservation reached late was given up on a loaded machine).
         #expect(Set(coordinator.reservations.map(\.client)) == ["q0"])
         #expect(coordinator.state.rules == SharedThrottle.Rules(monitor: .concurrent, limit: nil))
-        // The fallback decided: its gap is 40 ms (20 ms at a share of 0.5).
-        let limitedStarts = runs.values.filter { $0.queue == "limited" }.map(\.start)
-        #expect(limitedStarts.count == 2 && limitedStarts[1] - limitedStarts[0] >= 40_000)
+        // The fallback decided: its gap is 40 ms (20 ms at a share of 0.5), and no task started
+        // before the start the fallback reserved for it.
+        let recorded = fallbackStarts.values
+        #expect(recorded.count == 2 && recorded[1] - recorded[0] >= 40_000)
+        for (run, at) in zip(runs.values.filter { $0.queue == "limited" }, recorded) { #expect(run.start >= at) }
     }
 
     @Test("The public initializer: .local makes a queue of its own; a package coordinator with a Fallback decides through it")
