@@ -46,12 +46,41 @@ struct CircuitBreakerTests {
         let answer11 = breaker.permit(now: ms(50))
         #expect(answer11 == .probe)
         let answer12 = breaker.permit(now: ms(51))
-        #expect(answer12 == .refused(retryIn: ms(100)))
+        #expect(answer12 == .refused(retryIn: ms(99)))
         let answer13 = breaker.succeeded()
         #expect(answer13)
         #expect(breaker.state == .closed(failures: 0))
         let answer14 = breaker.permit(now: ms(52))
         #expect(answer14 == .allowed)
+    }
+
+    @Test("A probe whose outcome is never reported counts as failed after one probe timeout: the next command probes again")
+    func lostProbeExpires() {
+        var breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: ms(50), maxBackoff: ms(1_000), probeTimeout: ms(300))
+        breaker.failed(now: ms(0), timedOut: true, jitter: 0)
+        let probe = breaker.permit(now: ms(25))
+        #expect(probe == .probe)
+        #expect(breaker.state == .halfOpen(since: ms(25), openings: 1))
+        // While the probe may still be answered: refused, asked again no later than its deadline.
+        let waiting = breaker.permit(now: ms(100))
+        #expect(waiting == .refused(retryIn: ms(50)))
+        let nearDeadline = breaker.permit(now: ms(300))
+        #expect(nearDeadline == .refused(retryIn: ms(25)))
+        // Its outcome never came: it failed, and the next command is a new probe.
+        let again = breaker.permit(now: ms(325))
+        #expect(again == .probe)
+        #expect(breaker.state == .halfOpen(since: ms(325), openings: 2))
+        let refused = breaker.permit(now: ms(326))
+        #expect(refused == .refused(retryIn: ms(50)))
+        // A failure of the new probe backs off for the third opening; a success closes it.
+        breaker.failed(now: ms(330), timedOut: true, jitter: 0)
+        #expect(breaker.state == .open(until: ms(430), openings: 3))
+        let probeAgain = breaker.permit(now: ms(430))
+        #expect(probeAgain == .probe)
+        let closed = breaker.succeeded()
+        #expect(closed)
+        let allowed = breaker.permit(now: ms(431))
+        #expect(allowed == .allowed)
     }
 
     @Test("A failed probe opens it again for twice as long, up to the longest back-off")

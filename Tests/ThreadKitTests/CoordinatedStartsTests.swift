@@ -36,7 +36,7 @@ struct CoordinatedStartsTests {
         #expect(starts.reservation == nil)
         #expect(starts.running == [nil])
         let answer5 = starts.ended(now: at(40))
-        #expect(answer5 == nil)
+        #expect(answer5.isEmpty)
         #expect(starts.running.isEmpty)
     }
 
@@ -73,9 +73,9 @@ struct CoordinatedStartsTests {
         _ = starts.answered(.reserved(wait: .zero, token: 3), now: at(10))
         starts.started()
         let answer10 = starts.ended(now: at(20))
-        #expect(answer10 == 3)
+        #expect(answer10 == [3])
         let answer11 = starts.ended(now: at(30))
-        #expect(answer11 == 3)
+        #expect(answer11 == [3])
     }
 
     @Test("A reservation left unused when the queue goes idle is given up")
@@ -94,7 +94,7 @@ struct CoordinatedStartsTests {
         var starts = CoordinatedStarts(policy: .failClosed)
         _ = step(&starts, allowed: 0, now: 0)
         let answer14 = starts.answered(.unavailable(consumed: false, retryIn: .milliseconds(80)), now: at(0))
-        #expect(answer14 == .lost)
+        #expect(answer14 == .lost(reason: "unavailable"))
         let answer15 = step(&starts, allowed: 0, now: 10)
         #expect(answer15 == .wait(until: at(80)))
         let answer16 = step(&starts, allowed: 0, now: 80)
@@ -144,7 +144,7 @@ struct CoordinatedStartsTests {
         starts.started()
         #expect(starts.fallback.lease != nil)
         let answer22 = starts.ended(now: at(50))
-        #expect(answer22 == nil)
+        #expect(answer22.isEmpty)
         #expect(starts.fallback.lease == nil)
         // The next: 200 ms after that end.
         _ = step(&starts, allowed: 150, now: 150, monitor: .serial)
@@ -152,4 +152,126 @@ struct CoordinatedStartsTests {
         let answer23 = step(&starts, allowed: 150, now: 150, monitor: .serial)
         #expect(answer23 == .startAt(at(250)))
     }
+
+    // MARK: - Step 2
+
+    @Test("A reservation reached more than its lateness allowance after its time is given up, its lease handed back, and asked again")
+    func lateReservationGivenUp() {
+        #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100)) == .milliseconds(10))
+        #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(5)) == .milliseconds(1))
+        #expect(CoordinatedStarts.latenessAllowance(gap: .zero) == .milliseconds(1))
+        var starts = CoordinatedStarts(policy: .failClosed)
+        _ = step(&starts, allowed: 0, now: 0)
+        _ = starts.answered(.reserved(wait: .milliseconds(50), token: nil), now: at(0))
+        // Exactly the allowance late: still started, at its time.
+        var onTime = starts
+        let withinAllowance = step(&onTime, allowed: 0, now: 60)
+        #expect(withinAllowance == .startAt(at(50)))
+        // Later: given up (it stays counted on the coordinator), and a new one asked for.
+        let late = step(&starts, allowed: 0, now: 61)
+        #expect(late == request())
+        #expect(starts.reservation == nil)
+        // A late .serial reservation hands its lease back first.
+        var serial = CoordinatedStarts(policy: .failClosed)
+        _ = step(&serial, allowed: 0, now: 0, monitor: .serial)
+        _ = serial.answered(.reserved(wait: .milliseconds(50), token: 4), now: at(0))
+        let lateSerial = step(&serial, allowed: 0, now: 70, monitor: .serial)
+        #expect(lateSerial == .release(4))
+        let askedAgain = step(&serial, allowed: 0, now: 70, monitor: .serial)
+        #expect(askedAgain == request(monitor: .serial))
+    }
+
+    @Test("Each reservation given up late in a row doubles the allowance (up to 64 times), so a loaded process still starts; a start resets it")
+    func latenessAllowanceGrows() {
+        #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100), lateInARow: 1) == .milliseconds(20))
+        #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100), lateInARow: 6) == .milliseconds(640))
+        #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100), lateInARow: 60) == .milliseconds(640))
+        var starts = CoordinatedStarts(policy: .failClosed)
+        // Woken 15 ms late each time (a loaded machine), with a 10 ms allowance.
+        _ = step(&starts, allowed: 0, now: 0)
+        _ = starts.answered(.reserved(wait: .milliseconds(50), token: nil), now: at(0))
+        #expect(step(&starts, allowed: 0, now: 65) == request())
+        #expect(starts.lateInARow == 1)
+        _ = starts.answered(.reserved(wait: .milliseconds(85), token: nil), now: at(65))
+        // 15 ms late is within the doubled 20 ms: started.
+        #expect(step(&starts, allowed: 0, now: 165) == .startAt(at(150)))
+        starts.started()
+        #expect(starts.lateInARow == 0)
+    }
+
+    @Test("A reservation carries the gap it was asked with; one asked with another gap than the next task's is given up")
+    func reservationCarriesItsGap() {
+        var starts = CoordinatedStarts(policy: .failClosed)
+        _ = step(&starts, allowed: 0, now: 0, gap: .milliseconds(100))
+        _ = starts.answered(.reserved(wait: .milliseconds(20), token: nil), now: at(0))
+        #expect(starts.reservation?.gap == .milliseconds(100))
+        // The interval changed to 300 ms meanwhile: the coordinator must hear of the new gap.
+        let changed = step(&starts, allowed: 0, now: 5, gap: .milliseconds(300))
+        #expect(changed == request(gap: .milliseconds(300)))
+    }
+
+    @Test("A start nested in a coordinated task running inside a fallback task asks the fallback holding the fallback's lease")
+    func nestedFallbackHoldsInnermostLocalLease() {
+        var starts = CoordinatedStarts(policy: .localFallback(share: 0.5))
+        // Redis down: the outer task starts on the fallback's lease.
+        _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
+        _ = starts.answered(.unavailable(consumed: false, retryIn: .milliseconds(40)), now: at(0))
+        #expect(step(&starts, allowed: 0, now: 0, monitor: .serial) == .startAt(at(0)))
+        starts.started()
+        // Redis back: a nested start is coordinated (the shared state has no lease of this process).
+        let nested = step(&starts, allowed: 10, now: 10, nested: true, gap: .milliseconds(5), monitor: .serial)
+        #expect(nested == request(gap: .milliseconds(5), monitor: .serial, holding: nil))
+        _ = starts.answered(.reserved(wait: .zero, token: 8), now: at(10))
+        starts.started()
+        #expect(starts.running == [.local(1), .shared(8)])
+        // Redis down again, for a start nested in the coordinated one: it holds the shared lease
+        // towards the coordinator and the fallback's own lease towards the fallback.
+        let inner = step(&starts, allowed: 20, now: 20, nested: true, gap: .milliseconds(5), monitor: .serial)
+        #expect(inner == request(gap: .milliseconds(5), monitor: .serial, holding: 8))
+        _ = starts.answered(.unavailable(consumed: false, retryIn: .milliseconds(40)), now: at(20))
+        let fallbackStart = step(&starts, allowed: 20, now: 20, nested: true, gap: .milliseconds(5), monitor: .serial)
+        #expect(fallbackStart == .startAt(at(20)))
+    }
+
+    @Test("A fallback decline is asked again no later than the coordinator may answer again")
+    func fallbackDeclineCappedByCoordinatorRetry() {
+        var starts = CoordinatedStarts(policy: .localFallback(share: 0.5))
+        _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
+        _ = starts.answered(.unavailable(consumed: false, retryIn: .milliseconds(40)), now: at(0))
+        _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
+        starts.started()
+        // Not nested (another caller's start while the fallback's lease runs): the fallback declines
+        // until its lease expires, but the coordinator may be asked again after 40 ms.
+        _ = step(&starts, allowed: 1, now: 1, monitor: .serial)
+        _ = starts.answered(.unavailable(consumed: false, retryIn: .milliseconds(40)), now: at(1))
+        #expect(starts.askAfter == at(41))
+    }
+
+    @Test("A nested reservation left unused when its holder ends is given up with the holder's lease")
+    func nestedReservationGivenUpAtHolderEnd() {
+        var starts = CoordinatedStarts(policy: .failClosed)
+        _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
+        _ = starts.answered(.reserved(wait: .zero, token: 3), now: at(0))
+        starts.started()
+        _ = step(&starts, allowed: 10, now: 10, nested: true, gap: .milliseconds(5), monitor: .serial)
+        _ = starts.answered(.reserved(wait: .milliseconds(30), token: 3), now: at(10))
+        // The nested `run` is cancelled; its holder ends: both starts' leases go back.
+        let leases = starts.ended(now: at(20))
+        #expect(leases == [3, 3])
+        #expect(starts.reservation == nil)
+    }
+
+    @Test("A rules mismatch is logged with its reason and handled like an unavailable coordinator, by the policy")
+    func mismatch() {
+        var closed = CoordinatedStarts(policy: .failClosed)
+        _ = step(&closed, allowed: 0, now: 0)
+        let lost = closed.answered(.mismatch(reason: "the key is .serial"), now: at(0))
+        #expect(lost == .lost(reason: "the key is .serial"))
+        #expect(step(&closed, allowed: 0, now: 1) == .wait(until: at(1_000)))
+        var fallback = CoordinatedStarts(policy: .localFallback(share: 0.5))
+        _ = step(&fallback, allowed: 0, now: 0)
+        _ = fallback.answered(.mismatch(reason: "the key is .serial"), now: at(0))
+        #expect(step(&fallback, allowed: 0, now: 0) == .startAt(at(0)))
+    }
 }
+

@@ -75,6 +75,7 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
     case timerNegativeInterval, timerNegativeIntervalFixedDelay, timerNegativeFirstDelay
     case timerNegativeFirstDelayFixedDelay, timerDisposeShared, timerHeapInsertTwice
     case rateLimitNegativeCount, rateLimitMinCount, rateLimitNegativeWindow
+    case sharedThrottleZeroHorizon, sharedThrottleNegativeHorizon
     case dispatchAfterNegativeExecute, dispatchAfterNegativeRun, dispatchAfterNegativeThen
     case threadCheckIsolatedOffThread, threadPreconditionOffThread, threadActorAfterDispose
     case threadSyncAfterDispose, threadNegativeTimeout, sendingWorkCalledTwice
@@ -142,6 +143,11 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         case .rateLimitNegativeWindow:
             .stops("RateLimit: a negative window stops",
                    naming: "RateLimit.rate(_:per:): window must be more than zero, got -1.0 seconds")
+        case .sharedThrottleZeroHorizon:
+            .stops("SharedThrottle: a horizon of zero stops (it would decline with no wait, a busy loop)",
+                   naming: "SharedThrottle.request: horizon must be more than zero, got 0 µs")
+        case .sharedThrottleNegativeHorizon:
+            .stops("SharedThrottle: a negative horizon stops", naming: "SharedThrottle.request: horizon must be more than zero, got -9007199254740991 µs")
         case .dispatchAfterNegativeExecute:
             .stops("DispatchMethod.after with a negative delay stops at execute, naming it",
                    naming: "DispatchMethod.after(_:on:): delay must not be negative, got -1.0 seconds")
@@ -308,6 +314,11 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         case .rateLimitNegativeCount: _ = RateLimit.rate(-1, per: .seconds(1))
         case .rateLimitMinCount: _ = RateLimit.rate(.min, per: .seconds(1))
         case .rateLimitNegativeWindow: _ = RateLimit.rate(1, per: .seconds(-1))
+        case .sharedThrottleZeroHorizon, .sharedThrottleNegativeHorizon:
+            var model = SharedThrottle()
+            _ = model.request(SharedThrottle.Request(
+                now: 0, gap: 0, monitor: .concurrent, limit: nil,
+                horizon: self == .sharedThrottleZeroHorizon ? 0 : .min, leaseTTL: 1_000))
         case .dispatchAfterNegativeExecute:
             DispatchMethod.after(.seconds(-1), on: .global()).execute {}
         case .dispatchAfterNegativeRun:

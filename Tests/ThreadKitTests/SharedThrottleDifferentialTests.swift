@@ -81,9 +81,12 @@ struct SharedThrottleDifferentialTests {
                         #expect(accepted)
                     }
                 case .declined(let retryIn):
-                    #expect(retryIn > 0)
+                    #expect(retryIn >= SharedThrottle.minimumRetry)
                     now += retryIn
                     continue
+                case .mismatch(let stored):
+                    Issue.record("one set of rules, yet a mismatch with \(stored)")
+                    return starts
                 }
                 break
             }
@@ -97,7 +100,7 @@ struct SharedThrottleDifferentialTests {
         let tasks = randomTasks(&random, count: 120)
         let monitor: ThrottledQueue.Monitor = seed % 2 == 0 ? .concurrent : .serial
         let limit: (count: Int, window: Int64)? = seed % 4 < 2 ? nil : (random.weighted([1: 1, 3: 2, 7: 1]), 2_000)
-        let horizon = Int64(random.weighted([0: 1, 300: 1, 1_000_000_000: 2]))
+        let horizon = Int64(random.weighted([1_000: 1, 1_300: 1, 1_000_000_000: 2]))
         let local = localStarts(tasks, monitor: monitor, limit: limit)
         let shared = modelStarts(tasks, monitor: monitor, limit: limit, horizon: horizon)
         #expect(local.count == tasks.count)
@@ -135,7 +138,7 @@ struct SharedThrottleDifferentialTests {
         let monitor: ThrottledQueue.Monitor = seed % 3 == 0 ? .serial : .concurrent
         let gap = Int64(random.weighted([0: 1, 100: 2, 1_000: 1]))
         let limit = (count: random.weighted([1: 1, 2: 1, 5: 2]), window: Int64(random.weighted([500: 1, 3_000: 2])))
-        let horizon = Int64(random.weighted([50: 1, 1_000: 1, 100_000: 1]))
+        let horizon = Int64(random.weighted([1_000: 1, 5_000: 1, 100_000: 1]))
         let leaseTTL: Int64 = 5_000
         var model = SharedThrottle()
         var clients = (0..<random.weighted([2: 1, 4: 2, 8: 1])).map { _ in Client(next: Int64(random.next() % 500)) }
@@ -173,8 +176,11 @@ struct SharedThrottleDifferentialTests {
                         if crashes { clients[index].next = at + leaseTTL + 1 }
                     }
                 case .declined(let retryIn):
-                    #expect(retryIn > 0)
+                    #expect(retryIn >= SharedThrottle.minimumRetry)
                     clients[index].next = now + retryIn
+                case .mismatch(let stored):
+                    Issue.record("one set of rules, yet a mismatch with \(stored)")
+                    return
                 }
             case .reserved:
                 // `.concurrent`: it starts at its reservation and may ask again at once.

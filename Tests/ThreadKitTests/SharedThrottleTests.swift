@@ -59,7 +59,7 @@ struct SharedThrottleTests {
     func logIsBounded() {
         var model = SharedThrottle()
         for now in stride(from: Int64(0), to: 100_000, by: 1_000) {
-            _ = model.request(request(now, gap: 0, limit: (4, 500)))
+            _ = model.request(request(now, gap: 0, limit: (4, 3_500)))
             #expect(model.log.count <= 4)
         }
         #expect(model.log == [96_000, 97_000, 98_000, 99_000])
@@ -104,8 +104,8 @@ struct SharedThrottleTests {
         #expect(model.lease == SharedThrottle.Lease(token: token, expiry: 10_000, running: 1))
         let answer11 = model.request(request(50, monitor: .serial, horizon: 1_000))
         #expect(answer11 == .declined(retryIn: 1_000))
-        let answer12 = model.request(request(9_500, monitor: .serial, horizon: 1_000))
-        #expect(answer12 == .declined(retryIn: 500))
+        let answer12 = model.request(request(8_500, monitor: .serial, horizon: 5_000))
+        #expect(answer12 == .declined(retryIn: 1_500))
         let answer13 = model.finished(token: token, now: 9_600)
         #expect(answer13)
         #expect(model.lease == nil)
@@ -176,21 +176,118 @@ struct SharedThrottleTests {
     @Test("A consumed command counts as a start: the next one waits its gap and the window")
     func consumedCounts() {
         var model = SharedThrottle()
-        model.recordConsumed(at: 500, gap: 200, count: 2)
+        model.recordConsumed(at: 500, gap: 200, rules: .init(monitor: .concurrent, limit: .init(count: 2, window: 1_000)))
         let answer22 = model.request(request(510, gap: 0, limit: (2, 1_000)))
         #expect(answer22 == .reserved(at: 700, wait: 190, token: nil))
         let answer23 = model.request(request(710, gap: 0, limit: (2, 1_000)))
         #expect(answer23 == .reserved(at: 1_500, wait: 790, token: nil))
     }
 
-    @Test("Times far out saturate instead of wrapping around")
-    func farOutSaturates() {
+    @Test("Times far out clamp to ±(2^53 − 1), the integers a Lua number holds exactly, instead of wrapping around")
+    func farOutClamps() {
+        let limit = SharedThrottle.microsecondLimit
+        #expect(limit == 9_007_199_254_740_991)
         var model = SharedThrottle()
         _ = model.request(request(1_000, gap: .max))
+        #expect(model.lastGap == limit)
         let answer24 = model.request(request(2_000, horizon: .max))
-        #expect(answer24 == .reserved(at: .max, wait: .max - 2_000, token: nil))
+        #expect(answer24 == .reserved(at: limit, wait: limit - 2_000, token: nil))
+        model.pause(until: .max, now: 3_000)
+        #expect(model.pausedUntil == limit)
+        #expect(model.expiry == limit)
+        // A window of Int64.max: the next start is at the limit, never a wrapped negative time.
+        var windowed = SharedThrottle()
+        _ = windowed.request(request(5, gap: 0, limit: (1, .max)))
+        let windowAnswer = windowed.request(request(6, gap: 0, limit: (1, .max), horizon: .max))
+        #expect(windowAnswer == .reserved(at: limit, wait: limit - 6, token: nil))
+        // A serial lease of Int64.max and a clock far out clamp too.
+        var serial = SharedThrottle()
+        _ = serial.request(Request(now: .max, gap: .max, monitor: .serial, limit: nil, horizon: .max, leaseTTL: .max))
+        #expect(serial.lease?.expiry == limit)
+        #expect(serial.lastStart == limit)
         #expect(Duration.seconds(Int64.max).microsecondsRoundedUp == .max)
         #expect(Duration.nanoseconds(1_001).microsecondsRoundedUp == 2)
         #expect((Duration.zero - .nanoseconds(1_500)).microsecondsRoundedUp == -1)
     }
+
+    // MARK: - Step 2: strictness
+
+    @Test("A decline never says less than 1 ms: no busy loop, however short the horizon or near the lease's expiry")
+    func retryFloor() {
+        var model = SharedThrottle()
+        _ = model.request(request(0, gap: 10_000))
+        let nearHorizon = model.request(request(0, horizon: 9_999))
+        #expect(nearHorizon == .declined(retryIn: SharedThrottle.minimumRetry))
+        var serial = SharedThrottle()
+        _ = serial.request(request(0, monitor: .serial))
+        let nearExpiry = serial.request(request(9_999, monitor: .serial))
+        #expect(nearExpiry == .declined(retryIn: 1_000))
+    }
+
+    @Test(".serial: a lease that expires while its task still runs ends it at the expiry, not at a nested task's earlier end")
+    func expiredLeaseEndsAtExpiry() {
+        var model = SharedThrottle()
+        guard case .reserved(0, 0, let token?) = model.request(request(0, gap: 100, monitor: .serial)) else {
+            Issue.record("no lease")
+            return
+        }
+        _ = model.request(request(20, gap: 500, monitor: .serial, holding: token))
+        let nestedEnded = model.finished(token: token, now: 150)
+        #expect(nestedEnded)
+        #expect(model.lease?.running == 1)
+        // The outer task never reports its end; its lease (expiry 10_100, the nested start's) runs out.
+        let next = model.request(request(10_200, monitor: .serial))
+        #expect(next == .reserved(at: 10_600, wait: 400, token: token + 1))
+    }
+
+    @Test("The first request's monitor and limit are stored with the state; other rules are a mismatch that changes nothing")
+    func rulesMismatch() {
+        var model = SharedThrottle()
+        let limit = (count: 3, window: Int64(1_000))
+        _ = model.request(request(0, gap: 0, limit: limit))
+        let stored = SharedThrottle.Rules(monitor: .concurrent, limit: .init(count: 3, window: 1_000))
+        #expect(model.rules == stored)
+        let before = model
+        let serial = model.request(request(10, gap: 0, monitor: .serial, limit: limit))
+        #expect(serial == .mismatch(stored: stored))
+        let smaller = model.request(request(10, gap: 0, limit: (2, 1_000)))
+        #expect(smaller == .mismatch(stored: stored))
+        let shorter = model.request(request(10, gap: 0, limit: (3, 999)))
+        #expect(shorter == .mismatch(stored: stored))
+        // A request without a limit is another configuration too: it may not start unlogged.
+        let unlimited = model.request(request(10, gap: 0))
+        #expect(unlimited == .mismatch(stored: stored))
+        #expect(model == before)
+        // Another gap is no mismatch: each process has its own interval.
+        let otherGap = model.request(request(10, gap: 50, limit: limit))
+        #expect(otherGap == .reserved(at: 10, wait: 0, token: nil))
+        // A consumed command under other rules is not recorded either.
+        let recorded = model.recordConsumed(at: 20, gap: 0, rules: .init(monitor: .serial, limit: nil))
+        #expect(!recorded)
+        #expect(model.log == [0, 10])
+    }
+
+    @Test("Once nothing binds (the expiry, the script's TTL), the state is dropped, its rules with it; tokens keep counting")
+    func stateExpires() {
+        var model = SharedThrottle()
+        #expect(model.expiry == nil)
+        guard case .reserved(0, 0, let token?) = model.request(request(0, gap: 300, monitor: .serial, limit: (2, 5_000))) else {
+            Issue.record("no lease")
+            return
+        }
+        // While the start runs, its lease's expiry plus the gap; after its end, the window from it.
+        #expect(model.expiry == 10_300)
+        _ = model.finished(token: token, now: 400)
+        #expect(model.expiry == 5_000)
+        model.pause(until: 7_000, now: 500)
+        #expect(model.expiry == 7_000)
+        let early = model.request(request(6_999, gap: 0))
+        #expect(early == .mismatch(stored: .init(monitor: .serial, limit: .init(count: 2, window: 5_000))))
+        let later = model.request(request(7_000, gap: 0))
+        #expect(later == .reserved(at: 7_000, wait: 0, token: nil))
+        #expect(model.rules == SharedThrottle.Rules(monitor: .concurrent, limit: nil))
+        #expect(model.log.isEmpty)
+        #expect(model.lastToken == token)
+    }
 }
+

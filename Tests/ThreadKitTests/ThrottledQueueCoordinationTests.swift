@@ -50,8 +50,9 @@ struct ThrottledQueueCoordinationTests {
         for queue in queues { try submit(8, to: queue, into: runs) }
         await waitIdle(queues)
         #expect(runs.count == 24)
+        // A reservation reached late (a loaded machine) is given up, counted, and another asked for.
         let reserved = coordinator.reservations
-        #expect(reserved.count == 24)
+        #expect(reserved.count >= 24)
         for index in reserved.indices.dropFirst() {
             #expect(reserved[index].at - reserved[index - 1].at >= 20_000, "starts \(index - 1) and \(index) closer than the gap")
         }
@@ -61,8 +62,22 @@ struct ThrottledQueueCoordinationTests {
         for queue in queues {
             let started = runs.values.filter { $0.queue == queue.label }.map(\.start)
             let reservedHere = reserved.filter { $0.client == queue.label }.map(\.at)
-            #expect(started.count == 8 && reservedHere.count == 8)
-            for (start, at) in zip(started, reservedHere) { #expect(start >= at, "\(queue.label) started before its reservation") }
+            #expect(started.count == 8)
+            expectEachStartAfterItsReservation(started, reservedHere, queue.label)
+        }
+    }
+
+    /// Each start in `starts` (in order) follows a reservation of its own, later than the previous
+    /// start's, by less than a second (reservations given up in between are skipped).
+    func expectEachStartAfterItsReservation(_ starts: [Int64], _ reservations: [Int64], _ label: String) {
+        var next = reservations.startIndex
+        for start in starts {
+            guard let used = reservations[next...].lastIndex(where: { $0 <= start }) else {
+                Issue.record("\(label) started at \(start) before any reservation of its own left")
+                return
+            }
+            #expect(start - reservations[used] < 1_000_000, "\(label) started a second after its reservation")
+            next = used + 1
         }
     }
 
@@ -104,9 +119,9 @@ struct ThrottledQueueCoordinationTests {
         queues[1].interval = .zero
         let runs = Recorder<Run>()
         try submit(1, to: queues[1], into: runs)
-        #expect(await eventually { coordinator.reservations.count == 2 })
+        #expect(await eventually { coordinator.reservations.contains { $0.client == "q1" } })
         #expect(coordinator.state.lease != nil)
-        let reservedAt = coordinator.reservations[1].at
+        let reservedAt = coordinator.reservations.last { $0.client == "q1" }?.at ?? 0
         #expect(queues[1].cancelAll() == 1)
         await waitIdle([queues[1]])
         #expect(await eventually { coordinator.state.lease == nil })
@@ -121,8 +136,8 @@ struct ThrottledQueueCoordinationTests {
         let queues = makeQueues(2, coordinator: coordinator, interval: .seconds(60))
         try await queues[0].run {}
         let waiting = Task { try await queues[1].run {} }
-        #expect(await eventually { coordinator.reservations.count == 2 })
-        let reservedAt = coordinator.reservations[1].at
+        #expect(await eventually { coordinator.reservations.contains { $0.client == "q1" } })
+        let reservedAt = coordinator.reservations.last { $0.client == "q1" }?.at ?? 0
         waiting.cancel()
         await #expect(throws: CancellationError.self) { try await waiting.value }
         // At once: long before the reserved start, which was a minute away.
@@ -141,7 +156,7 @@ struct ThrottledQueueCoordinationTests {
         }
         #expect(starts.count == 12)
         let reserved = coordinator.reservations.map(\.at)
-        #expect(reserved.count == 12)
+        #expect(reserved.count >= 12)
         for index in reserved.indices.dropFirst() { #expect(reserved[index] - reserved[index - 1] >= 30_000) }
     }
 
@@ -176,7 +191,8 @@ struct ThrottledQueueCoordinationTests {
         coordinator.fail(nil)
         await waitIdle([queue])
         #expect(runs.count == 3)
-        #expect(coordinator.reservations.count == 3)
+        // At least one each (more if a reservation reached late on a loaded machine was given up).
+        #expect(coordinator.reservations.count >= 3)
     }
 
     @Test(".failOpen: the queue's own rules alone while the coordinator is down")
@@ -219,6 +235,84 @@ struct ThrottledQueueCoordinationTests {
         try submit(2, to: queue, into: runs)
         await waitIdle([queue])
         #expect(runs.count == 6)
-        #expect(coordinator.reservations.count == 2)
+        #expect(coordinator.reservations.count >= 2)
+    }
+
+    // MARK: - Step 2
+
+    @Test(".serial: a nested run cancelled while it waits out its reservation gives the lease back when its holder ends, not at the lease's expiry")
+    func cancelledNestedReservationGivenUp() async throws {
+        let coordinator = InMemoryCoordinator(horizon: .seconds(30), leaseTTL: .seconds(60))
+        let queues = makeQueues(2, coordinator: coordinator, interval: .zero, monitor: .serial)
+        try await queues[0].run {
+            // Another process's pause, shared: the nested start is reserved 10 s out.
+            queues[1].pause(for: .seconds(10))
+            await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await queues[0].run {} }
+                // The nested start holds the lease too (the outer one may have been reserved more
+                // than once, a reservation reached late on a loaded machine being given up).
+                #expect(await eventually { coordinator.state.lease?.running == 2 })
+                group.cancelAll()
+                await #expect(throws: CancellationError.self) { try await group.next() }
+            }
+        }
+        let endedAt = Self.now()
+        #expect(await eventually(timeout: .seconds(8)) { coordinator.state.lease == nil })
+        #expect(Self.now() - endedAt < 8_000_000)
+    }
+
+    @Test("A queue whose rules differ from the shared ones is told so and applies its fallback, leaving the shared rules as they were")
+    func mismatchedRulesFallBack() async throws {
+        let coordinator = InMemoryCoordinator()
+        // Its 10 min gap keeps the shared state (and its rules) alive while the other queue asks.
+        let concurrent = makeQueues(1, coordinator: coordinator, interval: .seconds(600))[0]
+        let limited = ThrottledQueue(
+            label: "limited", interval: .milliseconds(20), limit: .rate(5, per: .seconds(1)),
+            coordinator: coordinator.client("limited"), whenUnavailable: .localFallback(share: 0.5))
+        let runs = Recorder<Run>()
+        try submit(1, to: concurrent, into: runs)
+        await waitIdle([concurrent])
+        // Each task reads the start its queue's fallback recorded for it (its reservation).
+        let fallbackStarts = Recorder<Int64>()
+        for _ in 0..<2 {
+            try limited.async {
+                runs.append(Run(queue: limited.label, start: limited.startOfCurrentTask!.microsecondsRoundedUp, end: Self.now()))
+                fallbackStarts.append(limited.mutex.withLock { limited.coordination!.starts.fallback.lastStart! })
+            }
+        }
+        await waitIdle([limited])
+        #expect(runs.count == 3)
+        // Only q0's (more than one if a reservation reached late was given up on a loaded machine).
+        #expect(Set(coordinator.reservations.map(\.client)) == ["q0"])
+        #expect(coordinator.state.rules == SharedThrottle.Rules(monitor: .concurrent, limit: nil))
+        // The fallback decided: its gap is 40 ms (20 ms at a share of 0.5), and no task started
+        // before the start the fallback reserved for it.
+        let recorded = fallbackStarts.values
+        #expect(recorded.count == 2 && recorded[1] - recorded[0] >= 40_000)
+        for (run, at) in zip(runs.values.filter { $0.queue == "limited" }, recorded) { #expect(run.start >= at) }
+    }
+
+    @Test("The public initializer: .local makes a queue of its own; a package coordinator with a Fallback decides through it")
+    func publicCoordination() async throws {
+        let local = ThrottledQueue(label: "local", interval: .milliseconds(10), monitor: .serial, limit: nil, coordination: .local)
+        #expect(local.coordination == nil)
+        let runs = Recorder<Run>()
+        try submit(3, to: local, into: runs)
+        await waitIdle([local])
+        #expect(runs.count == 3)
+        let coordinator = InMemoryCoordinator()
+        coordinator.fail(.refused)
+        let shared = ThrottledQueue(
+            label: "shared", interval: .milliseconds(10),
+            coordination: Coordination(coordinator: coordinator.client("shared"), whenUnavailable: .failClosed))
+        #expect(shared.coordination?.starts.policy == .failClosed)
+        try submit(1, to: shared, into: runs)
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(runs.count == 3)
+        coordinator.fail(nil)
+        await waitIdle([shared])
+        #expect(runs.count == 4)
+        #expect(Set(coordinator.reservations.map(\.client)) == ["shared"])
     }
 }
+

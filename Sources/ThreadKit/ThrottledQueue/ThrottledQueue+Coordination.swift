@@ -8,7 +8,7 @@ extension ThrottledQueue {
     /// approach as a local start, so cancelling, pausing or changing the interval still wakes it.
     /// Every end reports a `.serial` lease back before the queue records the end, so this process
     /// never asks for its next start while its own lease still stands.
-    final class Coordination: @unchecked Sendable {
+    final class SharedStarts: @unchecked Sendable {
         // Sendable: `starts` is guarded by the queue's mutex; `coordinator` is constant.
         let coordinator: any StartCoordinator
         var starts: CoordinatedStarts
@@ -24,7 +24,7 @@ extension ThrottledQueue {
     /// it gave, then returns `nil` for the caller to decide again; or, once the reservation's time
     /// has come, records the start in the coordination and returns its instant. Mutex held.
     func _blockingCoordinatedApproach(
-        _ coordination: Coordination, localAllowed: MonotonicInstant, now: MonotonicInstant,
+        _ coordination: SharedStarts, localAllowed: MonotonicInstant, now: MonotonicInstant,
         gap: Duration?, on condition: MonotonicCondition
     ) -> MonotonicInstant? {
         let step = coordination.starts.step(
@@ -62,22 +62,36 @@ extension ThrottledQueue {
     }
 
     /// Hands a `.serial` lease back to the coordinator when the innermost running task ended at
-    /// `now`, before the end is recorded. Mutex not held.
-    func reportEnd(to coordination: Coordination, at now: MonotonicInstant) {
-        if let token = mutex.withLock({ coordination.starts.ended(now: now) }) {
+    /// `now`, before the end is recorded (and a reservation nested in that task, once no task
+    /// runs). Mutex not held.
+    func reportEnd(to coordination: SharedStarts, at now: MonotonicInstant) {
+        for token in mutex.withLock({ coordination.starts.ended(now: now) }) {
             coordination.coordinator.finished(token: token)
         }
     }
 
+    /// Gives up the reservation left unused once the queue is idle (nothing queued, nothing
+    /// running): its lease, held meanwhile, would stall every process until it expires. Mutex
+    /// held; the lease returned is handed back with ``handBack(_:)`` after it.
+    func _takeUnusedReservation() -> UInt64? {
+        guard let coordination, schedule.isIdle else { return nil }
+        return coordination.starts.giveUpReservation(now: .now())
+    }
+
+    /// Hands `lease` (from ``_takeUnusedReservation()``) back to the coordinator. Mutex not held.
+    func handBack(_ lease: UInt64?) {
+        if let lease { coordination?.coordinator.finished(token: lease) }
+    }
+
     private func logAvailability(_ availability: CoordinatedStarts.Availability, policy: UnavailablePolicy) {
         switch availability {
-        case .lost:
+        case .lost(let reason):
             let what = switch policy {
             case .localFallback(let share): "the local throttle at \(share) of the rate decides"
             case .failClosed: "nothing starts until it answers again"
             case .failOpen: "the queue's own rules decide"
             }
-            Log.log(.throttle, "\(label): the coordinator is unavailable; \(what)")
+            Log.log(.throttle, "\(label): the coordinator cannot decide (\(reason)); \(what)")
         case .regained:
             Log.log(.throttle, "\(label): the coordinator answers again")
         case .unchanged:

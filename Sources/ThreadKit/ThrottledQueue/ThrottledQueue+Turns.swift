@@ -85,14 +85,16 @@ extension ThrottledQueue {
     func endTask(startedAt: MonotonicInstant, ticket: Ticket?, nestedIn holder: Hold? = nil) {
         let now = MonotonicInstant.now()
         if let coordination { reportEnd(to: coordination, at: now) }
-        mutex.withLock {
+        let (idle, unused) = mutex.withLock {
             schedule.end(at: now, startedAt: startedAt)
             (holder ?? ticket?.nestedIn)?.hasNestedTaskRunning = false
             ticket?.nestedIn = nil
             ticket?.phase = .ended
             changed.signal()
             wakeWaiters()
-            return takeIdleWaiters()
-        }.resumeWaiters()
+            return (takeIdleWaiters(), _takeUnusedReservation())
+        }
+        handBack(unused)
+        idle.resumeWaiters()
     }
 }

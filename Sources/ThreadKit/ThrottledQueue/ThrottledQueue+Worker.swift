@@ -117,9 +117,9 @@ extension ThrottledQueue {
             }
         }
         worker = .none
-        let unused = coordination.flatMap { schedule.isIdle ? $0.starts.giveUpReservation(now: .now()) : nil }
+        let unused = _takeUnusedReservation()
         mutex.unlock()
-        if let unused { coordination?.coordinator.finished(token: unused) }
+        handBack(unused)
         idle.resumeWaiters()
     }
 

@@ -83,7 +83,7 @@ public final class ThrottledQueue: @unchecked Sendable {
     var refusal: ThreadPoolError?
     /// The coordinator that decides the starts together with other processes, if the queue has one
     /// (see ThrottledQueue+Coordination); `nil` costs its path one check.
-    let coordination: Coordination?
+    let coordination: SharedStarts?
 
     /// Creates a queue.
     ///
@@ -116,6 +116,34 @@ public final class ThrottledQueue: @unchecked Sendable {
         self.init(label: label, interval: interval, monitor: monitor, mutability: mutability, limit: limit, pool: pool, coordinator: nil)
     }
 
+    /// Creates a queue whose starts `coordination` decides: the queue alone (``Coordination/local``),
+    /// or together with every process of a fleet that shares a limit (ThreadKitRedis's
+    /// `.redis(client, key: "api.example.com")`).
+    ///
+    /// Every queue that shares a limit must be made with the same `monitor` and `limit`; each
+    /// process keeps its own `interval`, which is the gap its starts ask for. ``pause(for:)``
+    /// pauses every process sharing the limit (a longer pause in force stays); ``resume()``
+    /// lifts this process's own pause only.
+    ///
+    /// - Parameters:
+    ///   - label: Names the queue's thread and log lines.
+    ///   - interval: The default gap between tasks; not negative. `nil` (the default): zero with a
+    ///     `limit`, 500 ms without one.
+    ///   - monitor: Whether gaps count from a task's start (`.concurrent`) or end (`.serial`).
+    ///   - mutability: Which queued tasks a later change of `interval` reaches.
+    ///   - limit: At most so many starts in any sliding window.
+    ///   - pool: Where the queue's worker runs (see ``init(label:interval:monitor:mutability:limit:pool:)``).
+    ///   - coordination: Who decides the starts with the queue.
+    public convenience init(
+        label: String = "ThrottledQueue", interval: Duration? = nil,
+        monitor: Monitor = .concurrent, mutability: Mutability = .all,
+        limit: RateLimit? = nil, pool: ThreadPool? = nil, coordination: Coordination
+    ) {
+        self.init(
+            label: label, interval: interval, monitor: monitor, mutability: mutability, limit: limit, pool: pool,
+            coordinator: coordination.coordinator, whenUnavailable: coordination.whenUnavailable)
+    }
+
     /// Creates a queue whose starts `coordinator` decides together with other processes' queues
     /// (see ThrottledQueue+Coordination), or, with `nil`, a queue of its own like the public initializer's.
     ///
@@ -127,7 +155,7 @@ public final class ThrottledQueue: @unchecked Sendable {
         coordinator: (any StartCoordinator)?, whenUnavailable: UnavailablePolicy = .standard
     ) {
         whenUnavailable.validate("ThrottledQueue '\(label)': whenUnavailable")
-        self.coordination = coordinator.map { Coordination(coordinator: $0, policy: whenUnavailable) }
+        self.coordination = coordinator.map { SharedStarts(coordinator: $0, policy: whenUnavailable) }
         let interval = interval ?? Self.defaultInterval(limit: limit)
         precondition(interval >= .zero, "ThrottledQueue '\(label)'.init: interval must not be negative, got \(interval)")
         self.label = label

@@ -104,6 +104,8 @@ final class InMemoryCoordinator: @unchecked Sendable {
             return .reserved(wait: .microseconds(wait), token: token)
         case .declined(let retryIn):
             return .declined(retryIn: .microseconds(retryIn))
+        case .mismatch(let stored):
+            return .mismatch(reason: "the key's rules are \(stored)")
         }
     }
 }

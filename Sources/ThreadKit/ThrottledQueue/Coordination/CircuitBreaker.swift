@@ -10,15 +10,17 @@
 ///   of clients does not probe at the same instant.
 /// - **Half-open**: once the back-off has passed, one command goes as a probe; the others are
 ///   refused until its answer. Its success closes the breaker; its failure opens it again, for
-///   a longer back-off.
+///   a longer back-off. A probe whose outcome is not reported within ``probeTimeout`` (one
+///   command timeout: it cannot be pending longer) counts as failed: the next command after it is
+///   a new probe, counted as one more opening, so a lost report never refuses commands forever.
 package struct CircuitBreaker: Sendable, Equatable {
     package enum State: Sendable, Equatable {
         /// Commands go; `failures` in a row so far.
         case closed(failures: Int)
         /// Nothing goes before `until`; it has opened `openings` times in a row.
         case open(until: Duration, openings: Int)
-        /// One probe is out.
-        case halfOpen(openings: Int)
+        /// One probe is out, since `since`.
+        case halfOpen(since: Duration, openings: Int)
     }
 
     /// Whether a command may go now.
@@ -37,15 +39,22 @@ package struct CircuitBreaker: Sendable, Equatable {
     package let baseBackoff: Duration
     /// The longest back-off.
     package let maxBackoff: Duration
+    /// How long a probe's outcome may take: the client's command timeout.
+    package let probeTimeout: Duration
     package private(set) var state = State.closed(failures: 0)
 
-    package init(failureThreshold: Int = 3, baseBackoff: Duration = .milliseconds(50), maxBackoff: Duration = .seconds(5)) {
+    package init(
+        failureThreshold: Int = 3, baseBackoff: Duration = .milliseconds(50), maxBackoff: Duration = .seconds(5),
+        probeTimeout: Duration = .milliseconds(100)
+    ) {
+        precondition(probeTimeout > .zero, "CircuitBreaker: probeTimeout must be more than zero, got \(probeTimeout)")
         precondition(failureThreshold >= 1, "CircuitBreaker: failureThreshold must be at least 1, got \(failureThreshold)")
         precondition(baseBackoff > .zero, "CircuitBreaker: baseBackoff must be more than zero, got \(baseBackoff)")
         precondition(maxBackoff >= baseBackoff, "CircuitBreaker: maxBackoff must not be below baseBackoff, got \(maxBackoff)")
         self.failureThreshold = failureThreshold
         self.baseBackoff = baseBackoff
         self.maxBackoff = maxBackoff
+        self.probeTimeout = probeTimeout
     }
 
     /// Whether a command may go at `now`; the first one after an open breaker's back-off is the probe.
@@ -55,11 +64,17 @@ package struct CircuitBreaker: Sendable, Equatable {
             return .allowed
         case .open(let until, let openings):
             guard now >= until else { return .refused(retryIn: until - now) }
-            state = .halfOpen(openings: openings)
+            state = .halfOpen(since: now, openings: openings)
             return .probe
-        case .halfOpen:
-            // The probe's answer comes within one command timeout; ask again after the shortest back-off.
-            return .refused(retryIn: baseBackoff)
+        case .halfOpen(let since, let openings):
+            let deadline = since + probeTimeout
+            guard now >= deadline else {
+                // The probe's outcome comes within one command timeout: ask again then, or sooner.
+                return .refused(retryIn: min(baseBackoff, deadline - now))
+            }
+            // The probe's outcome was lost: it failed, and its back-off (the timeout) has passed.
+            state = .halfOpen(since: now, openings: openings + 1)
+            return .probe
         }
     }
 
@@ -88,7 +103,7 @@ package struct CircuitBreaker: Sendable, Equatable {
             }
             state = .open(until: now + backoff(openings: 1, jitter: jitter), openings: 1)
             return true
-        case .halfOpen(let openings):
+        case .halfOpen(_, let openings):
             state = .open(until: now + backoff(openings: openings + 1, jitter: jitter), openings: openings + 1)
             return false
         case .open:

@@ -23,13 +23,36 @@
 ///    token), `at ≥ lastStart + lastGap` while that start runs, as the local schedule's nested starts.
 /// 4. With a limit of `count` per `window`: `at ≥ log[count−1] + window`, counting back from the
 ///    newest, once the log holds `count` starts (s(k+n) ≥ s(k) + w).
-/// 5. `at − now` within `horizon`: the start is recorded at `at` (it counts, whether or not it is
-///    used) and reserved; beyond it the request is declined, to ask again `at − now − horizon` later,
-///    when it would fall inside the horizon if nothing else changed. Nothing is recorded.
+/// 5. `at − now` within `horizon` (more than zero): the start is recorded at `at` (it counts,
+///    whether or not it is used) and reserved; beyond it the request is declined, to ask again
+///    `at − now − horizon` later, when it would fall inside the horizon if nothing else changed.
+///    Nothing is recorded. A decline never says less than ``minimumRetry`` (1 ms): no busy loop.
 ///
-/// State stays bounded: the log never holds more than `count` starts, an expired lease is dropped
-/// (its start is taken to have ended at the expiry), and a pause that has passed is dropped.
+/// **One set of rules per key.** The first request stores its ``Rules`` (the monitor and the
+/// limit) with the state; a request with other rules is answered ``Decision/mismatch(stored:)``
+/// and changes nothing, rather than weakening the stored ones (a `.concurrent` process ignoring a
+/// `.serial` lease, a smaller count trimming the log). That includes a request without a limit
+/// against a state with one: it is a different configuration of the same key, most likely a
+/// deployment half rolled out, and it must not start unlogged. The rules are forgotten with the
+/// state once nothing in it binds any more (see ``expiry``), so a fleet can change its
+/// configuration by letting the key go idle.
+///
+/// **Numbers.** Every microsecond value is clamped to ±``microsecondLimit`` (2^53 − 1), on input
+/// and after every sum: a Lua number is a double, which holds exactly those integers, so the
+/// script computes exactly what this model does (a gap of `Duration.seconds(Int64.max)` is about
+/// 285 years, not a wrapped negative number).
+///
+/// State stays bounded: the log holds at most `count` starts in a ring (O(1) per start), an
+/// expired lease is dropped (its start is taken to have ended at the expiry), a pause that has
+/// passed is dropped, and the whole state is dropped at ``expiry``, when it decides nothing any
+/// more (the script's key TTL).
 package struct SharedThrottle: Sendable, Equatable {
+    /// The largest microsecond value the model (and the script) uses: 2^53 − 1, the largest
+    /// integer below which a double holds every integer exactly.
+    package static let microsecondLimit: Int64 = (1 << 53) - 1
+    /// The least a decline says to wait before asking again, in microseconds: 1 ms.
+    package static let minimumRetry: Int64 = 1_000
+
     /// One process's request for its next start.
     package struct Request: Sendable, Equatable {
         /// The decider's clock: Redis's `TIME`, in microseconds.
@@ -39,7 +62,7 @@ package struct SharedThrottle: Sendable, Equatable {
         package var monitor: ThrottledQueue.Monitor
         /// At most `count` starts in any window of `window` microseconds; `nil` for no cap.
         package var limit: Limit?
-        /// The furthest ahead a start is reserved, in microseconds.
+        /// The furthest ahead a start is reserved, in microseconds; more than zero.
         package var horizon: Int64
         /// How long a `.serial` lease lasts after its start, in microseconds: longer than any task.
         package var leaseTTL: Int64
@@ -50,14 +73,17 @@ package struct SharedThrottle: Sendable, Equatable {
             now: Int64, gap: Int64, monitor: ThrottledQueue.Monitor, limit: (count: Int, window: Int64)?,
             horizon: Int64, leaseTTL: Int64, holding: UInt64? = nil
         ) {
-            self.now = now
-            self.gap = gap
+            self.now = now.clampedToMicrosecondLimit
+            self.gap = gap.clampedToMicrosecondLimit
             self.monitor = monitor
-            self.limit = limit.map { Limit(count: $0.count, window: $0.window) }
-            self.horizon = horizon
-            self.leaseTTL = leaseTTL
+            self.limit = limit.map { Limit(count: $0.count, window: $0.window.clampedToMicrosecondLimit) }
+            self.horizon = horizon.clampedToMicrosecondLimit
+            self.leaseTTL = leaseTTL.clampedToMicrosecondLimit
             self.holding = holding
         }
+
+        /// The rules the request is made under.
+        package var rules: Rules { Rules(monitor: monitor, limit: limit) }
     }
 
     /// At most `count` starts in any sliding window of `window` microseconds.
@@ -66,13 +92,26 @@ package struct SharedThrottle: Sendable, Equatable {
         package var window: Int64
     }
 
+    /// The rules stored with the state: every request for the key must make the same.
+    package struct Rules: Sendable, Equatable {
+        package var monitor: ThrottledQueue.Monitor
+        package var limit: Limit?
+
+        package init(monitor: ThrottledQueue.Monitor, limit: Limit?) {
+            self.monitor = monitor
+            self.limit = limit
+        }
+    }
+
     /// The answer to a request.
     package enum Decision: Sendable, Equatable {
         /// The start is recorded at `at`, `wait` after the request's `now`; a `.serial` start holds
         /// the lease `token`, to hand back with ``SharedThrottle/finished(token:now:)``.
         case reserved(at: Int64, wait: Int64, token: UInt64?)
-        /// Nothing was recorded; ask again `retryIn` microseconds later.
+        /// Nothing was recorded; ask again `retryIn` microseconds later (at least ``minimumRetry``).
         case declined(retryIn: Int64)
+        /// The request's rules are not the state's `stored` ones: nothing was recorded.
+        case mismatch(stored: Rules)
     }
 
     /// The `.serial` lease: the process whose start runs.
@@ -83,38 +122,57 @@ package struct SharedThrottle: Sendable, Equatable {
         package var running: Int
     }
 
+    package private(set) var rules: Rules?
     package private(set) var lastStart: Int64?
     package private(set) var lastGap: Int64 = 0
     package private(set) var lastEnd: Int64?
     package private(set) var lease: Lease?
-    package private(set) var log: [Int64] = []
     package private(set) var pausedUntil: Int64?
-    /// The last token handed out (Redis: an `INCR`).
+    /// The last token handed out (Redis: an `INCR`, on a key of its own that outlives the state).
     package private(set) var lastToken: UInt64 = 0
+    /// The most recent starts, at most `count`, in a ring: once full, `ringOldest` is the oldest
+    /// one's index, where the next start is written.
+    private var ring: [Int64] = []
+    private var ringOldest = 0
 
     package init() {}
 
+    /// The logged starts, oldest first.
+    package var log: [Int64] { Array(ring[ringOldest...] + ring[..<ringOldest]) }
+
+    package static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.rules == rhs.rules && lhs.lastStart == rhs.lastStart && lhs.lastGap == rhs.lastGap
+            && lhs.lastEnd == rhs.lastEnd && lhs.lease == rhs.lease && lhs.pausedUntil == rhs.pausedUntil
+            && lhs.lastToken == rhs.lastToken && lhs.log == rhs.log
+    }
+
     /// Decides a start, by the rules in the type's discussion.
     package mutating func request(_ request: Request) -> Decision {
+        precondition(request.horizon > 0, "SharedThrottle.request: horizon must be more than zero, got \(request.horizon) µs")
+        precondition(request.leaseTTL > 0, "SharedThrottle.request: leaseTTL must be more than zero, got \(request.leaseTTL) µs")
         dropExpired(now: request.now)
+        if let rules, rules != request.rules { return .mismatch(stored: rules) }
         var at = max(request.now, pausedUntil ?? request.now)
         if request.monitor == .serial, let lease, lease.token != request.holding {
-            return .declined(retryIn: min(lease.expiry - request.now, request.horizon))
+            return .declined(retryIn: max(Self.minimumRetry, min(lease.expiry - request.now, request.horizon)))
         }
         if let lastStart {
             switch request.monitor {
-            case .concurrent: at = max(at, lastStart.addingSaturated(lastGap))
-            case .serial: at = max(at, (lastEnd ?? lastStart).addingSaturated(lastGap))
+            case .concurrent: at = max(at, lastStart.addingClamped(lastGap))
+            case .serial: at = max(at, (lastEnd ?? lastStart).addingClamped(lastGap))
             }
         }
-        if let limit = request.limit, log.count >= limit.count {
-            at = max(at, log[log.count - limit.count].addingSaturated(limit.window))
+        if let limit = request.limit, ring.count >= limit.count {
+            at = max(at, ring[ringOldest].addingClamped(limit.window))
         }
         let wait = at - request.now
-        guard wait <= request.horizon else { return .declined(retryIn: wait - request.horizon) }
-        record(at: at, gap: request.gap, count: request.limit?.count)
+        guard wait <= request.horizon else {
+            return .declined(retryIn: max(Self.minimumRetry, wait - request.horizon))
+        }
+        rules = request.rules
+        record(at: at, gap: request.gap)
         guard request.monitor == .serial else { return .reserved(at: at, wait: wait, token: nil) }
-        let expiry = at.addingSaturated(request.leaseTTL)
+        let expiry = at.addingClamped(request.leaseTTL)
         if var held = lease {
             held.running += 1
             held.expiry = max(held.expiry, expiry)
@@ -133,6 +191,7 @@ package struct SharedThrottle: Sendable, Equatable {
     /// - Returns: Whether `token` held the lease; an expired or unknown token changes nothing.
     @discardableResult
     package mutating func finished(token: UInt64, now: Int64) -> Bool {
+        let now = now.clampedToMicrosecondLimit
         guard var held = lease, held.token == token else { return false }
         lastEnd = max(now, lastStart ?? now)
         held.running -= 1
@@ -143,56 +202,72 @@ package struct SharedThrottle: Sendable, Equatable {
     /// Records a start at `now` followed by `gap` that took no reservation: a command that timed out
     /// after it was sent may have been carried out, so the local fallback counts it (erring safe).
     /// It ran no task: for `.serial` it has ended at once.
-    package mutating func recordConsumed(at now: Int64, gap: Int64, count: Int?) {
-        record(at: max(now, lastStart ?? now), gap: gap, count: count)
+    ///
+    /// - Returns: Whether it was recorded: not when `rules` are not the state's.
+    @discardableResult
+    package mutating func recordConsumed(at now: Int64, gap: Int64, rules consumedRules: Rules) -> Bool {
+        let now = now.clampedToMicrosecondLimit
+        dropExpired(now: now)
+        if let rules, rules != consumedRules { return false }
+        rules = consumedRules
+        record(at: max(now, lastStart ?? now), gap: gap.clampedToMicrosecondLimit)
         lastEnd = lastStart
+        return true
     }
 
     /// No start before `until`; a later pause already in force stays (a pause is never shortened),
     /// and one already past is none.
     package mutating func pause(until: Int64, now: Int64) {
+        let until = until.clampedToMicrosecondLimit, now = now.clampedToMicrosecondLimit
         guard until > now else { return }
         pausedUntil = max(pausedUntil ?? until, until)
     }
 
-    private mutating func record(at: Int64, gap: Int64, count: Int?) {
+    /// When the state stops deciding anything, so that dropping it changes no decision: the
+    /// latest of the pause's end, the last start's gap (for `.serial`, from its lease's expiry while
+    /// one is held, else from its end), the lease's expiry and the newest logged start's window.
+    /// `nil` for an empty state. The script sets the key's expiry to it (plus a margin).
+    package var expiry: Int64? {
+        guard let lastStart else { return pausedUntil }
+        let gapFrom = rules?.monitor == .serial ? (lease?.expiry ?? lastEnd ?? lastStart) : lastStart
+        var until = gapFrom.addingClamped(lastGap)
+        if let pausedUntil { until = max(until, pausedUntil) }
+        if let lease { until = max(until, lease.expiry) }
+        if let window = rules?.limit?.window, let newest = ring.isEmpty ? nil : ring[(ringOldest + ring.count - 1) % ring.count] {
+            until = max(until, newest.addingClamped(window))
+        }
+        return until
+    }
+
+    private mutating func record(at: Int64, gap: Int64) {
         lastStart = at
         lastGap = gap
         lastEnd = nil
-        guard let count else { return }
-        log.append(at)
-        if log.count > count { log.removeFirst(log.count - count) }
+        guard let count = rules?.limit?.count else { return }
+        if ring.count < count {
+            ring.append(at)
+        } else {
+            ring[ringOldest] = at
+            ringOldest = (ringOldest + 1) % count
+        }
     }
 
-    /// Drops what no longer holds at `now`: an expired lease (its start is taken to have ended at the
-    /// expiry) and a pause that has passed.
+    /// Drops what no longer holds at `now`: an expired lease (its start, and any nested in it, is
+    /// taken to have ended at the expiry), a pause that has passed, and, at ``expiry``, the whole
+    /// state (the token counter stays).
     private mutating func dropExpired(now: Int64) {
+        if let expiry, expiry <= now {
+            self = SharedThrottle(lastToken: lastToken)
+            return
+        }
         if let held = lease, held.expiry <= now {
-            lastEnd = lastEnd ?? held.expiry
+            lastEnd = held.expiry
             lease = nil
         }
         if let until = pausedUntil, until <= now { pausedUntil = nil }
     }
-}
 
-extension Int64 {
-    /// The sum, clamped to the range of `Int64`: a time far out stays far out instead of wrapping.
-    package func addingSaturated(_ other: Int64) -> Int64 {
-        let (sum, overflow) = addingReportingOverflow(other)
-        return overflow ? (other > 0 ? .max : .min) : sum
-    }
-}
-
-extension Duration {
-    /// The duration in whole microseconds, rounded up (a gap or a pause is never shortened), clamped
-    /// to the range of `Int64`.
-    package var microsecondsRoundedUp: Int64 {
-        let (seconds, attoseconds) = components
-        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000)
-        if overflow { return seconds < 0 ? .min : .max }
-        let fraction = attoseconds / 1_000_000_000_000
-        let remainder = attoseconds % 1_000_000_000_000
-        let (sum, sumOverflow) = whole.addingReportingOverflow(fraction + (remainder > 0 ? 1 : 0))
-        return sumOverflow ? (seconds < 0 ? .min : .max) : sum
+    private init(lastToken: UInt64) {
+        self.lastToken = lastToken
     }
 }

@@ -51,4 +51,8 @@ package enum CoordinatorAnswer: Sendable, Equatable {
     /// request was sent and timed out, so it may have been recorded; `retryIn`: when the
     /// coordinator may be asked again (its breaker's back-off).
     case unavailable(consumed: Bool, retryIn: Duration)
+    /// The coordinator's state for the key was made under other rules (another monitor or limit,
+    /// see ``SharedThrottle/Rules``): nothing was recorded. The queue logs `reason` and treats the
+    /// coordinator as unavailable (its policy decides), rather than weaken the stored rules.
+    case mismatch(reason: String)
 }

@@ -1,20 +1,24 @@
-/// What a coordinated ``ThrottledQueue`` does while its coordinator (Redis) does not answer.
+/// What a queue whose starts are shared by a fleet (see ``Coordination``) does while the shared
+/// decider (Redis) does not answer, or answers that the key is used with other rules.
 ///
-/// The decision is the queue's, start by start: each start asks the coordinator, whose circuit
+/// The decision is the queue's, start by start: each start asks the decider, whose circuit
 /// breaker answers "unavailable" at once while it is open, and the queue applies this policy to
-/// that one start. Once the coordinator answers again, the next start is coordinated again.
-package enum UnavailablePolicy: Sendable, Equatable {
-    /// The local throttle at `share` of the rate (the default, with a share of 0.5): see
-    /// ``fallbackRules(gap:limit:share:)``. A command that timed out after it was sent counts as
-    /// one of its starts.
+/// that one start. Once the decider answers again, the next start is coordinated again, and the
+/// change is logged both ways through ``Log`` (the `.throttle` source).
+public enum Fallback: Sendable, Equatable {
+    /// The local throttle at `share` of the rate (the default, with a share of 0.5): the gap
+    /// divided by `share`, a limit of n per w scaled to `share` × n per w. A command that timed
+    /// out after it was sent counts as one of its starts. `share` is per process: with 8 replicas
+    /// and a share of 0.5, the fleet runs at up to 4 times the shared rate meanwhile; pick
+    /// 1 / replicas to stay within it. It must be in 0 < share ≤ 1.
     case localFallback(share: Double)
-    /// Nothing starts until the coordinator answers again.
+    /// Nothing starts until the decider answers again.
     case failClosed
     /// The queue's own rules only, at the full rate.
     case failOpen
 
     /// The default: ``localFallback(share:)`` with a share of 0.5.
-    package static let standard = UnavailablePolicy.localFallback(share: 0.5)
+    package static let standard = Fallback.localFallback(share: 0.5)
 
     /// Stops with a precondition failure naming `argument` if a share is not in 0 < share ≤ 1.
     package func validate(_ argument: String) {
@@ -44,3 +48,6 @@ package enum UnavailablePolicy: Sendable, Equatable {
         value >= 9.2e18 ? .max : Int64(value.rounded(.up))
     }
 }
+
+/// The package's name for ``Fallback``: what a coordinated queue does while its coordinator cannot decide.
+package typealias UnavailablePolicy = Fallback

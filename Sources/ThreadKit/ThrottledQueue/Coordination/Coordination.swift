@@ -1,0 +1,32 @@
+/// Who decides a ``ThrottledQueue``'s starts: the queue alone, or the queue together with every
+/// process of a fleet that shares a limit.
+///
+/// ``local`` is the queue of its own, as ``ThrottledQueue/init(label:interval:monitor:mutability:limit:pool:)``
+/// makes it. Module ThreadKitRedis adds `.redis(client, key: "api.example.com", whenUnavailable:)`,
+/// a static constructor in an extension of this type: every queue created with the same key, in
+/// any process, takes each start decision in one Lua script on Redis's clock, and applies its
+/// ``Fallback`` while Redis does not answer. ThreadKit itself depends on no client: a value of
+/// this type carries the package's start coordinator, which a module of the package provides.
+///
+/// The guarantee across processes holds on the reservations the decider hands out, on its clock:
+/// no two reserved starts closer than the gap, never more than `count` in a window. A process
+/// starts a reservation no earlier than its time and gives it up (counted as consumed) if it
+/// reaches it more than a millisecond or a tenth of the gap late, whichever is longer. Every
+/// queue sharing a key must be made with the same monitor and limit: a queue with other ones is
+/// told so, logs it and applies its ``Fallback``, instead of weakening the shared rules.
+public struct Coordination: Sendable {
+    /// The coordinator that decides with other processes; `nil` for the queue alone.
+    package let coordinator: (any StartCoordinator)?
+    /// What each start does while the coordinator cannot decide.
+    package let whenUnavailable: Fallback
+
+    /// The queue decides its starts alone: its rules hold in this process only.
+    public static let local = Coordination(coordinator: nil, whenUnavailable: .standard)
+
+    /// Starts decided by `coordinator`, with `whenUnavailable` applied while it cannot decide: what
+    /// a module's public constructor (ThreadKitRedis's `.redis(_:key:whenUnavailable:)`) returns.
+    package init(coordinator: (any StartCoordinator)?, whenUnavailable: Fallback) {
+        self.coordinator = coordinator
+        self.whenUnavailable = whenUnavailable
+    }
+}
