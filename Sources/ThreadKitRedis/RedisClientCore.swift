@@ -226,7 +226,7 @@ final class RedisClientCore: Sendable {
                 }
                 do {
                     while let value = try parser.next() {
-                        if let reason = deliver(value) { return end(reason, countsAsFailure: false) }
+                        if let (reason, isFailure) = deliver(value) { return end(reason, countsAsFailure: isFailure) }
                     }
                 } catch {
                     return end(error.description, countsAsFailure: true)
@@ -235,8 +235,9 @@ final class RedisClientCore: Sendable {
         }
     }
 
-    /// Hands a reply to its command; returns why the connection must end, if it must.
-    private func deliver(_ value: RESPValue) -> String? {
+    /// Hands a reply to its command; returns why the connection must end, if it must, and whether
+    /// that is a failure (a reply nobody asked for) or not (a read-only replica: connect again).
+    private func deliver(_ value: RESPValue) -> (reason: String, isFailure: Bool)? {
         let now = now
         let (outcome, recovered) = state.withLock { state in
             let outcome = state.pipeline.reply(at: now)
@@ -250,13 +251,13 @@ final class RedisClientCore: Sendable {
         case .answers(let entry):
             entry.waiter?.complete(.success(value))
             if case .error(let message) = value, message.hasPrefix("READONLY") {
-                return "the server is a read-only replica (\(message)); connecting again"
+                return ("the server is a read-only replica (\(message)); connecting again", false)
             }
             return nil
         case .discarded:
             return nil
         case .unexpected:
-            return "a reply came with no command waiting for it: \(value)"
+            return ("a reply came with no command waiting for it: \(value)", true)
         }
     }
 
