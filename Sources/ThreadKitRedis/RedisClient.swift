@@ -189,6 +189,27 @@ public final class RedisClient: Sendable {
         }
     }
 
+    /// Runs `script` as ``evaluate(_:keys:arguments:)`` does, without waiting for its reply, which
+    /// is discarded; returns at once. If the server answers `NOSCRIPT`, the client sends the source
+    /// with `EVAL`, also without waiting.
+    ///
+    /// - Parameters:
+    ///   - script: The script.
+    ///   - keys: Its keys, `KEYS[1]`….
+    ///   - arguments: Its other arguments, `ARGV[1]`….
+    /// - Throws: ``RedisError``, as ``sendAndForget(_:)-(String...)``: only a refusal at once.
+    public func evaluateAndForget(_ script: RedisScript, keys: [String] = [], arguments: [String] = []) throws(RedisError) {
+        let fallback = RESPValue.command(Self.evaluation("EVAL", script.source, keys, arguments)).encoded
+        let slot = ReplySlot { [core] result in
+            guard case .success(.error(let message)) = result, message.hasPrefix("NOSCRIPT") else { return }
+            core.submit(fallback, to: nil)
+            core.log("\(script) was not in the server's cache (NOSCRIPT); sent its source with EVAL")
+        }
+        if let refused = core.submit(RESPValue.command(Self.evaluation("EVALSHA", script.sha1, keys, arguments)).encoded, to: slot) {
+            throw refused
+        }
+    }
+
     private static func evaluation(_ command: String, _ script: String, _ keys: [String], _ arguments: [String]) -> [String] {
         [command, script, String(keys.count)] + keys + arguments
     }

@@ -11,6 +11,13 @@ final class ReplySlot: @unchecked Sendable {
     private let condition = ModuleCondition()
     private var result: Result<RESPValue, RedisError>?
     private var continuation: CheckedContinuation<Result<RESPValue, RedisError>, Never>?
+    /// The client's own follow-up (never user code), called once with the result, after the lock.
+    private let then: (@Sendable (Result<RESPValue, RedisError>) -> Void)?
+
+    /// A slot; `then`, if any, is the client's follow-up to the result (run by whoever completes it).
+    init(then: (@Sendable (Result<RESPValue, RedisError>) -> Void)? = nil) {
+        self.then = then
+    }
 
     /// Sets the result, if none was set, and wakes the caller.
     func complete(_ result: Result<RESPValue, RedisError>) {
@@ -24,6 +31,7 @@ final class ReplySlot: @unchecked Sendable {
         condition.broadcast()
         condition.unlock()
         continuation?.resume(returning: result)
+        then?(result)
     }
 
     /// Blocks the calling thread until the result is in, or until `deadline` on the monotonic clock:

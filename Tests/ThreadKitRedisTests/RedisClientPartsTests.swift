@@ -108,3 +108,23 @@ struct RedisClientStalledTests {
         }
     }
 }
+
+@Suite("RedisClient's fire-and-forget scripts", .needsRedisServer, .timeLimit(.minutes(1)))
+struct RedisClientForgetTests {
+    @Test("evaluateAndForget returns at once, and the script runs even when the server's cache lost it (NOSCRIPT, then EVAL)")
+    func evaluateAndForgetFallsBack() async throws {
+        try await withRedisServer { (server: RedisServer) async throws -> Void in
+            let lines = LogLines()
+            let client = makeClient(server.address, lines: lines)
+            let script = RedisScript("return redis.call('INCR', KEYS[1])")
+            let key = RedisLimitKeys("forget").key("count")
+            try client.evaluateAndForget(script, keys: [key])
+            #expect(await eventually(timeout: .seconds(10)) { lines.count(containing: "NOSCRIPT") == 1 })
+            // A reply after the fallback's in the pipeline: the fallback ran.
+            #expect(try await client.send("GET", key).string == "1")
+            try client.evaluateAndForget(script, keys: [key])
+            #expect(try await client.send("GET", key).string == "2")
+            #expect(lines.count(containing: "NOSCRIPT") == 1)
+        }
+    }
+}
