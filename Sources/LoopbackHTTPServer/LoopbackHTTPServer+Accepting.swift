@@ -45,8 +45,9 @@ extension LoopbackHTTPServer {
             if fds[1].revents != 0 || withState({ $0.stopping }) { return }
             guard fds[0].revents & Int16(POLLIN) != 0 else { continue }
             guard waitForConnectionSlot() else { return }
-            // Linux's accepted socket does not inherit the listener's O_NONBLOCK: it blocks.
-            let connection = accept(listener, nil, nil)
+            // Linux's accepted socket does not inherit the listener's O_NONBLOCK: it blocks. It is
+            // close-on-exec from the start (accept4), so a child spawned meanwhile never inherits it.
+            let connection = acceptCloseOnExec(listener)
             guard connection >= 0 else {
                 let error = errno
                 guard AcceptFailure(errno: error) == .backOff else { continue }
@@ -61,7 +62,6 @@ extension LoopbackHTTPServer {
                 failing = nil
                 Self.log("accepting again")
             }
-            _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
             var yes: Int32 = 1
             setsockopt(connection, Int32(IPPROTO_TCP), TCP_NODELAY, &yes, socklen_t(MemoryLayout<Int32>.size))
             guard startServing(connection) else { return }
@@ -133,4 +133,23 @@ extension LoopbackHTTPServer {
         let line = Array("LoopbackHTTPServer: \(message)\n".utf8)
         _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
     }
+}
+
+#if !canImport(Darwin)
+/// Linux's `accept4`, which Swift's Glibc module does not declare (it is a GNU extension), found in
+/// the C library at run time; `nil` where there is none.
+private let accept4Function: (@convention(c) (Int32, UnsafeMutablePointer<sockaddr>?, UnsafeMutablePointer<socklen_t>?, Int32) -> Int32)? =
+    dlsym(UnsafeMutableRawPointer(bitPattern: 0), "accept4").map { unsafeBitCast($0, to: (@convention(c) (Int32, UnsafeMutablePointer<sockaddr>?, UnsafeMutablePointer<socklen_t>?, Int32) -> Int32).self) }
+#endif
+
+/// Accepts a connection on `listener` that is close-on-exec from the start (`accept4` with
+/// `SOCK_CLOEXEC`), so a child process spawned at the same moment never inherits it; where there is
+/// no `accept4`, `accept` then `FD_CLOEXEC`.
+func acceptCloseOnExec(_ listener: Int32) -> Int32 {
+    #if !canImport(Darwin)
+    if let accept4Function { return accept4Function(listener, nil, nil, Int32(SOCK_CLOEXEC.rawValue)) }
+    #endif
+    let connection = accept(listener, nil, nil)
+    if connection >= 0 { _ = fcntl(connection, F_SETFD, FD_CLOEXEC) }
+    return connection
 }

@@ -1,7 +1,7 @@
 import ThreadKit
 
 /// A Redis client: RESP2 over one connection (a Unix socket or TCP), pipelined, with a timeout per
-/// command and reconnects after a jittered exponential back-off.
+/// command, and a circuit breaker that backs off (jittered, exponential) after failures.
 ///
 /// ```swift
 /// let client = RedisClient(.unixSocket(path: socketPath))
@@ -12,32 +12,32 @@ import ThreadKit
 ///
 /// **Pipelining.** Any number of threads and tasks may send at once. Commands are written one after
 /// another on the one connection without waiting for earlier replies; the server answers them in
-/// order, and each reply goes to the command it answers. One reader thread per connection
-/// ("Redis reader …") frames the replies; it blocks in `read` while nothing comes, so an idle client
-/// uses no CPU.
+/// order, and each reply goes to the command it answers.
+///
+/// **Where the work happens.** One thread per connection ("Redis connection …") resolves the host,
+/// connects, writes the queued commands and reads the replies; it blocks in `poll` while there is
+/// nothing to do, so an idle client uses no CPU. A caller only appends its encoded command under a
+/// short lock: ``send(_:)-(String...)`` then suspends, ``sendSync(_:)-(String...)`` blocks its
+/// thread, and ``sendAndForget(_:)-(String...)`` returns at once. No caller waits for the network.
 ///
 /// **Timeouts.** A command with no reply ``commandTimeout`` after it was called fails with
 /// ``RedisError/timedOut(after:sent:)``, which says whether it was sent (then the server may have
-/// run it). The connection is then dropped, since a later reply could no longer be matched to its
-/// command, and every other command in flight on it fails with
-/// ``RedisError/connectionLost(_:sent:)``. The timeouts are calls on ThreadKit's shared
-/// `TimerThread`, which only fail the commands: no code of yours runs there.
+/// run it). Its reply, when it comes, is discarded, and the connection stays up; it is dropped only
+/// when more than 64 replies are overdue at once, or when nothing at all has been read for
+/// `max(1 s, 10 × commandTimeout)` while replies are due. Neither wait ends early when its task is
+/// cancelled: the command may be on its way, and the timeout bounds the wait.
 ///
-/// **Reconnecting.** The client connects when the first command comes, and again after a
-/// connection was lost, refused or dropped, no sooner than a back-off allows: after the n-th failure
-/// in a row, a delay drawn between half and all of `min(2 s, 20 ms · 2ⁿ⁻¹)`; the first reply ends
-/// the run of failures. A command that comes while the client waits fails at once with
-/// ``RedisError/unavailable(retryIn:lastFailure:)``. Connects, losses and timeouts are logged to
-/// `Log.Source.redis`.
+/// **Reconnecting.** The client connects when the first command comes. A connection that was
+/// answering and is lost (an idle timeout, a restart) is made again by the next command, at once.
+/// Failures (a refused or timed-out connect, a command timeout, a connection lost before it ever
+/// answered) open a circuit breaker: after the n-th opening in a row, commands fail at once with
+/// ``RedisError/unavailable(retryIn:lastFailure:)`` for a delay drawn between half and all of
+/// `min(2 s, 20 ms · 2ⁿ⁻¹)`; then one command goes as a probe, and its reply closes the breaker.
+/// Connects, losses, timeouts and recoveries are logged to `Log.Source.redis`.
 ///
 /// **Errors.** A server's error reply (`-ERR …`) is thrown as ``RedisError/server(_:)``; everything
-/// else that can go wrong is a ``RedisError`` too.
-///
-/// **Where the work happens.** The caller's thread connects (bounded by the timeout) and writes its
-/// command, one caller at a time, so that commands reach the socket in the order they are matched
-/// with replies; then ``send(_:)-(String...)`` suspends and ``sendSync(_:)-(String...)`` blocks until the reply,
-/// the timeout or the loss. Neither ends early when its task is cancelled: the command is on its way,
-/// and the timeout bounds the wait.
+/// else that can go wrong is a ``RedisError`` too. ``RedisError/isUnavailable`` tells a server that
+/// cannot serve now (down, loading, busy, a read-only replica) from a command's own error.
 public final class RedisClient: Sendable {
     /// Where the server listens.
     public enum Address: Sendable, Hashable, CustomStringConvertible {
@@ -68,21 +68,31 @@ public final class RedisClient: Sendable {
     ///   - address: Where the server listens. A TCP port must be in 1...65535.
     ///   - commandTimeout: How long each command may wait for its reply; more than zero.
     public convenience init(_ address: Address, commandTimeout: Duration = .milliseconds(100)) {
-        self.init(address, commandTimeout: commandTimeout, backoff: ReconnectBackoff(), observeLog: nil)
+        self.init(address, commandTimeout: commandTimeout, breaker: Self.defaultBreaker, observeLog: nil)
     }
 
-    /// A client with its own back-off, whose log lines also go to `observeLog` (for tests: `Log`'s
-    /// delegate is process-wide).
-    init(_ address: Address, commandTimeout: Duration, backoff: ReconnectBackoff, observeLog: (@Sendable (String) -> Void)?) {
+    /// One failure opens the breaker; its back-off doubles from 20 ms up to 2 s.
+    static let defaultBreaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .milliseconds(20), maxBackoff: .seconds(2))
+
+    /// A client with its own breaker and limits on overdue replies, whose log lines also go to
+    /// `observeLog` (for tests: `Log`'s delegate is process-wide).
+    ///
+    /// - Parameters:
+    ///   - maxAbandoned: How many timed-out commands may wait for their replies before the connection is dropped.
+    ///   - connectionTimeout: How long nothing may be read while replies are due before the
+    ///     connection is dropped; `nil` for `max(1 s, 10 × commandTimeout)`.
+    init(_ address: Address, commandTimeout: Duration, breaker: CircuitBreaker, maxAbandoned: Int = 64,
+         connectionTimeout: Duration? = nil, observeLog: (@Sendable (String) -> Void)?) {
         if case .tcp(_, let port) = address {
             precondition((1...65535).contains(port), "RedisClient: the port must be in 1...65535, got \(port)")
         }
         precondition(commandTimeout > .zero, "RedisClient: commandTimeout must be more than zero, got \(commandTimeout)")
-        core = RedisClientCore(address: address, commandTimeout: commandTimeout, backoff: backoff, observeLog: observeLog)
+        let pipeline = ReplyPipeline<ReplySlot?>(maxAbandoned: maxAbandoned, connectionTimeout: connectionTimeout ?? max(.seconds(1), commandTimeout * 10))
+        core = RedisClientCore(address: address, commandTimeout: commandTimeout, breaker: breaker, pipeline: pipeline, observeLog: observeLog)
     }
 
     deinit {
-        core.close()
+        core.shutDown()
     }
 
     /// Sends the command `arguments` (`"SET", "key", "value"`) and returns the server's reply.
@@ -114,8 +124,32 @@ public final class RedisClient: Sendable {
     /// Sends the command `arguments` and blocks until the reply comes; see ``sendSync(_:)-(String...)``.
     @available(*, noasync, message: "it blocks the thread; use 'try await send(_:)' in async code")
     public func sendSync(_ arguments: [String]) throws(RedisError) -> RESPValue {
+        let deadline = ContinuousClock.now + commandTimeout
         let slot = submit(arguments)
-        return try Self.unwrap(slot.blockingWaitForResult())
+        // The connection's thread fails the command at its deadline, saying whether it was sent;
+        // the wait's own bound, a moment later, holds even if that thread cannot run.
+        let result = slot.blockingWaitForResult(until: deadline + Self.waitMargin, timeout: .timedOut(after: commandTimeout, sent: true))
+        return try Self.unwrap(result)
+    }
+
+    /// How long past its deadline a blocked caller waits for the connection's thread to fail its command.
+    static let waitMargin = Duration.milliseconds(250)
+
+    /// Sends the command `arguments` and returns at once, without waiting for the reply, which is
+    /// discarded (an error reply too); for calls that must not wait, such as giving back a lease.
+    ///
+    /// - Parameter arguments: The command's name and its arguments; at least one.
+    /// - Throws: ``RedisError/unavailable(retryIn:lastFailure:)`` when the breaker refuses the command
+    ///   now, or ``RedisError/connectionLost(_:sent:)`` once the client is released: it was not sent.
+    ///   A later failure (a timeout, a lost connection) is not reported.
+    public func sendAndForget(_ arguments: String...) throws(RedisError) {
+        try sendAndForget(arguments)
+    }
+
+    /// Sends the command `arguments` without waiting for its reply; see ``sendAndForget(_:)-(String...)``.
+    public func sendAndForget(_ arguments: [String]) throws(RedisError) {
+        precondition(!arguments.isEmpty, "RedisClient: a command needs at least its name, got no arguments")
+        if let refused = core.submit(RESPValue.command(arguments).encoded, to: nil) { throw refused }
     }
 
     /// Runs `script` with `EVALSHA`, and with `EVAL` when the server answers `NOSCRIPT` (its script
@@ -152,6 +186,27 @@ public final class RedisClient: Sendable {
         } catch .server(let message) where message.hasPrefix("NOSCRIPT") {
             core.log("\(script) is not in the server's cache (NOSCRIPT); sending its source with EVAL")
             return try sendSync(Self.evaluation("EVAL", script.source, keys, arguments))
+        }
+    }
+
+    /// Runs `script` as ``evaluate(_:keys:arguments:)`` does, without waiting for its reply, which
+    /// is discarded; returns at once. If the server answers `NOSCRIPT`, the client sends the source
+    /// with `EVAL`, also without waiting.
+    ///
+    /// - Parameters:
+    ///   - script: The script.
+    ///   - keys: Its keys, `KEYS[1]`….
+    ///   - arguments: Its other arguments, `ARGV[1]`….
+    /// - Throws: ``RedisError``, as ``sendAndForget(_:)-(String...)``: only a refusal at once.
+    public func evaluateAndForget(_ script: RedisScript, keys: [String] = [], arguments: [String] = []) throws(RedisError) {
+        let fallback = RESPValue.command(Self.evaluation("EVAL", script.source, keys, arguments)).encoded
+        let slot = ReplySlot { [core] result in
+            guard case .success(.error(let message)) = result, message.hasPrefix("NOSCRIPT") else { return }
+            core.submit(fallback, to: nil)
+            core.log("\(script) was not in the server's cache (NOSCRIPT); sent its source with EVAL")
+        }
+        if let refused = core.submit(RESPValue.command(Self.evaluation("EVALSHA", script.sha1, keys, arguments)).encoded, to: slot) {
+            throw refused
         }
     }
 

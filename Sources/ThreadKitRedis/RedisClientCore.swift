@@ -1,238 +1,306 @@
 import Foundation
 @_spi(ThreadKitURL) import ThreadKit
 
-/// What a ``RedisClient`` shares with its reader thread and its timeout calls: the connection, the
-/// commands in flight on it, and the back-off.
+/// What a ``RedisClient`` shares with its connection's thread: the commands in flight, the state of
+/// the connection, and the circuit breaker that decides when to connect and whether a command goes.
 ///
 /// Decisions are made by two pure values kept under one lock: ``ReplyPipeline`` (which command a
-/// reply, a timeout or a lost connection concerns) and ``ReconnectBackoff`` (whether to connect now).
-/// This shell carries them out: it connects, writes, starts the reader thread, shuts the socket and
-/// completes reply slots, always after letting the lock go.
+/// reply, a deadline or a lost connection concerns) and ThreadKit's `CircuitBreaker` (whether a
+/// command may go, or must wait out a back-off). This shell carries them out.
 ///
-/// A command's life: the caller takes the write lock (one writer at a time, so commands are written
-/// in the order they were enqueued), connects if there is no connection and the back-off allows it,
-/// enqueues the command, arms its timeout on ``TimerThread/shared`` and writes it; then it waits on
-/// its slot. The reader thread completes slots in order as replies come; the timeout call, if it
-/// comes first, fails the command and drops the connection (see ``timeOut(_:)``).
+/// A caller never touches the network: it asks the breaker, appends its encoded command to the
+/// pipeline under the lock, wakes the connection's thread (or starts one when there is none) and
+/// waits on its slot. The connection's thread ("Redis connection …") does all the rest: it resolves
+/// the host and connects (bounded by the first command's deadline), writes the commands' bytes as
+/// the socket takes them, reads and frames the replies, and fails each command at its deadline: its
+/// `poll` wakes at the earliest deadline in flight, one rolling timer per connection. When the
+/// connection ends, the thread fails what was in flight and exits; the next command starts another.
+///
+/// The breaker counts failures: a refused or timed-out connect, a command timeout, and a lost
+/// connection that never answered (or lost while probing). Losing a connection that was answering
+/// (an idle timeout of the server or of a proxy) is no failure: the next command reconnects at once.
 final class RedisClientCore: Sendable {
     let address: RedisClient.Address
     let commandTimeout: Duration
 
+    private enum Phase {
+        /// No connection and no thread.
+        case idle
+        /// The connection's thread is connecting.
+        case connecting
+        /// Connected; `answered` once a reply came on it.
+        case connected(answered: Bool)
+    }
+
     private struct State {
-        var pipeline = ReplyPipeline<ReplySlot>()
-        /// The open connection and its generation in ``pipeline``.
-        var connection: (socket: RedisConnection, generation: UInt64)?
-        var backoff: ReconnectBackoff
+        var pipeline: ReplyPipeline<ReplySlot?>
+        var phase = Phase.idle
+        var breaker: CircuitBreaker
+        /// What failed last, for ``RedisError/unavailable(retryIn:lastFailure:)``.
+        var lastFailure: String?
         var random = SystemRandomNumberGenerator()
-        /// The client was released: no new connection.
+        /// A byte is in the wake pipe that the connection's thread has not yet seen.
+        var wakePending = false
+        /// The client was released: no new command, no new connection.
         var isClosed = false
+
+        mutating func fail(at now: Duration, timedOut: Bool, reason: String) -> Duration? {
+            lastFailure = reason
+            breaker.failed(now: now, timedOut: timedOut, jitter: Double.random(in: 0..<1, using: &random))
+            if case .open(let until, _) = breaker.state { return until - now }
+            return nil
+        }
     }
 
     private let state: Locked<State>
-    /// Held by the one caller that connects, enqueues and writes at a time. It guards no value (a
-    /// `Locked<Void>` would hand the closure an `inout` of zero bytes, which the thread sanitizer
-    /// places past the end of its object and reports as a race), only the order of the writes.
-    private let writeLock = NSLock()
-    /// Where back-off offsets count from.
+    /// Where the breaker's and the pipeline's instants count from.
     private let origin = ContinuousClock.now
+    /// Written by callers (one byte, non-blocking) to wake the connection's thread from `poll`.
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
     /// Also receives every log line (tests watch reconnects through it; `Log`'s delegate is process-wide).
     private let observeLog: (@Sendable (String) -> Void)?
 
-    init(address: RedisClient.Address, commandTimeout: Duration, backoff: ReconnectBackoff, observeLog: (@Sendable (String) -> Void)?) {
+    init(address: RedisClient.Address, commandTimeout: Duration, breaker: CircuitBreaker, pipeline: ReplyPipeline<ReplySlot?>,
+         observeLog: (@Sendable (String) -> Void)?) {
         self.address = address
         self.commandTimeout = commandTimeout
-        self.state = Locked(State(backoff: backoff))
+        self.state = Locked(State(pipeline: pipeline, breaker: breaker))
         self.observeLog = observeLog
+        var ends: [Int32] = [-1, -1]
+        let made = pipe(&ends)
+        for end in ends where made == 0 {
+            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+        }
+        precondition(made == 0, "RedisClient: no pipe to wake its connection's thread: \(RedisConnection.describe(errno))")
+        (wakeRead, wakeWrite) = (ends[0], ends[1])
     }
 
-    /// Sends `command` (the encoded bytes) and arranges for `slot` to receive its result.
+    deinit {
+        close(wakeRead)
+        close(wakeWrite)
+    }
+
+    private var now: Duration { ContinuousClock.now - origin }
+
+    /// Queues `command` (the encoded bytes) for the connection's thread; `slot`, if any, receives
+    /// the result. Never blocks on the network.
     ///
-    /// Blocks while another caller writes or connects, and while this one connects or writes; both
-    /// are bounded by the command's deadline, since its timeout shuts the socket down.
-    func submit(_ command: [UInt8], to slot: ReplySlot) {
-        let deadline = ContinuousClock.now + commandTimeout
-        var after = Aftermath()
-        writeLock.withLock {
-            let connection: RedisConnection, generation: UInt64
-            switch connectionOrConnect(deadline: deadline, &after) {
-            case .success(let open): (connection, generation) = open
-            case .failure(let error): return after.fail(slot, error)
+    /// - Returns: Why the command was refused at once (not sent), else `nil`; a refused command's
+    ///   slot is completed with it too.
+    @discardableResult
+    func submit(_ command: [UInt8], to slot: ReplySlot?) -> RedisError? {
+        let now = now
+        enum Next { case refuse(RedisError), start, wake, none }
+        let next = state.withLock { state -> Next in
+            if state.isClosed { return .refuse(.connectionLost("the client was released", sent: false)) }
+            if case .refused(let retryIn) = state.breaker.permit(now: now) {
+                return .refuse(.unavailable(retryIn: retryIn, lastFailure: state.lastFailure ?? "a probe command is under way"))
             }
-            guard ContinuousClock.now < deadline else {
-                return after.fail(slot, .timedOut(after: commandTimeout, sent: false))
-            }
-            guard let id = state.withLock({ $0.pipeline.enqueue(slot, on: generation) }) else {
-                return after.fail(slot, .connectionLost("the connection closed before the command was written", sent: false))
-            }
-            do {
-                let handle = try TimerThread.shared.schedule(at: deadline) { [self] in timeOut(id) }
-                slot.attach(handle)
-            } catch {
-                let withdrawn = state.withLock { $0.pipeline.withdraw(id) }
-                if let withdrawn { after.fail(withdrawn.waiter, .connectionLost("its timeout could not be armed: \(error)", sent: false)) }
-                return
-            }
-            // The timeout may have fired already (a past deadline is due at once): then it is not written.
-            guard state.withLock({ $0.pipeline.markSent(id) }) else { return }
-            if let failure = connection.writeAll(command) {
-                lose(generation, reason: failure, unsent: id, &after)
+            _ = state.pipeline.enqueue(slot, bytes: command, deadline: now + commandTimeout)
+            switch state.phase {
+            case .idle:
+                state.phase = .connecting
+                return .start
+            case .connecting:
+                return .none
+            case .connected:
+                if state.wakePending { return .none }
+                state.wakePending = true
+                return .wake
             }
         }
-        after.carryOut(self)
+        switch next {
+        case .refuse(let error):
+            slot?.complete(.failure(error))
+            return error
+        case .start:
+            do {
+                try ModuleThreads.start(name: "Redis connection \(address)", kernelName: "Redis conn") { [self] in run() }
+            } catch {
+                end("no thread could be started for the connection: \(error)", countsAsFailure: true)
+            }
+        case .wake:
+            wake()
+        case .none:
+            break
+        }
+        return nil
+    }
+
+    private func wake() {
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+    }
+
+    /// The connection's thread: connects, then serves the connection until it ends.
+    private func run() {
+        let deadline = state.withLock { $0.pipeline.nextDeadline } ?? now + commandTimeout
+        let socket: RedisConnection
+        do {
+            socket = try RedisConnection.open(address, deadline: origin + deadline, timeout: commandTimeout)
+        } catch {
+            end(error.description, connectError: error, countsAsFailure: true)
+            return
+        }
+        state.withLock { $0.phase = .connected(answered: false) }
+        log("connected to \(address)")
+        serve(socket)
     }
 
     /// What a change of state under a lock leaves to do once the lock is let go: commands to fail
     /// (which resumes or wakes their callers) and lines to log (which may run a `Log` delegate).
     private struct Aftermath {
-        var failures: [(ReplySlot, RedisError)] = []
+        var failures: [(ReplySlot?, RedisError)] = []
         var lines: [String] = []
 
-        mutating func fail(_ slot: ReplySlot, _ error: RedisError) { failures.append((slot, error)) }
+        mutating func fail(_ slot: ReplySlot?, _ error: RedisError) { failures.append((slot, error)) }
         mutating func log(_ line: String) { lines.append(line) }
 
-        /// Never call it holding a lock.
+        /// Never call it holding a lock. The lines go first: a caller that resumes finds them logged.
         func carryOut(_ core: RedisClientCore) {
-            for (slot, error) in failures { slot.complete(.failure(error)) }
             for line in lines { core.log(line) }
+            for (slot, error) in failures { slot?.complete(.failure(error)) }
         }
     }
 
-    /// The open connection, or a new one if the back-off allows it.
-    private func connectionOrConnect(deadline: ContinuousClock.Instant, _ after: inout Aftermath) -> Result<(RedisConnection, UInt64), RedisError> {
-        let now = ContinuousClock.now - origin
-        enum Next { case open(RedisConnection, UInt64), wait(Duration, String), closed, connect }
-        let next = state.withLock { state -> Next in
-            if state.isClosed { return .closed }
-            if let (socket, generation) = state.connection { return .open(socket, generation) }
-            if let wait = state.backoff.wait(at: now) { return .wait(wait, state.backoff.lastFailure ?? "") }
-            return .connect
-        }
-        switch next {
-        case .open(let socket, let generation): return .success((socket, generation))
-        case .wait(let wait, let failure): return .failure(.unavailable(retryIn: wait, lastFailure: failure))
-        case .closed: return .failure(.connectionLost("the client was released", sent: false))
-        case .connect: break
-        }
-        let socket: RedisConnection
-        do {
-            socket = try RedisConnection.open(address, deadline: deadline, timeout: commandTimeout)
-        } catch {
-            let delay = state.withLock { state in
-                state.backoff.failed(at: ContinuousClock.now - origin, reason: error.description, using: &state.random)
-            }
-            after.log("could not connect to \(address): \(error); next attempt in \(delay)")
-            return .failure(error)
-        }
-        let generation = state.withLock { state in
-            let generation = state.pipeline.connected()
-            state.connection = (socket, generation)
-            return generation
-        }
-        do {
-            try ModuleThreads.start(name: "Redis reader \(address)", kernelName: "Redis reader") { [self] in
-                readReplies(from: socket, generation: generation)
-            }
-        } catch {
-            lose(generation, reason: "no reader thread could be started: \(error)", unsent: nil, &after)
-            return .failure(.connectionLost("no reader thread could be started: \(error)", sent: false))
-        }
-        after.log("connected to \(address)")
-        return .success((socket, generation))
-    }
-
-    /// The reader thread's loop: frames replies and completes the oldest command with each, until
-    /// the connection ends.
-    private func readReplies(from socket: RedisConnection, generation: UInt64) {
+    /// The loop of a connected thread: fails the commands past their deadline, writes what is
+    /// queued, waits in `poll` for bytes, room to write, a wake-up or the next deadline, and reads.
+    private func serve(_ socket: RedisConnection) {
         var parser = RESPParser()
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        let reason: String
-        reading: while true {
-            let count: Int
-            switch socket.read(into: &buffer) {
-            case .success(let read): count = read
-            case .failure(.connectionLost(let why, _)):
-                reason = why
-                break reading
-            case .failure(let error):
-                reason = error.description
-                break reading
-            }
-            parser.append(buffer[0..<count])
-            do {
-                while let value = try parser.next() {
-                    let outcome = state.withLock { state in
-                        state.backoff.succeeded()
-                        return state.pipeline.reply(on: generation)
-                    }
-                    switch outcome {
-                    case .answers(let entry): entry.waiter.complete(.success(value))
-                    case .stale: return
-                    case .unexpected:
-                        reason = "a reply came with no command waiting for it: \(value)"
-                        break reading
-                    }
+        var outgoing: [UInt8] = []
+        var written = 0
+        let timeout = commandTimeout
+        while true {
+            let now = now
+            var after = Aftermath()
+            enum Step { case closed, drop(String), wait(Duration?) }
+            let step = state.withLock { state -> Step in
+                state.wakePending = false
+                if state.isClosed { return .closed }
+                let expired = state.pipeline.expire(at: now)
+                for entry in expired { after.fail(entry.waiter, .timedOut(after: timeout, sent: entry.sent)) }
+                if !expired.isEmpty {
+                    let sent = expired.filter(\.sent).count
+                    let retry = state.fail(at: now, timedOut: true, reason: "a command timed out after \(timeout)")
+                    after.log("\(expired.count) commands timed out after \(timeout) (\(sent) sent, their replies to be discarded)"
+                              + (retry.map { "; next attempt in \($0)" } ?? ""))
                 }
-            } catch {
-                reason = error.description
-                break
+                if let reason = state.pipeline.dropReason(at: now) { return .drop(reason) }
+                outgoing += state.pipeline.takeUnsent(at: now)
+                return .wait(state.pipeline.nextDeadline)
+            }
+            after.carryOut(self)
+            let wait: Duration?
+            switch step {
+            case .closed: return end("the client was released", countsAsFailure: false)
+            case .drop(let reason): return end("dropped the connection: \(reason)", countsAsFailure: true, timedOut: true)
+            case .wait(let deadline): wait = deadline.map { $0 - self.now }
+            }
+            if written < outgoing.count {
+                switch socket.write(outgoing[written...]) {
+                case .done(let count): written += count
+                case .wouldBlock: break
+                case .ended(let reason): return end(reason, countsAsFailure: false)
+                }
+                if written == outgoing.count { (outgoing, written) = ([], 0) }
+            }
+            let events = Int16(POLLIN) | (written < outgoing.count ? Int16(POLLOUT) : 0)
+            var fds = [pollfd(fd: socket.descriptor, events: events, revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+            if poll(&fds, 2, RedisConnection.pollMilliseconds(wait)) < 0 {
+                if errno == EINTR { continue }
+                return end("poll failed: \(RedisConnection.describe(errno))", countsAsFailure: true)
+            }
+            if fds[1].revents != 0 {
+                var drain = [UInt8](repeating: 0, count: 64)
+                while read(wakeRead, &drain, drain.count) > 0 {}
+            }
+            guard fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 else { continue }
+            reading: while true {
+                switch socket.read(into: &buffer) {
+                case .done(let count): parser.append(buffer[0..<count])
+                case .wouldBlock: break reading
+                case .ended(let reason): return end(reason, countsAsFailure: false)
+                }
+                do {
+                    while let value = try parser.next() {
+                        if let (reason, isFailure) = deliver(value) { return end(reason, countsAsFailure: isFailure) }
+                    }
+                } catch {
+                    return end(error.description, countsAsFailure: true)
+                }
             }
         }
+    }
+
+    /// Hands a reply to its command; returns why the connection must end, if it must, and whether
+    /// that is a failure (a reply nobody asked for) or not (a read-only replica: connect again).
+    private func deliver(_ value: RESPValue) -> (reason: String, isFailure: Bool)? {
+        let now = now
+        let (outcome, recovered) = state.withLock { state in
+            let outcome = state.pipeline.reply(at: now)
+            if case .unexpected = outcome { return (outcome, false) }
+            state.phase = .connected(answered: true)
+            state.lastFailure = nil
+            return (outcome, state.breaker.succeeded())
+        }
+        if recovered { log("\(address) answers again") }
+        switch outcome {
+        case .answers(let entry):
+            entry.waiter?.complete(.success(value))
+            if case .error(let message) = value, message.hasPrefix("READONLY") {
+                return ("the server is a read-only replica (\(message)); connecting again", false)
+            }
+            return nil
+        case .discarded:
+            return nil
+        case .unexpected:
+            return ("a reply came with no command waiting for it: \(value)", true)
+        }
+    }
+
+    /// The connection (or the attempt to connect) ended: fails every live command in flight, counts
+    /// a failure in the breaker when it should, and leaves the next command to start a connection.
+    ///
+    /// - Parameters:
+    ///   - connectError: The error of a failed connect, which every waiting command gets.
+    ///   - countsAsFailure: Whether the end is a failure even of a connection that was answering.
+    ///   - timedOut: Whether the failure is a timeout (the breaker opens at once).
+    private func end(_ reason: String, connectError: RedisError? = nil, countsAsFailure: Bool, timedOut: Bool = false) {
+        let now = now
         var after = Aftermath()
-        lose(generation, reason: reason, unsent: nil, &after)
+        state.withLock { state in
+            let entries = state.pipeline.takeAll()
+            var answered = false
+            if case .connected(let wasAnswered) = state.phase { answered = wasAnswered }
+            state.phase = .idle
+            var probing = false
+            if case .halfOpen = state.breaker.state { probing = true }
+            var retry: Duration?
+            if !state.isClosed, countsAsFailure || !answered || probing {
+                let isTimeout = timedOut || { if case .timedOut = connectError { true } else { false } }()
+                retry = state.fail(at: now, timedOut: isTimeout, reason: reason)
+            }
+            for entry in entries {
+                after.fail(entry.waiter, connectError ?? .connectionLost(reason, sent: entry.sent))
+            }
+            guard !state.isClosed else { return }
+            let next = retry.map { "; next attempt in \($0)" } ?? "; the next command connects again"
+            if connectError != nil {
+                after.log("could not connect to \(address): \(reason)\(next)")
+            } else {
+                after.log("lost the connection to \(address): \(reason); \(entries.count) commands in flight failed\(next)")
+            }
+        }
         after.carryOut(self)
     }
 
-    /// Connection `generation` ended: fails every command in flight on it (`unsent`, whose bytes
-    /// did not all go out, as not sent), shuts it down and starts the back-off. The failures and
-    /// the log line are left in `after`, to carry out once every lock is let go.
-    private func lose(_ generation: UInt64, reason: String, unsent: UInt64?, _ after: inout Aftermath) {
-        let now = ContinuousClock.now - origin
-        let (entries, socket, wasClosed) = state.withLock { state in
-            let entries = state.pipeline.lost(generation)
-            guard let current = state.connection, current.generation == generation else {
-                return (entries, RedisConnection?.none, state.isClosed)
-            }
-            state.connection = nil
-            if !state.isClosed { state.backoff.failed(at: now, reason: reason, using: &state.random) }
-            return (entries, current.socket, state.isClosed)
-        }
-        socket?.shutDown()
-        for entry in entries {
-            after.fail(entry.waiter, .connectionLost(reason, sent: entry.sent && entry.id != unsent))
-        }
-        if socket != nil, !wasClosed { after.log("lost the connection to \(address): \(reason); \(entries.count) commands in flight failed") }
-    }
-
-    /// Command `id`'s timeout call, on the shared timer thread: if it is still in flight, it fails,
-    /// and so does every other command on its connection, which is shut down (a later reply could
-    /// no longer be matched to its command).
-    private func timeOut(_ id: UInt64) {
-        let now = ContinuousClock.now - origin
-        let timeout = commandTimeout
-        let outcome = state.withLock { state -> (ReplyPipeline<ReplySlot>.Entry, [ReplyPipeline<ReplySlot>.Entry], RedisConnection?)? in
-            guard let (command, others) = state.pipeline.timedOut(id) else { return nil }
-            let socket = state.connection?.socket
-            state.connection = nil
-            state.backoff.failed(at: now, reason: "a command timed out after \(timeout)", using: &state.random)
-            return (command, others, socket)
-        }
-        guard let (command, others, socket) = outcome else { return }
-        socket?.shutDown()
-        command.waiter.complete(.failure(.timedOut(after: timeout, sent: command.sent)))
-        for entry in others {
-            entry.waiter.complete(.failure(.connectionLost("another command timed out after \(timeout) and the connection was dropped", sent: entry.sent)))
-        }
-        log("a command timed out after \(timeout) (\(command.sent ? "sent" : "not sent")); dropped the connection to \(address) with \(others.count) more commands in flight")
-    }
-
-    /// The client was released: ends the connection; no command is in flight, since each caller
-    /// keeps the client alive until its result is in.
-    func close() {
-        let socket = state.withLock { state in
-            state.isClosed = true
-            return state.connection?.socket
-        }
-        socket?.shutDown()
+    /// The client was released: the connection's thread fails what is in flight and ends the connection.
+    func shutDown() {
+        state.withLock { $0.isClosed = true }
+        wake()
     }
 
     func log(_ message: @autoclosure () -> String) {

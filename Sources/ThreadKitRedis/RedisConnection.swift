@@ -6,12 +6,10 @@ import Musl
 import Darwin
 #endif
 
-/// One open socket to a Redis server: connecting with a deadline, writing whole commands, reading.
+/// One open, non-blocking socket to a Redis server: connecting with a deadline (resolving the host
+/// name first), writing what the socket takes, reading what has come.
 ///
-/// The socket is closed when the last reference goes (the client's state, the reader thread, a
-/// writer in the middle of a write), never before: a descriptor closed under a blocked `read` or
-/// `send` could be reused by another open and receive bytes meant for this one. To end a connection
-/// early, shut it down (``shutDown()``): blocked reads and writes return at once, and the descriptor stays valid.
+/// Only the connection's own thread uses it; the socket is closed when that thread lets it go.
 final class RedisConnection: Sendable {
     let descriptor: Int32
 
@@ -69,7 +67,8 @@ final class RedisConnection: Sendable {
         }
     }
 
-    /// A non-blocking connect, waited out with `poll` until `deadline`; the socket is blocking after.
+    /// A non-blocking connect, waited out with `poll` until `deadline`; the socket stays non-blocking
+    /// (the connection's thread waits for it with `poll`).
     private static func connectSocket(
         family: Int32, _ socketAddress: UnsafeRawBufferPointer, length: socklen_t,
         _ address: RedisClient.Address, _ deadline: ContinuousClock.Instant, _ timeout: Duration
@@ -97,7 +96,6 @@ final class RedisConnection: Sendable {
             getsockopt(descriptor, SOL_SOCKET, SO_ERROR, &pending, &size)
             guard pending == 0 else { throw .connectionRefused(address: address.description, reason: Self.describe(pending)) }
         }
-        _ = fcntl(descriptor, F_SETFL, flags & ~O_NONBLOCK)
         return connection
     }
 
@@ -106,44 +104,53 @@ final class RedisConnection: Sendable {
             let remaining = deadline - ContinuousClock.now
             guard remaining > .zero else { throw .timedOut(after: timeout, sent: false) }
             var entry = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
-            let milliseconds = Int32(clamping: (remaining.components.seconds * 1000) + remaining.components.attoseconds / 1_000_000_000_000_000 + 1)
-            let ready = poll(&entry, 1, milliseconds)
+            let ready = poll(&entry, 1, Self.pollMilliseconds(remaining))
             if ready > 0 { return }
             if ready < 0, errno != EINTR { throw .connectionRefused(address: address.description, reason: Self.describe(errno)) }
         }
     }
 
-    /// Writes all of `bytes`, again after an interruption, never raising `SIGPIPE`.
-    ///
-    /// - Returns: `nil` when every byte was written, else why not.
-    func writeAll(_ bytes: [UInt8]) -> String? {
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if written < 0, errno == EINTR { continue }
-            guard written > 0 else { return written < 0 ? "writing failed: \(Self.describe(errno))" : "writing failed" }
-            offset += written
-        }
-        return nil
+    /// `remaining` as `poll`'s timeout: whole milliseconds rounded up, saturated to `Int32.max`
+    /// (about 24 days: a longer wait is cut there and the caller waits again); `-1` (no limit) for `nil`.
+    static func pollMilliseconds(_ remaining: Duration?) -> Int32 {
+        guard let remaining else { return -1 }
+        guard remaining > .zero else { return 0 }
+        let (seconds, attoseconds) = remaining.components
+        guard seconds < Int64(Int32.max) / 1000 else { return Int32.max }
+        return Int32(seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000)
     }
 
-    /// Reads what has come, blocking until something has.
-    ///
-    /// - Returns: The number of bytes read, or why there are none: the server closed the connection
-    ///   (or it was shut down), or reading failed.
-    func read(into buffer: inout [UInt8]) -> Result<Int, RedisError> {
+    /// What a write or a read on the non-blocking socket did.
+    enum Transfer: Equatable {
+        /// This many bytes went (more than zero).
+        case done(Int)
+        /// Nothing can go now: wait for `poll`.
+        case wouldBlock
+        /// The connection is over: why.
+        case ended(String)
+    }
+
+    /// Writes what the socket takes now of `bytes`, never raising `SIGPIPE`.
+    func write(_ bytes: ArraySlice<UInt8>) -> Transfer {
+        while true {
+            let written = bytes.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if written > 0 { return .done(written) }
+            if written < 0, errno == EINTR { continue }
+            if written < 0, errno == EAGAIN || errno == EWOULDBLOCK { return .wouldBlock }
+            return .ended(written < 0 ? "writing failed: \(Self.describe(errno))" : "writing failed")
+        }
+    }
+
+    /// Reads what has come into `buffer`.
+    func read(into buffer: inout [UInt8]) -> Transfer {
         while true {
             let count = buffer.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
-            if count > 0 { return .success(count) }
-            if count == 0 { return .failure(.connectionLost("the server closed the connection", sent: true)) }
+            if count > 0 { return .done(count) }
+            if count == 0 { return .ended("the server closed the connection") }
             if errno == EINTR { continue }
-            return .failure(.connectionLost("reading failed: \(Self.describe(errno))", sent: true))
+            if errno == EAGAIN || errno == EWOULDBLOCK { return .wouldBlock }
+            return .ended("reading failed: \(Self.describe(errno))")
         }
-    }
-
-    /// Ends the connection in both directions: a blocked read or write returns at once.
-    func shutDown() {
-        _ = shutdown(descriptor, Int32(SHUT_RDWR))
     }
 
     static func describe(_ error: Int32) -> String {

@@ -1,122 +1,165 @@
-/// The commands in flight on one connection, in the order they were written, and what each reply,
-/// timeout or loss of the connection means for them.
+/// The commands of one client in flight, in the order they were enqueued, with their bytes until
+/// they are written, their deadlines, and what each reply, deadline or loss of the connection means
+/// for them.
 ///
-/// A pure value: it owns no socket and reads no clock. The client keeps it under its lock and does
-/// what its answers say (completes waiters, shuts the socket). Redis answers the commands of one
-/// connection in the order it received them, so the oldest command in flight owns the next reply.
-/// A command is "sent" once its bytes start to go out; a timeout or loss reports that, since the
-/// server may have run a sent command.
+/// A pure value: it owns no socket and reads no clock (every instant is an offset from an origin the
+/// client picks). The client keeps it under its lock and does what its answers say. Redis answers
+/// the commands of one connection in the order it received them, so the oldest command written owns
+/// the next reply.
+///
+/// - **Sent.** A command is "sent" once the connection's thread takes its bytes to write; from then
+///   on the server may run it, and a timeout or a loss says so (erring safe: a rate limit counts it).
+/// - **Deadlines.** Every command of a client has the same timeout, so deadlines come in the order
+///   of the commands: the earliest one still pending is the first live command's, and one timer per
+///   connection suffices (``nextDeadline``).
+/// - **Abandoned.** A command past its deadline fails at once. If it was sent, it stays in line,
+///   abandoned: its reply, when it comes, is discarded, and the connection stays up. If it was not
+///   sent, its bytes are taken back and never written. The connection must go (``dropReason(at:)``)
+///   only when more than ``maxAbandoned`` replies are overdue, or when nothing has been read for
+///   ``connectionTimeout`` while replies are due.
 ///
 /// `Waiter` is what the client completes (a reply slot); tests use plain values.
 struct ReplyPipeline<Waiter: Sendable>: Sendable {
     struct Entry: Sendable {
         let id: UInt64
         let waiter: Waiter
-        var sent = false
+        let deadline: Duration
+        /// The encoded command, until it is taken to be written.
+        fileprivate(set) var bytes: [UInt8]
+        fileprivate(set) var sent = false
+        fileprivate(set) var abandoned = false
     }
 
-    /// The connection the entries were written on; a reply or a loss from an older one is stale.
-    private(set) var generation: UInt64 = 0
-    private(set) var isConnected = false
+    /// How many abandoned commands may wait for their replies before the connection must go.
+    let maxAbandoned: Int
+    /// How long replies may be due with nothing read before the connection must go.
+    let connectionTimeout: Duration
+
     private var entries: [Entry] = []
-    /// The first entry still in flight (entries before it are answered; dropped from time to time).
+    /// The first entry in flight (entries before it are answered; dropped from time to time).
     private var head = 0
+    /// Entries in flight whose bytes are not taken yet: the last ones.
+    private var unsentCount = 0
+    /// Abandoned entries still in flight.
+    private(set) var abandonedCount = 0
+    /// When a reply last came, or when a command was written with nothing due before it.
+    private var lastProgress = Duration.zero
     private var nextID: UInt64 = 0
 
-    /// How many commands are in flight.
-    var count: Int { entries.count - head }
-
-    /// A new connection is up; returns its generation. Nothing may be in flight.
-    mutating func connected() -> UInt64 {
-        precondition(count == 0, "ReplyPipeline: connected with \(count) commands in flight")
-        generation += 1
-        isConnected = true
-        return generation
+    init(maxAbandoned: Int = 64, connectionTimeout: Duration = .seconds(2)) {
+        precondition(maxAbandoned >= 0, "ReplyPipeline: maxAbandoned must not be negative, got \(maxAbandoned)")
+        precondition(connectionTimeout > .zero, "ReplyPipeline: connectionTimeout must be more than zero, got \(connectionTimeout)")
+        self.maxAbandoned = maxAbandoned
+        self.connectionTimeout = connectionTimeout
     }
 
-    /// Adds a command about to be written on connection `generation`; returns its id, or `nil` when
-    /// that connection is gone.
-    mutating func enqueue(_ waiter: Waiter, on generation: UInt64) -> UInt64? {
-        guard isConnected, generation == self.generation else { return nil }
+    /// How many commands are in flight, abandoned ones included.
+    var count: Int { entries.count - head }
+    /// How many written commands wait for their replies, abandoned ones included.
+    var dueCount: Int { count - unsentCount }
+
+    /// Adds a command (`bytes`, due by `deadline`) to write; returns its id.
+    mutating func enqueue(_ waiter: Waiter, bytes: [UInt8], deadline: Duration) -> UInt64 {
         nextID += 1
-        entries.append(Entry(id: nextID, waiter: waiter))
+        entries.append(Entry(id: nextID, waiter: waiter, deadline: deadline, bytes: bytes))
+        unsentCount += 1
         return nextID
     }
 
-    /// Command `id`'s bytes are about to be written: from now on the server may run it, and a
-    /// timeout or loss says it was sent (erring safe: a rate limit counts it). Returns `false` when
-    /// the command already failed (its deadline passed first): then it must not be written.
-    mutating func markSent(_ id: UInt64) -> Bool {
-        guard let index = index(of: id) else { return false }
-        entries[index].sent = true
-        return true
+    /// Takes the bytes of every command not written yet, in order, and marks those commands sent.
+    mutating func takeUnsent(at now: Duration) -> [UInt8] {
+        guard unsentCount > 0 else { return [] }
+        if dueCount == 0 { lastProgress = now }
+        var bytes: [UInt8] = []
+        for index in (entries.count - unsentCount)..<entries.count {
+            bytes += entries[index].bytes
+            entries[index].bytes = []
+            entries[index].sent = true
+        }
+        unsentCount = 0
+        return bytes
     }
 
-    /// Takes back command `id`, whose bytes were never written (the client could not arm its timeout):
-    /// it must be the newest.
-    mutating func withdraw(_ id: UInt64) -> Entry? {
-        guard count > 0, entries[entries.count - 1].id == id else { return nil }
-        return entries.removeLast()
-    }
-
-    /// What a reply on connection `generation` answers.
+    /// What a reply means.
     enum ReplyOutcome: Sendable {
-        /// The oldest command in flight: complete it.
+        /// It answers this command: complete it.
         case answers(Entry)
-        /// The reply came from a connection that is gone: ignore it.
-        case stale
-        /// Nothing was in flight: the stream can no longer be matched, so the connection must go.
+        /// It answers a command that was abandoned: drop it.
+        case discarded
+        /// No command was due: the stream can no longer be matched, so the connection must go.
         case unexpected
     }
 
-    /// A reply came on connection `generation`.
-    mutating func reply(on generation: UInt64) -> ReplyOutcome {
-        guard isConnected, generation == self.generation else { return .stale }
-        guard count > 0 else { return .unexpected }
+    /// A reply came at `now`.
+    mutating func reply(at now: Duration) -> ReplyOutcome {
+        guard dueCount > 0 else { return .unexpected }
         let entry = entries[head]
         head += 1
         if head > 64, head * 2 > entries.count {
             entries.removeSubrange(0..<head)
             head = 0
         }
+        lastProgress = now
+        guard !entry.abandoned else {
+            abandonedCount -= 1
+            return .discarded
+        }
         return .answers(entry)
     }
 
-    /// Command `id` has had no reply by its deadline. The connection must go, since a later reply
-    /// could no longer be matched: returns that command and the others in flight, oldest first, and
-    /// forgets the connection; `nil` when `id` was already answered or failed.
-    mutating func timedOut(_ id: UInt64) -> (command: Entry, others: [Entry])? {
-        guard let index = index(of: id) else { return nil }
-        let entry = entries[index]
-        var others = takeAll()
-        others.removeAll { $0.id == id }
-        return (entry, others)
+    /// Fails the commands whose deadline is `now` or earlier: returns them, oldest first. The sent
+    /// ones stay in line, abandoned; the others are taken out, never to be written.
+    mutating func expire(at now: Duration) -> [Entry] {
+        var expired: [Entry] = []
+        let firstUnsent = entries.count - unsentCount
+        var index = head
+        while index < entries.count, entries[index].abandoned { index += 1 }
+        while index < entries.count, entries[index].deadline <= now {
+            if index < firstUnsent {
+                entries[index].abandoned = true
+                abandonedCount += 1
+            }
+            expired.append(entries[index])
+            index += 1
+        }
+        if index > firstUnsent {
+            entries.removeSubrange(firstUnsent..<index)
+            unsentCount -= index - firstUnsent
+        }
+        return expired
     }
 
-    /// Connection `generation` ended (closed, reset, bad bytes, write failed): returns the commands
-    /// in flight, oldest first, and forgets the connection; nothing when it was already forgotten.
-    mutating func lost(_ generation: UInt64) -> [Entry] {
-        guard isConnected, generation == self.generation else { return [] }
-        return takeAll()
+    /// Why the connection must go at `now`, or `nil` while it may stay.
+    func dropReason(at now: Duration) -> String? {
+        if abandonedCount > maxAbandoned {
+            return "\(abandonedCount) commands timed out with their replies still due"
+        }
+        if dueCount > 0, now - lastProgress >= connectionTimeout {
+            return "nothing was read for \(connectionTimeout) with \(dueCount) replies due"
+        }
+        return nil
     }
 
-    private mutating func takeAll() -> [Entry] {
+    /// The next instant at which ``expire(at:)`` or ``dropReason(at:)`` may have something to say;
+    /// `nil` when nothing is in flight.
+    var nextDeadline: Duration? {
+        let live = entries[head...].first { !$0.abandoned }?.deadline
+        let stalled = dueCount > 0 ? lastProgress + connectionTimeout : nil
+        switch (live, stalled) {
+        case (let live?, let stalled?): return min(live, stalled)
+        case (let live, let stalled): return live ?? stalled
+        }
+    }
+
+    /// The connection ended (closed, reset, bad bytes, a write failed, dropped): returns the live
+    /// commands in flight, oldest first, and forgets every command.
+    mutating func takeAll() -> [Entry] {
         defer {
             entries = []
             head = 0
-            isConnected = false
+            unsentCount = 0
+            abandonedCount = 0
         }
-        return Array(entries[head...])
-    }
-
-    private func index(of id: UInt64) -> Int? {
-        // Ids grow along the array, so the entry, if in flight, is found by binary search.
-        var low = head
-        var high = entries.count
-        while low < high {
-            let middle = (low + high) / 2
-            if entries[middle].id < id { low = middle + 1 } else { high = middle }
-        }
-        return low < entries.count && entries[low].id == id ? low : nil
+        return entries[head...].filter { !$0.abandoned }
     }
 }

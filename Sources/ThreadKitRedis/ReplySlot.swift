@@ -1,18 +1,23 @@
-import Foundation
 import ThreadKit
 
 /// Where one command's result arrives, and how its caller waits for it: a blocked thread, or a
 /// suspended task.
 ///
-/// The first ``complete(_:)`` wins; later ones (a timeout racing a reply) do nothing. Completing
-/// cancels the command's timeout call and wakes the caller: it resumes a continuation or signals a
-/// condition, never runs user code, so the reader thread and the shared timer thread may do it.
+/// The first ``complete(_:)`` wins; later ones (a deadline racing a reply) do nothing. Completing
+/// wakes the caller: it resumes a continuation or signals a condition, never runs user code, so the
+/// connection's thread may do it.
 final class ReplySlot: @unchecked Sendable {
-    // Sendable: `result`, `continuation` and `timer` are guarded by `condition`'s lock.
-    private let condition = NSCondition()
+    // Sendable: `result` and `continuation` are guarded by `condition`'s mutex.
+    private let condition = ModuleCondition()
     private var result: Result<RESPValue, RedisError>?
     private var continuation: CheckedContinuation<Result<RESPValue, RedisError>, Never>?
-    private var timer: TimerHandle?
+    /// The client's own follow-up (never user code), called once with the result, after the lock.
+    private let then: (@Sendable (Result<RESPValue, RedisError>) -> Void)?
+
+    /// A slot; `then`, if any, is the client's follow-up to the result (run by whoever completes it).
+    init(then: (@Sendable (Result<RESPValue, RedisError>) -> Void)? = nil) {
+        self.then = then
+    }
 
     /// Sets the result, if none was set, and wakes the caller.
     func complete(_ result: Result<RESPValue, RedisError>) {
@@ -23,38 +28,31 @@ final class ReplySlot: @unchecked Sendable {
         }
         self.result = result
         let continuation = self.continuation.take()
-        let timer = self.timer.take()
         condition.broadcast()
         condition.unlock()
-        timer?.cancel()
         continuation?.resume(returning: result)
+        then?(result)
     }
 
-    /// Keeps the command's timeout call, to cancel it when the result comes; cancels it at once if
-    /// the result came first.
-    func attach(_ timer: TimerHandle) {
+    /// Blocks the calling thread until the result is in, or until `deadline` on the monotonic clock:
+    /// then the result is `timeout` (the connection's thread fails a command at its deadline; this
+    /// bound holds even if that thread cannot run).
+    func blockingWaitForResult(until deadline: ContinuousClock.Instant, timeout: RedisError) -> Result<RESPValue, RedisError> {
         condition.lock()
-        guard result == nil else {
-            condition.unlock()
-            timer.cancel()
-            return
+        while result == nil {
+            guard condition.wait(until: deadline) || result != nil else {
+                condition.unlock()
+                complete(.failure(timeout))
+                condition.lock()
+                break
+            }
         }
-        self.timer = timer
-        condition.unlock()
-    }
-
-    /// Blocks the calling thread until the result is in. The command's timeout bounds the wait.
-    func blockingWaitForResult() -> Result<RESPValue, RedisError> {
-        condition.lock()
         defer { condition.unlock() }
-        while true {
-            if let result { return result }
-            condition.wait()
-        }
+        return result!
     }
 
-    /// Suspends until the result is in. The command's timeout bounds the wait; cancelling the task
-    /// does not end it early, since the command is already on its way.
+    /// Suspends until the result is in. The connection's thread fails the command at its deadline;
+    /// cancelling the task does not end the wait early, since the command may be on its way.
     func result() async -> Result<RESPValue, RedisError> {
         await withCheckedContinuation { continuation in
             condition.lock()

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import ThreadKitRedis
 import ThreadKitTestSupport
+import ThreadKit
 
 /// A server that is not Redis: on a Unix socket in a temporary folder, it accepts one connection,
 /// reads a command and answers with `reply`, whatever the command was.
@@ -60,11 +61,15 @@ struct RedisClientBadBytesTests {
     func unexpectedReply() async throws {
         let server = try ScriptedServer(reply: "+PONG\r\n+EXTRA\r\n")
         let lines = LogLines()
-        let client = makeClient(.unixSocket(path: server.path), lines: lines)
+        let client = makeClient(.unixSocket(path: server.path), lines: lines, breaker: longBackoff)
         #expect(try await client.send("PING") == .simpleString("PONG"))
         #expect(await eventually(timeout: .seconds(10)) { lines.count(containing: "a reply came with no command waiting for it: \"EXTRA\"") == 1 })
-        // The connection is gone: the next command waits out the back-off or connects anew (and
-        // finds nobody accepting), never reads the stray reply.
-        await #expect(throws: RedisError.self) { _ = try await client.send("PING") }
+        // The connection is gone, and a stray reply counts as a failure: the breaker refuses the
+        // next command at once, which never reads the stray reply.
+        await #expect {
+            _ = try await client.send("PING")
+        } throws: { error in
+            if case .unavailable(_, let lastFailure) = error as? RedisError { lastFailure.contains("no command waiting") } else { false }
+        }
     }
 }

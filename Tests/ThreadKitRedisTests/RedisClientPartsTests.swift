@@ -1,0 +1,130 @@
+import Foundation
+import Testing
+@testable import ThreadKitRedis
+import ThreadKitTestSupport
+import ThreadKit
+
+@Suite("RedisClient's parts: a blocked wait's own bound, poll's timeout, what counts as unavailable")
+struct RedisClientPartsTests {
+    @Test("a blocked wait that nobody completes ends at its own deadline with the given error, and a later completion changes nothing")
+    func blockedWaitEndsAtDeadline() async throws {
+        let slot = ReplySlot()
+        let result = try await onNewThread(limit: .seconds(10)) {
+            slot.blockingWaitForResult(until: ContinuousClock.now + .milliseconds(300), timeout: .timedOut(after: .milliseconds(300), sent: true))
+        }
+        #expect(result == .failure(.timedOut(after: .milliseconds(300), sent: true)))
+        slot.complete(.success(.simpleString("late")))
+        #expect(slot.blockingWaitForResult(until: ContinuousClock.now, timeout: .connectionLost("unused", sent: false)) == result)
+    }
+
+    @Test("a blocked wait ends with the result as soon as it is completed, long before a far deadline")
+    func blockedWaitEndsWithResult() async throws {
+        let slot = ReplySlot()
+        let waiting = Counter()
+        async let result = onNewThread(limit: .seconds(10)) { () -> Result<RESPValue, RedisError> in
+            waiting.increment()
+            return slot.blockingWaitForResult(until: ContinuousClock.now + .seconds(3_600), timeout: .timedOut(after: .seconds(3_600), sent: true))
+        }
+        #expect(await eventually { waiting.value == 1 })
+        slot.complete(.success(.integer(7)))
+        #expect(try await result == .success(.integer(7)))
+    }
+
+    @Test("poll's timeout is whole milliseconds rounded up, zero for a past deadline, -1 for none, and saturates instead of overflowing")
+    func pollMilliseconds() {
+        #expect(RedisConnection.pollMilliseconds(nil) == -1)
+        #expect(RedisConnection.pollMilliseconds(.zero) == 0)
+        #expect(RedisConnection.pollMilliseconds(.milliseconds(-5)) == 0)
+        #expect(RedisConnection.pollMilliseconds(.nanoseconds(1)) == 1)
+        #expect(RedisConnection.pollMilliseconds(.milliseconds(100)) == 100)
+        #expect(RedisConnection.pollMilliseconds(.microseconds(100_001)) == 101)
+        #expect(RedisConnection.pollMilliseconds(.seconds(2_147_483)) == Int32.max)
+        #expect(RedisConnection.pollMilliseconds(.seconds(Int64.max)) == Int32.max)
+        #expect(RedisConnection.pollMilliseconds(.seconds(2_147_482)) == 2_147_482_000)
+    }
+
+    @Test("LOADING, BUSY, MASTERDOWN, READONLY and every failure to get an answer are 'unavailable'; a command's own error is not")
+    func unavailableClassification() {
+        let unavailable: [RedisError] = [
+            .server("LOADING Redis is loading the dataset in memory"),
+            .server("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."),
+            .server("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."),
+            .server("READONLY You can't write against a read only replica."),
+            .timedOut(after: .milliseconds(100), sent: true),
+            .connectionRefused(address: "unix:/x", reason: "Connection refused"),
+            .connectionLost("the server closed the connection", sent: false),
+            .unavailable(retryIn: .milliseconds(10), lastFailure: "refused"),
+        ]
+        let ownErrors: [RedisError] = [
+            .server("ERR unknown command 'NOSUCH'"),
+            .server("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            .server("BUSYKEY Target key name already exists."),
+            .server("NOSCRIPT No matching script. Please use EVAL."),
+            .server("ERR user_script:1: Script attempted to access nonexistent global variable 'x'"),
+        ]
+        #expect(unavailable.allSatisfy { $0.isUnavailable })
+        #expect(!ownErrors.contains { $0.isUnavailable })
+    }
+}
+
+@Suite("RedisClient drops a connection that stopped answering", .needsRedisServer, .timeLimit(.minutes(1)))
+struct RedisClientStalledTests {
+    @Test("with the server stopped, the connection is dropped once nothing was read for the connection timeout, and made again after SIGCONT")
+    func stalledConnectionDropped() async throws {
+        try await withRedisServer { (server: RedisServer) async throws -> Void in
+            let lines = LogLines()
+            let client = makeClient(server.address, timeout: .milliseconds(300), lines: lines, connectionTimeout: .milliseconds(600))
+            let warm = makeClient(server.address)
+            #expect(try await warm.send("PING") == .simpleString("PONG"))
+            #expect(await pingUntilAnswered(client))
+            server.pause()
+            defer { server.resume() }
+            await #expect(throws: RedisError.timedOut(after: .milliseconds(300), sent: true)) { _ = try await client.send("PING") }
+            #expect(await eventually(timeout: .seconds(10)) { lines.count(containing: "dropped the connection: nothing was read for 0.6 seconds with 1 replies due") == 1 },
+                    "\(lines.all)")
+            server.resume()
+            #expect(await pingUntilAnswered(client))
+            #expect(lines.count(containing: "connected to") == 2, "\(lines.all)")
+        }
+    }
+
+    @Test("more overdue replies than maxAbandoned drop the connection")
+    func tooManyAbandonedDropped() async throws {
+        try await withRedisServer { (server: RedisServer) async throws -> Void in
+            let lines = LogLines()
+            let client = RedisClient(server.address, commandTimeout: .seconds(1),
+                                     breaker: CircuitBreaker(failureThreshold: 1, baseBackoff: .milliseconds(20), maxBackoff: .milliseconds(200)),
+                                     maxAbandoned: 2, connectionTimeout: .seconds(60), observeLog: { lines.append($0) })
+            #expect(await pingUntilAnswered(client))
+            server.pause()
+            defer { server.resume() }
+            // Three commands written before the first timeout opens the breaker (a fire-and-forget
+            // command counts too): all three time out together, one more than maxAbandoned.
+            try client.sendAndForget("ECHO", "1")
+            try client.sendAndForget("ECHO", "2")
+            await #expect(throws: RedisError.timedOut(after: .seconds(1), sent: true)) { _ = try await client.send("ECHO", "3") }
+            #expect(await eventually(timeout: .seconds(10)) { lines.count(containing: "dropped the connection: 3 commands timed out with their replies still due") == 1 },
+                    "\(lines.all)")
+        }
+    }
+}
+
+@Suite("RedisClient's fire-and-forget scripts", .needsRedisServer, .timeLimit(.minutes(1)))
+struct RedisClientForgetTests {
+    @Test("evaluateAndForget returns at once, and the script runs even when the server's cache lost it (NOSCRIPT, then EVAL)")
+    func evaluateAndForgetFallsBack() async throws {
+        try await withRedisServer { (server: RedisServer) async throws -> Void in
+            let lines = LogLines()
+            let client = makeClient(server.address, lines: lines)
+            let script = RedisScript("return redis.call('INCR', KEYS[1])")
+            let key = RedisLimitKeys("forget").key("count")
+            try client.evaluateAndForget(script, keys: [key])
+            #expect(await eventually(timeout: .seconds(10)) { lines.count(containing: "NOSCRIPT") == 1 })
+            // A reply after the fallback's in the pipeline: the fallback ran.
+            #expect(try await client.send("GET", key).string == "1")
+            try client.evaluateAndForget(script, keys: [key])
+            #expect(try await client.send("GET", key).string == "2")
+            #expect(lines.count(containing: "NOSCRIPT") == 1)
+        }
+    }
+}
