@@ -89,10 +89,19 @@ import LoopbackHTTPServer
             limit.rlim_cur = rlim_t(highest + 8)
             #expect(setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0, "setrlimit: \(errno)")
             var fillers: [Int32] = []
-            while true {
-                let copy = dup(client)
-                guard copy >= 0 else { break }
-                fillers.append(copy)
+            func fill() {
+                while true {
+                    let copy = dup(client)
+                    guard copy >= 0 else { break }
+                    fillers.append(copy)
+                }
+            }
+            // Filled three times, 20 ms apart: a descriptor another thread of this process
+            // held for a moment during the first fill (the test runtime's, Foundation's) is
+            // taken once it is closed, so none is free when the connection arrives.
+            for _ in 0..<3 {
+                fill()
+                _ = poll(nil, 0, 20)
             }
             // The server's accept now fails with EMFILE for as long as the connection waits.
             #expect(LoopbackSocket.connect(client, to: "127.0.0.1", port: server.port), "connect: \(errno)")
