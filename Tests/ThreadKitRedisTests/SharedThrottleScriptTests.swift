@@ -208,6 +208,20 @@ struct SharedThrottleScriptTests {
         }
     }
 
+    @Test("Both keys live as long as the state matters (here the window, 120 s) plus one minute, and then go")
+    func ttlCoversTheState() async throws {
+        try await withRedisServer { server async throws in
+            let script = ThrottleScriptHarness(server)
+            _ = try await script.reserve(0, gap: 30_000_000, limit: (2, 120_000_000))
+            let state = try await script.stored()
+            // 120 s of window + 60 s of grace, counted down since the call.
+            #expect((170_000...180_000).contains(state.stateTTL) && (170_000...180_000).contains(state.logTTL), "\(state)")
+            let short = ThrottleScriptHarness(server, key: "short")
+            #expect(try await short.pause(1_000, now: 0) == 1_000)
+            #expect((59_000...60_001).contains(try await short.stored().stateTTL))
+        }
+    }
+
     @Test("Without an explicit now the script reads Redis's TIME, in microseconds")
     func readsRedisTime() async throws {
         try await withRedisServer { server async throws in
@@ -291,6 +305,12 @@ struct SharedThrottleCallTests {
         #expect(SharedThrottleCall(.pause(duration: .min), now: 1).arguments == ["pause", "1", "-9007199254740991"])
         #expect(SharedThrottleCall(.finished(token: 12)).arguments == ["finished", "", "12"])
         #expect(SharedThrottleCall(.recordConsumed(gap: 5, monitor: .concurrent, limit: nil)).arguments == ["consume", "", "5", "concurrent", "0", "0"])
+    }
+
+    @Test("The script's two keys carry the limit's hash tag, so a Redis Cluster keeps them on one node")
+    func keysShareTheHashTag() {
+        let keys = SharedThrottleScript.keys(RedisLimitKeys("api.example.com"))
+        #expect(keys == ["threadkit:{api.example.com}:throttle", "threadkit:{api.example.com}:throttle:log"])
     }
 
     @Test("A reply the script never gives is a BadReply that quotes it, never a trap")
