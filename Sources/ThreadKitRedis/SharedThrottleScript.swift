@@ -19,7 +19,9 @@
 /// **Arguments.** `ARGV[1]` is the operation; `ARGV[2]` is `now` in microseconds, or empty, and
 /// production calls leave it empty: the script then reads Redis's `TIME`. An explicit `now` is for
 /// tests, which drive the rules with made-up times. Either way `now = max(now, lastNow)`: a clock
-/// that steps back does not move decisions back. Then, by operation (``SharedThrottleCall`` encodes
+/// that steps back does not move decisions back (the mark lives with the state: a server restarted
+/// without persistence, or a failover to a replica that lacks the last writes, starts afresh, and a
+/// clock stepping forward is believed). Then, by operation (``SharedThrottleCall`` encodes
 /// them):
 /// - `reserve gap monitor count window horizon leaseTTL holding` → `{"reserved", at, wait[, token]}`,
 ///   `{"declined", retryIn}` or `{"mismatch", monitor, count, window}` (the stored limit differs);
@@ -31,7 +33,10 @@
 /// ±(2⁵³−1), so a gap or pause of `.seconds(Int64.max)` comes back as that "never", not wrapped;
 /// numbers go into keys and arguments through `string.format('%d', x)` (never `tostring`, which
 /// keeps 14 digits). A declined request is asked again no sooner than 1 ms later. Bad arguments are
-/// an error reply (`ERR threadkit shared throttle: …`), sent before anything is written.
+/// an error reply (`ERR threadkit shared throttle: …`), sent before anything is written: a bug in the
+/// caller, unlike the errors that mean Redis cannot decide now (`LOADING`, `BUSY`, `MASTERDOWN`,
+/// `READONLY`, `OOM` under `maxmemory-policy noeviction`, which a limit's keys need: an evicted
+/// state would let starts through).
 enum SharedThrottleScript {
     /// The script, by its SHA-1 (`EVALSHA`, falling back to `EVAL` on `NOSCRIPT`).
     static let script = RedisScript(source)
