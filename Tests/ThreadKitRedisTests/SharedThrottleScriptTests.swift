@@ -333,3 +333,31 @@ struct SharedThrottleCallTests {
         #expect(try reserve.decode(good) == .reserved(at: 7, wait: 2, token: 3))
     }
 }
+
+/// The codec's preconditions: a call the script would refuse stops in the caller, naming the argument.
+@Suite("SharedThrottleCall's preconditions")
+struct SharedThrottleCallPreconditionTests {
+    @Test("A horizon of zero stops, naming it (a zero horizon would decline with no wait, a busy loop)")
+    func zeroHorizon() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = SharedThrottleCall(.reserve(gap: 0, monitor: .concurrent, limit: nil, horizon: 0, leaseTTL: 1, holding: nil))
+        }
+        expectMessage(result, contains: ["SharedThrottleCall: horizon must be more than zero, got 0"])
+    }
+
+    @Test("A negative gap stops, naming it")
+    func negativeGap() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = SharedThrottleCall(.recordConsumed(gap: -1, monitor: .serial, limit: nil))
+        }
+        expectMessage(result, contains: ["SharedThrottleCall: gap must not be negative, got -1"])
+    }
+
+    @Test("A token beyond 2^53-1 stops, naming it (Lua could not hold it exactly)")
+    func hugeToken() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = SharedThrottleCall(.finished(token: UInt64(1) << 53))
+        }
+        expectMessage(result, contains: ["SharedThrottleCall: a token is in 1...2^53-1, got 9007199254740992"])
+    }
+}
