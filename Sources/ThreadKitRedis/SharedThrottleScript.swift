@@ -1,0 +1,212 @@
+/// The Lua script that takes a shared throttle's start decisions on Redis: ThreadKit's
+/// `SharedThrottle` model, rule by rule, one atomic step per run, on Redis's clock.
+///
+/// **Keys** (``keys(_:)``), both under the limit's hash tag, so that a Redis Cluster keeps them on
+/// one node:
+/// - `threadkit:{<key>}:throttle`, a hash: `lastNow` (the clock's high-water mark), `lastStart`,
+///   `lastGap`, `lastEnd`, the `.serial` lease (`token`, `expiry`, `running`), `pausedUntil`,
+///   `lastToken`, and the limit every process must share (`monitor`, `count`, `window`);
+/// - `threadkit:{<key>}:throttle:log`, a list of the latest starts, oldest first, trimmed to exactly
+///   `count` entries. A list rather than a sorted set: starts are recorded in time order (each at or
+///   after the one before), several may share one microsecond (a sorted set would merge equal
+///   members), appending and trimming cost O(1) per start, and the oldest of the window is
+///   `LINDEX -count`.
+///
+/// Every run sets both keys' TTL to the time the state stops mattering (the last start's gap, the
+/// log's window, the pause, the lease, whichever is last) plus one minute of grace, so a limit that
+/// nobody uses leaves nothing behind.
+///
+/// **Arguments.** `ARGV[1]` is the operation; `ARGV[2]` is `now` in microseconds, or empty, and
+/// production calls leave it empty: the script then reads Redis's `TIME`. An explicit `now` is for
+/// tests, which drive the rules with made-up times. Either way `now = max(now, lastNow)`: a clock
+/// that steps back does not move decisions back (the mark lives with the state: a server restarted
+/// without persistence, or a failover to a replica that lacks the last writes, starts afresh, and a
+/// clock stepping forward is believed). Then, by operation (``SharedThrottleCall`` encodes
+/// them):
+/// - `reserve gap monitor count window horizon leaseTTL holding` → `{"reserved", at, wait[, token]}`,
+///   `{"declined", retryIn}` or `{"mismatch", monitor, count, window}` (the stored limit differs);
+/// - `finished token` → `1` when the token held the lease, else `0`;
+/// - `pause duration` → the pause in force afterwards (`0`: none); a pause is never shortened;
+/// - `consume gap monitor count window` → the start recorded (or the mismatch reply).
+///
+/// **Numbers.** Lua's numbers are doubles, exact up to 2⁵³: every microsecond value is clamped to
+/// ±(2⁵³−1), so a gap or pause of `.seconds(Int64.max)` comes back as that "never", not wrapped;
+/// numbers go into keys and arguments through `string.format('%d', x)` (never `tostring`, which
+/// keeps 14 digits). A declined request is asked again no sooner than 1 ms later. Bad arguments are
+/// an error reply (`ERR threadkit shared throttle: …`), sent before anything is written: a bug in the
+/// caller, unlike the errors that mean Redis cannot decide now (`LOADING`, `BUSY`, `MASTERDOWN`,
+/// `READONLY`, `OOM` under `maxmemory-policy noeviction`, which a limit's keys need: an evicted
+/// state would let starts through).
+enum SharedThrottleScript {
+    /// The script, by its SHA-1 (`EVALSHA`, falling back to `EVAL` on `NOSCRIPT`).
+    static let script = RedisScript(source)
+
+    /// The keys of the limit `keys`, in the order the script takes them.
+    static func keys(_ keys: RedisLimitKeys) -> [String] {
+        [keys.key("throttle"), keys.key("throttle:log")]
+    }
+
+    /// The Lua source.
+    static let source = #"""
+        local MAX = 9007199254740991
+        local MIN_RETRY = 1000
+        local GRACE = 60000000
+        local stateKey, logKey = KEYS[1], KEYS[2]
+        local fields = {'lastNow', 'lastStart', 'lastGap', 'lastEnd', 'token', 'expiry', 'running',
+          'pausedUntil', 'lastToken', 'monitor', 'count', 'window'}
+
+        local function fail(message)
+          error({err = 'ERR threadkit shared throttle: ' .. message})
+        end
+        local function clamp(x)
+          if x > MAX then return MAX elseif x < -MAX then return -MAX end
+          return x
+        end
+        local function fmt(x) return string.format('%d', x) end
+        local function integer(index, name, least)
+          local x = tonumber(ARGV[index])
+          if x == nil or x ~= x or x ~= math.floor(x) then
+            fail(name .. ' must be an integer, got "' .. tostring(ARGV[index]) .. '"')
+          end
+          x = clamp(x)
+          if x < least then fail(name .. ' must be at least ' .. fmt(least) .. ', got ' .. fmt(x)) end
+          return x
+        end
+        local function limitArguments()
+          local gap, monitor = integer(3, 'gap', 0), ARGV[4]
+          if monitor ~= 'concurrent' and monitor ~= 'serial' then
+            fail('monitor must be concurrent or serial, got "' .. tostring(monitor) .. '"')
+          end
+          return gap, monitor, integer(5, 'count', 0), integer(6, 'window', 0)
+        end
+
+        local now
+        if ARGV[2] == nil or ARGV[2] == '' then
+          local time = redis.call('TIME')
+          now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+        else
+          now = integer(2, 'now', 0)
+        end
+
+        local s = {}
+        local stored = redis.call('HMGET', stateKey, unpack(fields))
+        for i, name in ipairs(fields) do
+          local value = stored[i]
+          if value then
+            if name == 'monitor' then s[name] = value else s[name] = tonumber(value) end
+          end
+        end
+        if s.lastNow and s.lastNow > now then now = s.lastNow end
+        s.lastNow = now
+        s.lastGap = s.lastGap or 0
+        -- An expired lease: its start is taken to have ended at the expiry.
+        if s.token and s.expiry <= now then
+          s.lastEnd = s.expiry
+          s.token, s.expiry, s.running = nil, nil, nil
+        end
+        if s.pausedUntil and s.pausedUntil <= now then s.pausedUntil = nil end
+
+        local function sameLimit(monitor, count, window)
+          if s.monitor == nil then
+            s.monitor, s.count, s.window = monitor, count, window
+            return true
+          end
+          return s.monitor == monitor and s.count == count and s.window == window
+        end
+        local function mismatch() return {'mismatch', s.monitor, s.count, s.window} end
+        local function record(at, gap)
+          s.lastStart, s.lastGap, s.lastEnd = at, gap, nil
+          if s.count > 0 then
+            redis.call('RPUSH', logKey, fmt(at))
+            redis.call('LTRIM', logKey, fmt(-s.count), '-1')
+          end
+        end
+
+        local function reserve()
+          local gap, monitor, count, window = limitArguments()
+          local horizon, leaseTTL = integer(7, 'horizon', 1), integer(8, 'lease TTL', 1)
+          local holding = nil
+          if ARGV[9] ~= nil and ARGV[9] ~= '' then holding = integer(9, 'holding token', 1) end
+          if not sameLimit(monitor, count, window) then return mismatch() end
+          local at = math.max(now, s.pausedUntil or now)
+          if monitor == 'serial' and s.token and s.token ~= holding then
+            return {'declined', math.max(math.min(s.expiry - now, horizon), MIN_RETRY)}
+          end
+          if s.lastStart then
+            local from = s.lastStart
+            if monitor == 'serial' then from = s.lastEnd or s.lastStart end
+            at = math.max(at, clamp(from + s.lastGap))
+          end
+          if count > 0 and redis.call('LLEN', logKey) >= count then
+            at = math.max(at, clamp(tonumber(redis.call('LINDEX', logKey, fmt(-count))) + window))
+          end
+          local wait = at - now
+          if wait > horizon then return {'declined', math.max(wait - horizon, MIN_RETRY)} end
+          record(at, gap)
+          if monitor ~= 'serial' then return {'reserved', at, wait} end
+          local expiry = clamp(at + leaseTTL)
+          if s.token then
+            s.running = s.running + 1
+            s.expiry = math.max(s.expiry, expiry)
+          else
+            s.lastToken = (s.lastToken or 0) + 1
+            s.token, s.expiry, s.running = s.lastToken, expiry, 1
+          end
+          return {'reserved', at, wait, s.token}
+        end
+
+        local function finished()
+          local token = integer(3, 'token', 1)
+          if s.token ~= token then return 0 end
+          s.lastEnd = math.max(now, s.lastStart or now)
+          s.running = s.running - 1
+          if s.running <= 0 then s.token, s.expiry, s.running = nil, nil, nil end
+          return 1
+        end
+
+        local function pause()
+          local untilTime = clamp(now + integer(3, 'duration', -MAX))
+          if untilTime > now then s.pausedUntil = math.max(s.pausedUntil or untilTime, untilTime) end
+          return s.pausedUntil or 0
+        end
+
+        local function consume()
+          local gap, monitor, count, window = limitArguments()
+          if not sameLimit(monitor, count, window) then return mismatch() end
+          record(math.max(now, s.lastStart or now), gap)
+          s.lastEnd = s.lastStart
+          return s.lastStart
+        end
+
+        local function save()
+          local latest = now
+          local function later(x) if x and x > latest then latest = x end end
+          if s.lastStart then later(clamp(s.lastStart + s.lastGap)) end
+          if s.lastEnd then later(clamp(s.lastEnd + s.lastGap)) end
+          later(s.pausedUntil)
+          later(s.expiry)
+          local newest = redis.call('LINDEX', logKey, '-1')
+          if newest and s.window then later(clamp(tonumber(newest) + s.window)) end
+          local milliseconds = fmt(math.ceil((latest - now + GRACE) / 1000))
+          local values = {}
+          for _, name in ipairs(fields) do
+            local value = s[name]
+            if value ~= nil then
+              values[#values + 1] = name
+              if type(value) == 'string' then values[#values + 1] = value else values[#values + 1] = fmt(value) end
+            end
+          end
+          redis.call('DEL', stateKey)
+          redis.call('HSET', stateKey, unpack(values))
+          redis.call('PEXPIRE', stateKey, milliseconds)
+          if newest then redis.call('PEXPIRE', logKey, milliseconds) end
+        end
+
+        local operations = {reserve = reserve, finished = finished, pause = pause, consume = consume}
+        local operation = operations[ARGV[1]]
+        if operation == nil then fail('unknown operation "' .. tostring(ARGV[1]) .. '"') end
+        local reply = operation()
+        save()
+        return reply
+        """#
+}
