@@ -1,49 +1,44 @@
 import ThreadKit
 
-/// One run of ``SharedThrottleScript``: an operation with its arguments in microseconds, encoded as
-/// the script's `ARGV`, and the script's reply, decoded.
+/// One run of ``SharedThrottleScript``: an operation of ThreadKit's `SharedThrottle` model with its
+/// arguments in microseconds, encoded as the script's `ARGV`, and the script's reply, decoded into
+/// the model's own answer.
 ///
 /// Every microsecond value is clamped to ±(2⁵³−1), the integers a Lua number holds exactly, before it
 /// is sent (the script clamps again what it computes); a reply that is not one the script gives is a
 /// ``BadReply``, never a trap.
 struct SharedThrottleCall: Sendable, Equatable {
     /// The largest microsecond value the script keeps: 2⁵³−1 (about 285 years), "never".
-    static let maxMicroseconds: Int64 = (1 << 53) - 1
+    static let maxMicroseconds = SharedThrottle.microsecondLimit
 
     /// At most `count` starts in any sliding window of `window` microseconds.
-    struct Limit: Sendable, Equatable {
-        var count: Int
-        var window: Int64
-    }
+    typealias Limit = SharedThrottle.Limit
 
-    /// What the script is asked to do.
+    /// What the script is asked to do: each case is the model's function of the same name, with the
+    /// same arguments but `now`, which the call carries (or Redis's `TIME` gives).
     enum Operation: Sendable, Equatable {
         /// Decide the next start: `SharedThrottle.request(_:)`.
         case reserve(
             gap: Int64, monitor: ThrottledQueue.Monitor, limit: Limit?, horizon: Int64, leaseTTL: Int64, holding: UInt64?)
         /// A `.serial` start holding `token` ended, or was given up unused: `SharedThrottle.finished(token:now:)`.
         case finished(token: UInt64)
-        /// No start for `duration` from now; a later pause in force stays: `SharedThrottle.pause(until:now:)`.
+        /// No start for `duration` from now; a later pause in force stays: `SharedThrottle.pause(for:now:)`.
         case pause(duration: Int64)
         /// A start that took no reservation (a timed-out command counted as run):
-        /// `SharedThrottle.recordConsumed(at:gap:count:)`.
+        /// `SharedThrottle.recordConsumed(at:gap:rules:)`.
         case recordConsumed(gap: Int64, monitor: ThrottledQueue.Monitor, limit: Limit?)
     }
 
-    /// The script's answer.
+    /// The script's answer: the model's.
     enum Reply: Sendable, Equatable {
-        /// The start is recorded at `at`, `wait` after the script's `now`; a `.serial` start holds `token`.
-        case reserved(at: Int64, wait: Int64, token: UInt64?)
-        /// Nothing was recorded; ask again `retryIn` microseconds later (at least 1 ms).
-        case declined(retryIn: Int64)
-        /// Nothing was recorded: the limit's state was made by processes with another monitor or limit.
-        case mismatch(monitor: ThrottledQueue.Monitor, limit: Limit?)
-        /// Whether the token held the lease.
+        /// The answer to ``Operation/reserve(gap:monitor:limit:horizon:leaseTTL:holding:)``.
+        case decision(SharedThrottle.Decision)
+        /// Whether the token held the lease (an expired lease's did not).
         case finished(Bool)
         /// The pause in force after the call, `nil` for none.
         case paused(until: Int64?)
-        /// The start recorded for a consumed request.
-        case consumed(at: Int64)
+        /// Whether the consumed start was recorded: not under other rules than the stored ones.
+        case consumed(Bool)
     }
 
     /// A reply the script never gives.
@@ -82,14 +77,14 @@ struct SharedThrottleCall: Sendable, Equatable {
         let clock = now.map { Self.clamped($0) } ?? ""
         switch operation {
         case .reserve(let gap, let monitor, let limit, let horizon, let leaseTTL, let holding):
-            return ["reserve", clock] + Self.limitArguments(gap, monitor, limit)
+            return ["reserve", clock] + Self.rulesArguments(gap, monitor, limit)
                 + [Self.clamped(horizon), Self.clamped(leaseTTL), holding.map { String($0) } ?? ""]
         case .finished(let token):
             return ["finished", clock, String(token)]
         case .pause(let duration):
             return ["pause", clock, Self.clamped(duration)]
         case .recordConsumed(let gap, let monitor, let limit):
-            return ["consume", clock] + Self.limitArguments(gap, monitor, limit)
+            return ["consume", clock] + Self.rulesArguments(gap, monitor, limit)
         }
     }
 
@@ -106,31 +101,43 @@ struct SharedThrottleCall: Sendable, Equatable {
         try decode(client.evaluateSync(SharedThrottleScript.script, keys: SharedThrottleScript.keys(keys), arguments: arguments))
     }
 
+    /// Sends the call on `client` without waiting for its reply (see `RedisClient.evaluateAndForget`).
+    ///
+    /// - Throws: ``RedisError`` when the client refuses it at once.
+    func runAndForget(on client: RedisClient, keys: RedisLimitKeys) throws(RedisError) {
+        try client.evaluateAndForget(SharedThrottleScript.script, keys: SharedThrottleScript.keys(keys), arguments: arguments)
+    }
+
     /// The script's reply to this call.
     ///
     /// - Throws: ``BadReply`` for a reply the script does not give to this operation.
     func decode(_ reply: RESPValue) throws(BadReply) -> Reply {
         switch operation {
-        case .reserve, .recordConsumed:
-            if case .recordConsumed = operation, let at = reply.integer { return .consumed(at: at) }
-            return try Self.decodeDecision(reply)
+        case .reserve:
+            return .decision(try Self.decodeDecision(reply))
         case .finished:
-            guard let accepted = reply.integer, accepted == 0 || accepted == 1 else { throw Self.bad("0 or 1", reply) }
-            return .finished(accepted == 1)
+            return .finished(try Self.decodeFlag(reply))
+        case .recordConsumed:
+            return .consumed(try Self.decodeFlag(reply))
         case .pause:
             guard let until = reply.integer, until >= 0 else { throw Self.bad("a time", reply) }
             return .paused(until: until == 0 ? nil : until)
         }
     }
 
-    private static func decodeDecision(_ reply: RESPValue) throws(BadReply) -> Reply {
+    private static func decodeFlag(_ reply: RESPValue) throws(BadReply) -> Bool {
+        guard let flag = reply.integer, flag == 0 || flag == 1 else { throw bad("0 or 1", reply) }
+        return flag == 1
+    }
+
+    private static func decodeDecision(_ reply: RESPValue) throws(BadReply) -> SharedThrottle.Decision {
         let elements = reply.array ?? []
         let numbers = elements.dropFirst().map(\.integer)
         switch (elements.first?.string, numbers.count) {
         case ("reserved", 2), ("reserved", 3):
             guard let at = numbers[0], let wait = numbers[1], wait >= 0 else { break }
             guard numbers.count == 3 else { return .reserved(at: at, wait: wait, token: nil) }
-            guard let token = numbers[2], token > 0 else { break }
+            guard let token = numbers[2], token > 0, token <= maxMicroseconds else { break }
             return .reserved(at: at, wait: wait, token: UInt64(token))
         case ("declined", 1):
             guard let retryIn = numbers[0], retryIn > 0 else { break }
@@ -142,8 +149,9 @@ struct SharedThrottleCall: Sendable, Equatable {
             case "serial": monitor = .serial
             default: throw bad("a monitor", reply)
             }
-            guard let count = elements[2].integer, let window = elements[3].integer, count >= 0 else { break }
-            return .mismatch(monitor: monitor, limit: count == 0 ? nil : Limit(count: Int(count), window: window))
+            guard let count = elements[2].integer, let window = elements[3].integer, count >= 0, count <= Int32.max else { break }
+            let limit = count == 0 ? nil : Limit(count: Int(count), window: window)
+            return .mismatch(stored: SharedThrottle.Rules(monitor: monitor, limit: limit))
         default:
             break
         }
@@ -154,13 +162,13 @@ struct SharedThrottleCall: Sendable, Equatable {
         BadReply(description: "the shared throttle script answered \(reply), not \(expected)")
     }
 
-    private static func limitArguments(_ gap: Int64, _ monitor: ThrottledQueue.Monitor, _ limit: Limit?) -> [String] {
+    private static func rulesArguments(_ gap: Int64, _ monitor: ThrottledQueue.Monitor, _ limit: Limit?) -> [String] {
         [clamped(gap), monitor == .serial ? "serial" : "concurrent", String(limit?.count ?? 0), clamped(limit?.window ?? 0)]
     }
 
     /// `value` clamped to ±(2⁵³−1), in decimal.
     private static func clamped(_ value: Int64) -> String {
-        String(min(max(value, -maxMicroseconds), maxMicroseconds))
+        String(value.clampedToMicrosecondLimit)
     }
 
     private static func check(gap: Int64, limit: Limit?) {

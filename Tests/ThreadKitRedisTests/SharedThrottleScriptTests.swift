@@ -40,10 +40,10 @@ struct SharedThrottleScriptTests {
             #expect(try await script.stored().log == [20, 1_000, 1_010])
             // Two starts in one microsecond are two entries (a sorted set would merge them).
             let other = ThrottleScriptHarness(server, key: "other")
-            for _ in 0..<2 { _ = try await other.reserve(5, gap: 0, limit: (4, 500)) }
+            for _ in 0..<2 { _ = try await other.reserve(5, gap: 0, limit: (4, 3_500)) }
             #expect(try await other.stored().log == [5, 5])
             for now in stride(from: Int64(0), to: 100_000, by: 1_000) {
-                _ = try await other.reserve(now, gap: 0, limit: (4, 500))
+                _ = try await other.reserve(now, gap: 0, limit: (4, 3_500))
                 try await other.expectBounded(count: 4)
             }
             #expect(try await other.stored().log == [96_000, 97_000, 98_000, 99_000])
@@ -143,16 +143,15 @@ struct SharedThrottleScriptTests {
             _ = try await script.reserve(0, gap: 100, limit: (5, 1_000))
             let before = try await script.stored()
             #expect(try await script.reserve(10, monitor: .serial, limit: (5, 1_000))
-                == .mismatch(monitor: .concurrent, limit: .init(count: 5, window: 1_000)))
-            #expect(try await script.reserve(10, limit: (4, 1_000)) == .mismatch(monitor: .concurrent, limit: .init(count: 5, window: 1_000)))
-            #expect(try await script.reserve(10, limit: nil) == .mismatch(monitor: .concurrent, limit: .init(count: 5, window: 1_000)))
-            #expect(try await script.run(.recordConsumed(gap: 0, monitor: .concurrent, limit: nil), now: 10)
-                == .mismatch(monitor: .concurrent, limit: .init(count: 5, window: 1_000)))
+                == .mismatch(stored: .init(monitor: .concurrent, limit: .init(count: 5, window: 1_000))))
+            #expect(try await script.reserve(10, limit: (4, 1_000)) == .mismatch(stored: .init(monitor: .concurrent, limit: .init(count: 5, window: 1_000))))
+            #expect(try await script.reserve(10, limit: nil) == .mismatch(stored: .init(monitor: .concurrent, limit: .init(count: 5, window: 1_000))))
+            #expect(try await script.run(.recordConsumed(gap: 0, monitor: .concurrent, limit: nil), now: 10) == .consumed(false))
             let after = try await script.stored()
             #expect(after.log == before.log && after.number("lastStart") == before.number("lastStart"))
             let other = ThrottleScriptHarness(server, key: "serial")
             _ = try await other.reserve(0, monitor: .serial)
-            #expect(try await other.reserve(10, monitor: .concurrent) == .mismatch(monitor: .serial, limit: nil))
+            #expect(try await other.reserve(10, monitor: .concurrent) == .mismatch(stored: .init(monitor: .serial, limit: nil)))
         }
     }
 
@@ -161,7 +160,7 @@ struct SharedThrottleScriptTests {
         try await withRedisServer { server async throws in
             let script = ThrottleScriptHarness(server)
             let limit = SharedThrottleCall.Limit(count: 2, window: 1_000)
-            #expect(try await script.run(.recordConsumed(gap: 300, monitor: .serial, limit: limit), now: 50) == .consumed(at: 50))
+            #expect(try await script.run(.recordConsumed(gap: 300, monitor: .serial, limit: limit), now: 50) == .consumed(true))
             let state = try await script.stored()
             #expect(state.number("lastStart") == 50 && state.number("lastEnd") == 50 && state.log == [50])
             guard case .reserved(350, 290, _?) = try await script.reserve(60, gap: 0, monitor: .serial, limit: (2, 1_000)) else {
@@ -169,6 +168,57 @@ struct SharedThrottleScriptTests {
                 return
             }
             try await script.expectBounded(count: 2)
+        }
+    }
+
+    @Test("Once nothing binds, the state goes (its rules and log with it); the token counter stays, and starts above the clock")
+    func stateExpiresTokensStay() async throws {
+        try await withRedisServer { server async throws in
+            let script = ThrottleScriptHarness(server)
+            guard case .reserved(1_000, 0, let token?) = try await script.reserve(1_000, gap: 300, monitor: .serial, limit: (2, 5_000)) else {
+                Issue.record("no lease")
+                return
+            }
+            #expect(token == 1_001)
+            #expect(try await script.finished(token, now: 1_400))
+            // Another configuration is refused while the state binds (the window runs to 6,000)...
+            #expect(try await script.reserve(5_999, gap: 0) == .mismatch(stored: .init(monitor: .serial, limit: .init(count: 2, window: 5_000))))
+            // ...and taken once it has gone.
+            #expect(try await script.reserve(6_000, gap: 0) == .reserved(at: 6_000, wait: 0, token: nil))
+            var state = try await script.stored()
+            #expect(state.fields["monitor"] == "concurrent" && state.fields["count"] == "0" && state.log.isEmpty)
+            #expect(state.lastToken == token)
+            #expect(state.logTTL == -2)
+            // Back to .serial after that state went too: the counter goes on from the last token.
+            guard case .reserved(_, _, let next?) = try await script.reserve(7_000, monitor: .serial) else {
+                Issue.record("no lease")
+                return
+            }
+            #expect(next == token + 1)
+            // A lost counter (a restarted server) starts again above the clock, never at 1.
+            _ = try await script.client.send("FLUSHALL")
+            guard case .reserved(_, _, let afterRestart?) = try await script.reserve(8_000, monitor: .serial) else {
+                Issue.record("no lease")
+                return
+            }
+            #expect(afterRestart == 8_001)
+            state = try await script.stored()
+            #expect(state.lastToken == 8_001)
+            try await script.expectBounded(count: nil)
+        }
+    }
+
+    @Test("A late end of an expired lease is refused even when it is the first call after the expiry")
+    func lateFinishAfterExpiry() async throws {
+        try await withRedisServer { server async throws in
+            let script = ThrottleScriptHarness(server)
+            guard case .reserved(0, 0, let token?) = try await script.reserve(0, gap: 100, monitor: .serial, leaseTTL: 10_000) else {
+                Issue.record("no lease")
+                return
+            }
+            #expect(try await script.finished(token, now: 10_050) == false)
+            let state = try await script.stored()
+            #expect(state.fields["token"] == nil && state.number("lastEnd") == 10_000)
         }
     }
 
@@ -319,10 +369,10 @@ struct SharedThrottleCallTests {
         #expect(SharedThrottleCall(.recordConsumed(gap: 5, monitor: .concurrent, limit: nil)).arguments == ["consume", "", "5", "concurrent", "0", "0"])
     }
 
-    @Test("The script's two keys carry the limit's hash tag, so a Redis Cluster keeps them on one node")
+    @Test("The script's three keys carry the limit's hash tag, so a Redis Cluster keeps them on one node")
     func keysShareTheHashTag() {
         let keys = SharedThrottleScript.keys(RedisLimitKeys("api.example.com"))
-        #expect(keys == ["threadkit:{api.example.com}:throttle", "threadkit:{api.example.com}:throttle:log"])
+        #expect(keys == ["threadkit:{api.example.com}:throttle", "threadkit:{api.example.com}:throttle:log", "threadkit:{api.example.com}:throttle:token"])
     }
 
     @Test("A reply the script never gives is a BadReply that quotes it, never a trap")
@@ -342,7 +392,13 @@ struct SharedThrottleCallTests {
         #expect(throws: SharedThrottleCall.BadReply.self) { try SharedThrottleCall(.pause(duration: 1)).decode(.integer(-5)) }
         #expect(throws: SharedThrottleCall.BadReply.self) { try SharedThrottleCall(.pause(duration: 1)).decode(.simpleString("OK")) }
         let good = RESPValue.array([bulk("reserved"), .integer(7), .integer(2), .integer(3)])
-        #expect(try reserve.decode(good) == .reserved(at: 7, wait: 2, token: 3))
+        #expect(try reserve.decode(good) == .decision(.reserved(at: 7, wait: 2, token: 3)))
+        #expect(throws: SharedThrottleCall.BadReply.self) {
+            try reserve.decode(.array([bulk("reserved"), .integer(7), .integer(2), .integer(1 << 53)]))
+        }
+        #expect(throws: SharedThrottleCall.BadReply.self) {
+            try SharedThrottleCall(.recordConsumed(gap: 0, monitor: .serial, limit: nil)).decode(.integer(5))
+        }
     }
 }
 

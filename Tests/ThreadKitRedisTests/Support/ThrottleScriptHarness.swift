@@ -14,6 +14,8 @@ struct StoredThrottle: Equatable, CustomStringConvertible {
     /// The keys' remaining lives in milliseconds (`PTTL`: -1 no TTL, -2 no key).
     var stateTTL: Int64
     var logTTL: Int64
+    /// The token key's value: the last lease token handed out.
+    var lastToken: UInt64?
 
     func number(_ field: String) -> Int64? { fields[field].flatMap { Int64($0) } }
 
@@ -38,11 +40,15 @@ struct ThrottleScriptHarness {
         _ now: Int64?, gap: Int64 = 100, monitor: ThrottledQueue.Monitor = .concurrent,
         limit: (count: Int, window: Int64)? = nil, horizon: Int64 = 1_000_000, leaseTTL: Int64 = 10_000,
         holding: UInt64? = nil
-    ) async throws -> SharedThrottleCall.Reply {
+    ) async throws -> SharedThrottle.Decision {
         let limit = limit.map { SharedThrottleCall.Limit(count: $0.count, window: $0.window) }
-        return try await run(
+        let reply = try await run(
             .reserve(gap: gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: leaseTTL, holding: holding), now: now)
+        guard case .decision(let decision) = reply else { throw UnexpectedReply(reply: reply) }
+        return decision
     }
+
+    struct UnexpectedReply: Error { let reply: SharedThrottleCall.Reply }
 
     func finished(_ token: UInt64, now: Int64?) async throws -> Bool {
         try await run(.finished(token: token), now: now) == .finished(true)
@@ -59,6 +65,7 @@ struct ThrottleScriptHarness {
     func stored() async throws -> StoredThrottle {
         let stateKey = SharedThrottleScript.keys(keys)[0]
         let logKey = SharedThrottleScript.keys(keys)[1]
+        let tokenKey = SharedThrottleScript.keys(keys)[2]
         let pairs = try await client.send("HGETALL", stateKey).array ?? []
         var fields: [String: String] = [:]
         for index in stride(from: 0, to: pairs.count - 1, by: 2) {
@@ -67,7 +74,8 @@ struct ThrottleScriptHarness {
         let log = (try await client.send("LRANGE", logKey, "0", "-1").array ?? []).map { Int64($0.string ?? "") ?? -1 }
         let stateTTL = try await client.send("PTTL", stateKey).integer ?? 0
         let logTTL = try await client.send("PTTL", logKey).integer ?? 0
-        return StoredThrottle(fields: fields, log: log, stateTTL: stateTTL, logTTL: logTTL)
+        let lastToken = try await client.send("GET", tokenKey).string.flatMap { UInt64($0) }
+        return StoredThrottle(fields: fields, log: log, stateTTL: stateTTL, logTTL: logTTL, lastToken: lastToken)
     }
 
     /// Every key of the limit has a TTL (or does not exist), and the log holds at most `count` starts.
@@ -81,5 +89,41 @@ struct ThrottleScriptHarness {
             let ttl = try await client.send("PTTL", key.string ?? "").integer ?? 0
             #expect(ttl > 0, "\(key) has no TTL", sourceLocation: sourceLocation)
         }
+    }
+}
+
+extension SharedThrottle {
+    /// What the script answers to `call` (whose `now` is set), as this model decides it: the
+    /// reference of the differential test.
+    mutating func apply(_ call: SharedThrottleCall) -> SharedThrottleCall.Reply {
+        let now = call.now!
+        switch call.operation {
+        case .reserve(let gap, let monitor, let limit, let horizon, let leaseTTL, let holding):
+            return .decision(request(Request(
+                now: now, gap: gap, monitor: monitor, limit: limit.map { ($0.count, $0.window) }, horizon: horizon,
+                leaseTTL: leaseTTL, holding: holding)))
+        case .finished(let token):
+            return .finished(finished(token: token, now: now))
+        case .pause(let duration):
+            return .paused(until: pause(for: duration, now: now))
+        case .recordConsumed(let gap, let monitor, let limit):
+            return .consumed(recordConsumed(at: now, gap: gap, rules: Rules(monitor: monitor, limit: limit)))
+        }
+    }
+
+    /// The hash fields the script keeps for this state, numbers in decimal.
+    var expectedFields: [String: String] {
+        var fields: [String: String] = ["lastGap": String(lastGap)]
+        fields["lastNow"] = lastNow.map { String($0) }
+        fields["lastStart"] = lastStart.map { String($0) }
+        fields["lastEnd"] = lastEnd.map { String($0) }
+        fields["token"] = lease.map { String($0.token) }
+        fields["expiry"] = lease.map { String($0.expiry) }
+        fields["running"] = lease.map { String($0.running) }
+        fields["pausedUntil"] = pausedUntil.map { String($0) }
+        fields["monitor"] = rules.map { $0.monitor == .serial ? "serial" : "concurrent" }
+        fields["count"] = rules.map { String($0.limit?.count ?? 0) }
+        fields["window"] = rules.map { String($0.limit?.window ?? 0) }
+        return fields
     }
 }

@@ -40,7 +40,7 @@ final class InMemoryCoordinator: @unchecked Sendable {
         func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer { shared.reserve(request, client: name) }
         func finished(token: UInt64) { _ = shared.locked { $0.model.finished(token: token, now: Self.now()) } }
         func pause(for duration: Duration) {
-            shared.locked { $0.model.pause(until: Self.now().addingSaturated(duration.microsecondsRoundedUp), now: Self.now()) }
+            _ = shared.locked { $0.model.pause(for: duration.microsecondsRoundedUp, now: Self.now()) }
         }
         static func now() -> Int64 { CoordinatedStarts.microseconds(.now()) }
     }
