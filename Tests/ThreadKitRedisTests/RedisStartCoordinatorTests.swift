@@ -1,0 +1,194 @@
+import Foundation
+import Testing
+import ThreadKit
+import ThreadKitTestSupport
+@testable import ThreadKitRedis
+
+/// How the Redis coordinator turns the script's decisions and the client's failures into the
+/// queue's answers: pure mappings, no server.
+@Suite("RedisStartCoordinator's answers")
+struct RedisStartCoordinatorAnswerTests {
+    /// A coordinator whose client never connects (nothing listens there): the mappings only.
+    let coordinator = RedisStartCoordinator(
+        client: RedisClient(.unixSocket(path: "/nonexistent/threadkit.sock")), keys: RedisLimitKeys("api.example.com"))
+
+    @Test("Every RedisError is an unavailable answer: consumed exactly when the command may have run and was not refused")
+    func errorsMap() {
+        let soon = RedisStartCoordinator.retryAfterFailure
+        let cases: [(RedisError, CoordinatorAnswer)] = [
+            (.unavailable(retryIn: .milliseconds(35), lastFailure: "refused"), .unavailable(consumed: false, retryIn: .milliseconds(35))),
+            (.connectionRefused(address: "unix:/x", reason: "ENOENT"), .unavailable(consumed: false, retryIn: soon)),
+            (.timedOut(after: .milliseconds(100), sent: true), .unavailable(consumed: true, retryIn: soon)),
+            (.timedOut(after: .milliseconds(100), sent: false), .unavailable(consumed: false, retryIn: soon)),
+            (.connectionLost("reset", sent: true), .unavailable(consumed: true, retryIn: soon)),
+            (.connectionLost("reset", sent: false), .unavailable(consumed: false, retryIn: soon)),
+            (.server("LOADING Redis is loading the dataset in memory"), .unavailable(consumed: false, retryIn: soon)),
+            (.server("BUSY Redis is busy running a script"), .unavailable(consumed: false, retryIn: soon)),
+            (.server("READONLY You can't write against a read only replica."), .unavailable(consumed: false, retryIn: soon)),
+            (.server("ERR threadkit shared throttle: gap must be at least 0, got -1"),
+             .unavailable(consumed: true, retryIn: RedisStartCoordinator.retryAfterError)),
+            (.server("OOM command not allowed when used memory > 'maxmemory'"),
+             .unavailable(consumed: true, retryIn: RedisStartCoordinator.retryAfterError)),
+        ]
+        for (error, expected) in cases {
+            #expect(coordinator.answer(to: error) == expected, "\(error)")
+        }
+    }
+
+    @Test("The script's decisions: a reservation's wait and token, a decline's retry, a mismatch that names both rules")
+    func decisionsMap() {
+        let request = CoordinatedRequest(gap: .milliseconds(10), monitor: .serial, limit: .rate(5, per: .seconds(1)), holding: nil)
+        #expect(coordinator.answer(to: .reserved(at: 9_000, wait: 1_500, token: 7), asked: request) == .reserved(wait: .microseconds(1_500), token: 7))
+        #expect(coordinator.answer(to: .declined(retryIn: 2_000), asked: request) == .declined(retryIn: .milliseconds(2)))
+        let stored = SharedThrottle.Rules(monitor: .concurrent, limit: nil)
+        guard case .mismatch(let reason) = coordinator.answer(to: .mismatch(stored: stored), asked: request) else {
+            Issue.record("not a mismatch")
+            return
+        }
+        #expect(reason == "{api.example.com} is used with .concurrent and no limit; this queue has .serial and at most 5 starts per 1.0 seconds")
+    }
+}
+
+/// Queues in one process, each with its own client, sharing one key on a real redis-server.
+@Suite("Queues sharing a key on Redis", .needsRedisServer, .timeLimit(.minutes(2)))
+struct RedisCoordinationTests {
+    @Test("Two queues of one key on two clients are one queue: reservations keep the gap and the window on Redis's clock, every task starts once")
+    func twoQueuesAreOne() async throws {
+        try await withRedisServer { server async throws in
+            let answers = CoordinatorAnswers()
+            let gap = Duration.milliseconds(15)
+            let limit = RateLimit.rate(4, per: .milliseconds(150))
+            let queues = (0..<2).map {
+                redisQueue("q\($0)", client: makeClient(server.address), key: "two", interval: gap, limit: limit, answers: answers)
+            }
+            let started = AtomicCounters(count: 24)
+            for index in 0..<12 {
+                for (number, queue) in queues.enumerated() { try queue.async { started.increment(number * 12 + index) } }
+            }
+            #expect(await waitUntilIdle(queues))
+            #expect(started.indices(notEqualTo: 1).isEmpty, "a task did not start exactly once")
+            #expect(answers.unavailable(consumed: false) + answers.unavailable(consumed: true) == 0)
+            // Every start was reserved; a reservation reached late is given up and asked again, so there may be more.
+            #expect(answers.reservations.count >= 24)
+            #expect(Set(answers.all.filter { $0.reservedAt != nil }.map(\.queue)) == ["q0", "q1"])
+            expectSharedRules(answers.reservations, gap: gap, limit: (4, .milliseconds(150)))
+        }
+    }
+
+    @Test("pause(for:) on one queue pauses the other: its next reservation is at or after the pause's end on Redis's clock")
+    func pauseReachesTheOtherQueue() async throws {
+        try await withRedisServer { server async throws in
+            let answers = CoordinatorAnswers()
+            let first = redisQueue("first", client: makeClient(server.address), key: "paused", interval: .milliseconds(5), answers: answers)
+            let second = redisQueue("second", client: makeClient(server.address), key: "paused", interval: .milliseconds(5), answers: answers)
+            try first.async {}
+            #expect(await waitUntilIdle([first]))
+            let observer = makeClient(server.address)
+            let stateKey = SharedThrottleScript.keys(RedisLimitKeys("paused"))[0]
+            let pausedAt = ContinuousClock.now
+            first.pause(for: .milliseconds(400))
+            // The pause goes without waiting, on the first queue's connection: wait until Redis has it.
+            var pausedUntil: Int64?
+            #expect(await eventually {
+                pausedUntil = (try? observer.sendSync("HGET", stateKey, "pausedUntil"))?.string.flatMap { Int64($0) }
+                return pausedUntil != nil
+            })
+            let startedAt = LockedValue<ContinuousClock.Instant?>(nil)
+            try second.async { startedAt.value = ContinuousClock.now }
+            #expect(await waitUntilIdle([second]))
+            let reserved = answers.all.filter { $0.queue == "second" }.compactMap(\.reservedAt)
+            #expect(reserved.count >= 1)
+            if let pausedUntil, let last = reserved.last { #expect(last >= pausedUntil) }
+            // On this process's clock too: not before the pause's 400 ms from the call.
+            if let startedAt = startedAt.value { #expect(startedAt - pausedAt >= .milliseconds(399)) }
+        }
+    }
+
+    @Test(".serial holds its lease across queues: tasks of two queues of one key never overlap, and each starts once")
+    func serialLeaseAcrossQueues() async throws {
+        try await withRedisServer { server async throws in
+            let answers = CoordinatorAnswers()
+            let queues = (0..<2).map {
+                redisQueue("s\($0)", client: makeClient(server.address), key: "serial", interval: .milliseconds(2), monitor: .serial,
+                           horizon: .milliseconds(50), answers: answers)
+            }
+            let running = Counter(), overlaps = Counter()
+            let started = AtomicCounters(count: 10)
+            for index in 0..<5 {
+                for (number, queue) in queues.enumerated() {
+                    try queue.async {
+                        if running.increment() > 1 { overlaps.increment() }
+                        started.increment(number * 5 + index)
+                        Thread.sleep(forTimeInterval: 0.02)
+                        running.increment(by: -1)
+                    }
+                }
+            }
+            #expect(await waitUntilIdle(queues))
+            #expect(started.indices(notEqualTo: 1).isEmpty)
+            #expect(overlaps.value == 0)
+            // Both queues held the lease, in turns (a decline while the other held it).
+            let declines = answers.all.filter { if case .declined = $0.answer { true } else { false } }
+            #expect(declines.count >= 1)
+            #expect(answers.unavailable(consumed: false) + answers.unavailable(consumed: true) == 0)
+        }
+    }
+
+    @Test("SCRIPT FLUSH mid-run: the script is sent again with EVAL, every start stays coordinated, none lost or extra")
+    func scriptFlushMidRun() async throws {
+        try await withRedisServer { server async throws in
+            let answers = CoordinatorAnswers()
+            let lines = LogLines()
+            let queue = redisQueue("flushed", client: makeClient(server.address, lines: lines), key: "flush", interval: .milliseconds(8),
+                                   answers: answers)
+            let flusher = makeClient(server.address)
+            let started = AtomicCounters(count: 40)
+            for index in 0..<40 { try queue.async { started.increment(index) } }
+            let flushes = Counter()
+            let flushing = Task {
+                while !Task.isCancelled, flushes.value < 200 {
+                    _ = try? await flusher.send("SCRIPT", "FLUSH")
+                    flushes.increment()
+                    try? await Task.sleep(for: .milliseconds(25))
+                }
+            }
+            #expect(await waitUntilIdle([queue]))
+            flushing.cancel()
+            _ = await flushing.value
+            #expect(started.indices(notEqualTo: 1).isEmpty)
+            // No start fell back on the local throttle: each was reserved on Redis.
+            #expect(answers.unavailable(consumed: false) + answers.unavailable(consumed: true) == 0)
+            #expect(answers.reservations.count >= 40)
+            #expect(lines.count(containing: "NOSCRIPT") >= 1)
+            expectSharedRules(answers.reservations, gap: .milliseconds(8))
+        }
+    }
+
+    @Test("Server restart mid-run: no start is lost; the lost state restarts the shared rules, which hold again among the reservations after it")
+    func serverRestartMidRun() async throws {
+        try await withRedisServer { server async throws in
+            let answers = CoordinatorAnswers()
+            let queues = (0..<2).map {
+                redisQueue("r\($0)", client: makeClient(server.address, timeout: .milliseconds(300)), key: "restart",
+                           interval: .milliseconds(10), answers: answers)
+            }
+            let started = AtomicCounters(count: 60)
+            for index in 0..<30 {
+                for (number, queue) in queues.enumerated() { try queue.async { started.increment(number * 30 + index) } }
+            }
+            #expect(await eventually { answers.reservations.count >= 10 })
+            let beforeRestart = answers.all.count
+            server.kill()
+            try server.start()
+            #expect(await waitUntilIdle(queues))
+            #expect(started.indices(notEqualTo: 1).isEmpty, "a task was lost or ran twice")
+            let before = answers.all.prefix(beforeRestart).compactMap(\.reservedAt)
+            let after = answers.all.dropFirst(beforeRestart).compactMap(\.reservedAt)
+            expectSharedRules(before, gap: .milliseconds(10))
+            // The restarted server starts afresh (nothing was saved): the first reservation after it
+            // may come sooner than the gap after the last one before it, but the gap holds again.
+            expectSharedRules(after, gap: .milliseconds(10))
+            #expect(!after.isEmpty, "the queues did not go back to Redis after the restart")
+        }
+    }
+}
