@@ -191,4 +191,60 @@ struct RedisCoordinationTests {
             #expect(!after.isEmpty, "the queues did not go back to Redis after the restart")
         }
     }
+
+    @Test("The public constructor: queues made with .redis(client, key:) share the key's limit, and one with another monitor is told so and falls back")
+    func publicConstructor() async throws {
+        try await withRedisServer { server async throws in
+            let limit = RateLimit.rate(3, per: .milliseconds(300))
+            let queues = (0..<2).map { _ in
+                ThrottledQueue(label: "public", interval: .milliseconds(1), limit: limit,
+                               coordination: .redis(makeClient(server.address), key: "public.example.com"))
+            }
+            let started = Recorder<ContinuousClock.Instant>()
+            for _ in 0..<4 { for queue in queues { try queue.async { started.append(.now) } } }
+            #expect(await waitUntilIdle(queues))
+            let starts = started.values.sorted()
+            #expect(starts.count == 8)
+            // 8 starts at 3 per 300 ms: the 7th and the 8th wait for a second window, 600 ms after
+            // the first (two queues each on their own would have started all 8 within 300 ms); 100 ms
+            // of slack for a first task that ran late.
+            #expect(starts[7] - starts[0] >= .milliseconds(500))
+            // The same key with .serial: its state is .concurrent, so it falls back (half the rate, locally).
+            let answers = CoordinatorAnswers()
+            let other = redisQueue("other", client: makeClient(server.address), key: "public.example.com", interval: .milliseconds(1),
+                                   monitor: .serial, limit: limit, answers: answers)
+            try other.async {}
+            #expect(await waitUntilIdle([other]))
+            let mismatches = answers.all.compactMap { if case .mismatch(let reason) = $0.answer { reason } else { nil } }
+            #expect(mismatches.first?.contains("is used with .concurrent and at most 3 starts per") == true, "\(answers.all)")
+        }
+    }
+}
+
+/// The public constructor's preconditions, each stopping in a child process with a message that names the argument.
+@Suite("Coordination.redis preconditions")
+struct RedisCoordinationPreconditionTests {
+    @Test("An empty key stops, naming the argument")
+    func emptyKey() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "")
+        }
+        expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): key must not be empty"])
+    }
+
+    @Test("A key with a brace stops, naming the argument and the value")
+    func braceKey() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "api{1}")
+        }
+        expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): key must not contain '{' or '}'", "got \"api{1}\""])
+    }
+
+    @Test("A fallback share outside 0 < share ≤ 1 stops, naming it")
+    func badShare() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "api", whenUnavailable: .localFallback(share: 1.5))
+        }
+        expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): the fallback share must be in 0 < share ≤ 1, got 1.5"])
+    }
 }
