@@ -192,6 +192,44 @@ struct RedisCoordinationTests {
         }
     }
 
+    @Test(".serial: a task that runs longer than the lease TTL has its lease renewed, so another queue of the key cannot start meanwhile")
+    func longTaskRenewsItsLease() async throws {
+        try await withRedisServer { server async throws in
+            let answers = CoordinatorAnswers()
+            let queues = ["long", "waiting"].map {
+                redisQueue($0, client: makeClient(server.address), key: "long", interval: .milliseconds(1), monitor: .serial,
+                           horizon: .milliseconds(50), leaseTTL: .milliseconds(300), answers: answers)
+            }
+            let running = Counter(), overlaps = Counter()
+            let longStarted = Latch()
+            let longEnded = LockedValue<ContinuousClock.Instant?>(nil)
+            let otherStarted = LockedValue<ContinuousClock.Instant?>(nil)
+            try queues[0].async {
+                if running.increment() > 1 { overlaps.increment() }
+                longStarted.countDown()
+                // Four lease TTLs.
+                Thread.sleep(forTimeInterval: 1.2)
+                longEnded.value = .now
+                running.increment(by: -1)
+            }
+            #expect(await onNewThread { longStarted.wait(timeout: .seconds(10)) })
+            try queues[1].async {
+                if running.increment() > 1 { overlaps.increment() }
+                otherStarted.value = .now
+                running.increment(by: -1)
+            }
+            #expect(await waitUntilIdle(queues))
+            #expect(overlaps.value == 0)
+            if let ended = longEnded.value, let started = otherStarted.value { #expect(started >= ended) }
+            // The waiting queue was declined while the long task ran, well past the lease's first expiry.
+            let declines = answers.all.filter { if case .declined = $0.answer { $0.queue == "waiting" } else { false } }
+            #expect(declines.count >= 3)
+            // Once handed back, the lease is no longer renewed: nothing holds the key's state but its TTL.
+            let stateKey = SharedThrottleScript.keys(RedisLimitKeys("long"))[0]
+            #expect(try await makeClient(server.address).send("HGET", stateKey, "token") == .bulkString(nil))
+        }
+    }
+
     @Test("The public constructor: queues made with .redis(client, key:) share the key's limit, and one with another monitor is told so and falls back")
     func publicConstructor() async throws {
         try await withRedisServer { server async throws in
