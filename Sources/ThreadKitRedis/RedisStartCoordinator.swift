@@ -86,9 +86,8 @@ final class RedisStartCoordinator: StartCoordinator {
     }
 
     private func decide(_ request: CoordinatedRequest) -> (CoordinatorAnswer, reservedAt: Int64?) {
-        let limit = request.limitInMicroseconds.map { SharedThrottleCall.Limit(count: $0.count, window: $0.window) }
         let call = SharedThrottleCall(.reserve(
-            gap: max(0, request.gap.microsecondsRoundedUp), monitor: request.monitor, limit: limit,
+            gap: max(0, request.gap.microsecondsRoundedUp), monitor: request.monitor, limit: request.rules.limit,
             horizon: horizon, leaseTTL: leaseTTL, holding: request.holding))
         do {
             let reply = try call.runSync(on: client, keys: keys)
@@ -151,16 +150,8 @@ final class RedisStartCoordinator: StartCoordinator {
 
     /// The queue's answer for the script's decision on `request`.
     func answer(to decision: SharedThrottle.Decision, asked request: CoordinatedRequest) -> CoordinatorAnswer {
-        switch decision {
-        case .reserved(_, let wait, let token):
-            return .reserved(wait: .microseconds(wait), token: token)
-        case .declined(let retryIn):
-            return .declined(retryIn: .microseconds(retryIn))
-        case .mismatch(let stored):
-            let asked = SharedThrottle.Rules(
-                monitor: request.monitor,
-                limit: request.limitInMicroseconds.map { SharedThrottle.Limit(count: $0.count, window: $0.window) })
-            return .mismatch(reason: "\(keys) is used with \(Self.describe(stored)); this queue has \(Self.describe(asked))")
+        CoordinatorAnswer(decision) { stored in
+            "\(keys) is used with \(Self.describe(stored)); this queue has \(Self.describe(request.rules))"
         }
     }
 
