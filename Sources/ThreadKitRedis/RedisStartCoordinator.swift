@@ -47,8 +47,9 @@ final class RedisStartCoordinator: StartCoordinator {
 
     /// The default horizon: one second.
     static let defaultHorizon = Duration.seconds(1)
-    /// The default lease: 30 s, longer than any task a `.serial` queue is expected to run.
-    static let defaultLeaseTTL = Duration.seconds(30)
+    /// The default lease: 10 s, renewed every third of it while held, so a task may run longer;
+    /// what a process that died while holding it costs the others at most.
+    static let defaultLeaseTTL = Duration.seconds(10)
     /// When to ask again after a failure that is not the breaker's refusal: the next ask finds the
     /// breaker open (it opened on that failure) and is answered at once, with its exact back-off.
     static let retryAfterFailure = Duration.milliseconds(10)
