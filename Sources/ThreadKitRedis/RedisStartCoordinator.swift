@@ -9,8 +9,10 @@
 ///   thread, never on a cooperative thread, and never under its lock.
 /// - ``finished(token:)`` and ``pause(for:)`` send their script run and return at once
 ///   (`RedisClient.evaluateAndForget`): they are called where blocking is not allowed. One the
-///   client refuses (its breaker is open) is logged and lost: a lease then runs to its expiry, a
-///   pause holds in this process only.
+///   client refuses (its breaker is open: not sent) is sent again on ``TimerThread/shared`` when
+///   the breaker may let it through, until the lease would have expired or the pause ended;
+///   only then is it logged and given up (a lease runs to its expiry, a pause holds in this
+///   process only). One lost after it was sent is not sent again: it may have run.
 ///
 /// **Long `.serial` tasks.** While this process holds a lease (from its reservation until the
 /// last start under it is handed back with ``finished(token:)``), ``TimerThread/shared`` renews it
@@ -116,7 +118,9 @@ final class RedisStartCoordinator: StartCoordinator {
             return lease.renewal
         }
         stopped?.cancel()
-        forget(SharedThrottleCall(.finished(token: token)), "the end of lease \(token)")
+        // Until the lease would have expired anyway.
+        Self.forget(SharedThrottleCall(.finished(token: token)), "the end of lease \(token)", on: client, keys,
+                    retryingFor: .microseconds(leaseTTL))
     }
 
     /// One more reservation holds the lease `token`; the first starts its renewal.
@@ -130,7 +134,9 @@ final class RedisStartCoordinator: StartCoordinator {
         let renewal: TimerHandle
         do {
             renewal = try TimerThread.shared.schedule(every: renewEvery, spacing: .fixedDelay) { [weak self] in
-                self?.forget(call, "the renewal of lease \(token)")
+                // Not sent again: the next renewal comes a third of the TTL later.
+                guard let self else { return }
+                Self.forget(call, "the renewal of lease \(token)", on: client, keys)
             }
         } catch {
             Log.log(.redis, "\(keys): lease \(token) cannot be renewed (\(error)); it lasts its TTL")
@@ -146,7 +152,9 @@ final class RedisStartCoordinator: StartCoordinator {
     }
 
     func pause(for duration: Duration) {
-        forget(SharedThrottleCall(.pause(duration: duration.microsecondsRoundedUp)), "a pause of \(duration)")
+        // Until the pause would have ended (at most 10 minutes of attempts).
+        Self.forget(SharedThrottleCall(.pause(duration: duration.microsecondsRoundedUp)), "a pause of \(duration)", on: client, keys,
+                    retryingFor: min(duration, .seconds(600)))
     }
 
     /// The queue's answer for the script's decision on `request`.
@@ -188,11 +196,23 @@ final class RedisStartCoordinator: StartCoordinator {
         return .unavailable(consumed: consumed, retryIn: Self.retryAfterError)
     }
 
-    private func forget(_ call: SharedThrottleCall, _ what: String) {
+    /// Sends `call` without waiting. One the client refuses at once (its breaker is open) was not
+    /// sent, so sending it again never runs it twice: it is sent again on ``TimerThread/shared``
+    /// when the breaker may let it through, for `retryingFor` from now (after that it would change
+    /// nothing), so that a lease handed back or a pause asked for while Redis is briefly out of
+    /// reach still reaches the other processes.
+    private static func forget(
+        _ call: SharedThrottleCall, _ what: String, on client: RedisClient, _ keys: RedisLimitKeys,
+        retryingFor window: Duration = .zero, firstTry: ContinuousClock.Instant = .now
+    ) {
         do {
             try call.runAndForget(on: client, keys: keys)
         } catch {
-            Log.log(.redis, "\(keys): \(what) was not sent (\(error)); the other processes do not hear of it")
+            let retryIn = if case .unavailable(let retryIn, _) = error { max(retryIn, .milliseconds(1)) } else { retryAfterFailure }
+            let sentAgain = ContinuousClock.now + retryIn < firstTry + window && (try? TimerThread.shared.schedule(after: retryIn) {
+                forget(call, what, on: client, keys, retryingFor: window, firstTry: firstTry)
+            }) != nil
+            if !sentAgain { Log.log(.redis, "\(keys): \(what) was not sent (\(error)); the other processes do not hear of it") }
         }
     }
 

@@ -235,6 +235,31 @@ struct RedisCoordinationTests {
         }
     }
 
+    @Test("A lease handed back while the client's breaker is open is sent again once Redis answers: the others need not wait for its expiry")
+    func releaseSentAgainAfterOutage() async throws {
+        try await withRedisServer { server async throws in
+            let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .milliseconds(300), maxBackoff: .milliseconds(300))
+            let coordinator = RedisStartCoordinator(
+                client: makeClient(server.address, timeout: .milliseconds(200), breaker: breaker), keys: RedisLimitKeys("release"),
+                leaseTTL: .seconds(60))
+            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil)
+            guard case .reserved(_, let token?) = await onNewThread({ coordinator.reserve(request) }) else {
+                Issue.record("no lease")
+                return
+            }
+            server.pause()
+            // A command times out: the breaker opens for 150-300 ms, and refuses the end at once.
+            let timedOut = await onNewThread { coordinator.reserve(request) }
+            #expect(timedOut == .unavailable(consumed: true, retryIn: RedisStartCoordinator.retryAfterFailure))
+            coordinator.finished(token: token)
+            server.resume()
+            let observer = makeClient(server.address)
+            let stateKey = SharedThrottleScript.keys(RedisLimitKeys("release"))[0]
+            // Within 10 s, not the lease's 60.
+            #expect(await eventually { (try? observer.sendSync("HGET", stateKey, "token")) == .bulkString(nil) })
+        }
+    }
+
     @Test("The public constructor: queues made with .redis(client, key:) share the key's limit, and one with another monitor is told so and falls back")
     func publicConstructor() async throws {
         try await withRedisServer { server async throws in
