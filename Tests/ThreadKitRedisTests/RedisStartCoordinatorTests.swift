@@ -235,6 +235,34 @@ struct RedisCoordinationTests {
         }
     }
 
+    @Test("After a restart that lost the state, lease tokens start above every token handed out before: a stale end frees no new lease")
+    func tokensAfterRestart() async throws {
+        try await withRedisServer { server async throws in
+            let coordinator = RedisStartCoordinator(client: makeClient(server.address, timeout: .milliseconds(300)), keys: RedisLimitKeys("tokens"))
+            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil)
+            guard case .reserved(_, let before?) = await onNewThread({ coordinator.reserve(request) }) else {
+                Issue.record("no lease")
+                return
+            }
+            server.kill()
+            try server.start()
+            // Until the client's breaker lets it ask again (bounded).
+            var after: UInt64?
+            let deadline = ContinuousClock.now + .seconds(10)
+            while after == nil, ContinuousClock.now < deadline {
+                if case .reserved(_, let token?) = await onNewThread({ coordinator.reserve(request) }) { after = token }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(after.map { $0 > before } == true, "token \(String(describing: after)) after the restart, \(before) before")
+            // The stale holder's end is refused and leaves the new lease alone.
+            let observer = makeClient(server.address)
+            let staleEnd = try await SharedThrottleCall(.finished(token: before)).run(on: observer, keys: RedisLimitKeys("tokens"))
+            #expect(staleEnd == .finished(false))
+            let stateKey = SharedThrottleScript.keys(RedisLimitKeys("tokens"))[0]
+            #expect(try await observer.send("HGET", stateKey, "token").string == after.map { String($0) })
+        }
+    }
+
     @Test("A lease handed back while the client's breaker is open is sent again once Redis answers: the others need not wait for its expiry")
     func releaseSentAgainAfterOutage() async throws {
         try await withRedisServer { server async throws in
