@@ -223,7 +223,9 @@ struct CoordinatedStartsTests {
         #expect(nested == request(gap: .milliseconds(5), monitor: .serial, holding: nil))
         _ = starts.answered(.reserved(wait: .zero, token: 8), now: at(10))
         starts.started()
-        #expect(starts.running == [.local(1), .shared(8)])
+        // The fallback's first token is one above its clock (microseconds of the monotonic clock).
+        let localToken = UInt64(CoordinatedStarts.microseconds(at(0))) + 1
+        #expect(starts.running == [.local(localToken), .shared(8)])
         // Redis down again, for a start nested in the coordinated one: it holds the shared lease
         // towards the coordinator and the fallback's own lease towards the fallback.
         let inner = step(&starts, allowed: 20, now: 20, nested: true, gap: .milliseconds(5), monitor: .serial)

@@ -67,7 +67,7 @@ struct SharedThrottleDifferentialTests {
         var starts: [Int64] = []
         for task in tasks {
             var now = max(task.submitted, previousEnd)
-            if let pause = task.pauseUntil { model.pause(until: now + pause, now: now) }
+            if let pause = task.pauseUntil { model.pause(for: pause, now: now) }
             while true {
                 let request = SharedThrottle.Request(
                     now: now, gap: task.gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: 1_000_000)
@@ -155,7 +155,7 @@ struct SharedThrottleDifferentialTests {
                 if random.chance(0.03) {
                     let until = now + Int64(random.weighted([0: 1, 800: 2, 4_000: 1]))
                     let before = model.pausedUntil
-                    model.pause(until: until, now: now)
+                    model.pause(for: until - now, now: now)
                     if until > now { pauses.append((event, until)) }
                     if let before, before > now { #expect(model.pausedUntil! >= before, "a pause was shortened") }
                 }

@@ -68,14 +68,14 @@ struct SharedThrottleTests {
     @Test("No start before a pause ends; a pause is never shortened, and one already past is none")
     func pauses() {
         var model = SharedThrottle()
-        model.pause(until: 5_000, now: 1_000)
-        model.pause(until: 3_000, now: 1_000)
+        model.pause(for: 4_000, now: 1_000)
+        model.pause(for: 2_000, now: 1_000)
         #expect(model.pausedUntil == 5_000)
-        model.pause(until: 900, now: 1_000)
+        model.pause(for: -100, now: 1_000)
         #expect(model.pausedUntil == 5_000)
         let answer8 = model.request(request(1_000))
         #expect(answer8 == .reserved(at: 5_000, wait: 4_000, token: nil))
-        model.pause(until: 7_000, now: 2_000)
+        model.pause(for: 5_000, now: 2_000)
         #expect(model.pausedUntil == 7_000)
         // Once passed, the pause is dropped.
         _ = model.request(request(8_000))
@@ -86,7 +86,9 @@ struct SharedThrottleTests {
     func horizonDeclines() {
         var model = SharedThrottle()
         _ = model.request(request(0, gap: 10_000))
-        let before = model
+        // The same state, its clock's mark moved to 100 (a pause of no duration only does that).
+        var before = model
+        _ = before.pause(for: 0, now: 100)
         let answer9 = model.request(request(100, horizon: 2_000))
         #expect(answer9 == .declined(retryIn: 7_900))
         #expect(model == before)
@@ -192,7 +194,7 @@ struct SharedThrottleTests {
         #expect(model.lastGap == limit)
         let answer24 = model.request(request(2_000, horizon: .max))
         #expect(answer24 == .reserved(at: limit, wait: limit - 2_000, token: nil))
-        model.pause(until: .max, now: 3_000)
+        model.pause(for: .max, now: 3_000)
         #expect(model.pausedUntil == limit)
         #expect(model.expiry == limit)
         // A window of Int64.max: the next start is at the limit, never a wrapped negative time.
@@ -247,7 +249,8 @@ struct SharedThrottleTests {
         _ = model.request(request(0, gap: 0, limit: limit))
         let stored = SharedThrottle.Rules(monitor: .concurrent, limit: .init(count: 3, window: 1_000))
         #expect(model.rules == stored)
-        let before = model
+        var before = model
+        _ = before.pause(for: 0, now: 10)
         let serial = model.request(request(10, gap: 0, monitor: .serial, limit: limit))
         #expect(serial == .mismatch(stored: stored))
         let smaller = model.request(request(10, gap: 0, limit: (2, 1_000)))
@@ -279,7 +282,7 @@ struct SharedThrottleTests {
         #expect(model.expiry == 10_300)
         _ = model.finished(token: token, now: 400)
         #expect(model.expiry == 5_000)
-        model.pause(until: 7_000, now: 500)
+        model.pause(for: 6_500, now: 500)
         #expect(model.expiry == 7_000)
         let early = model.request(request(6_999, gap: 0))
         #expect(early == .mismatch(stored: .init(monitor: .serial, limit: .init(count: 2, window: 5_000))))
@@ -289,5 +292,80 @@ struct SharedThrottleTests {
         #expect(model.log.isEmpty)
         #expect(model.lastToken == token)
     }
-}
 
+    // MARK: - Step 3: what the script needs
+
+    @Test("A clock that steps back moves no decision back: every operation takes the latest now seen")
+    func clockHighWaterMark() {
+        var model = SharedThrottle()
+        _ = model.request(request(10_000, gap: 300))
+        #expect(model.lastNow == 10_000)
+        // Read 4 ms behind: decided at 10_000, as if no time had passed.
+        let behind = model.request(request(6_000, gap: 300))
+        #expect(behind == .reserved(at: 10_300, wait: 300, token: nil))
+        #expect(model.lastNow == 10_000)
+        // A pause of 1 ms asked with a clock behind runs from the mark.
+        let paused = model.pause(for: 1_000, now: 5_000)
+        #expect(paused == 11_000)
+    }
+
+    @Test("A late end of an expired lease changes nothing, even when no request came after the expiry")
+    func lateFinishOfExpiredLease() {
+        var model = SharedThrottle()
+        guard case .reserved(0, 0, let token?) = model.request(request(0, gap: 100, monitor: .serial)) else {
+            Issue.record("no lease")
+            return
+        }
+        // The lease expired at 10_000: its start ended then, whatever the holder says later (the
+        // state binds until 10_100, the gap after that end).
+        let accepted = model.finished(token: token, now: 10_050)
+        #expect(!accepted)
+        #expect(model.lease == nil)
+        #expect(model.lastEnd == 10_000)
+    }
+
+    @Test("Tokens start above the clock, so a counter lost with the state (a restart) never hands a held token out again")
+    func tokensStartAboveTheClock() {
+        var model = SharedThrottle()
+        guard case .reserved(_, _, let first?) = model.request(request(7_000, monitor: .serial)) else {
+            Issue.record("no lease")
+            return
+        }
+        #expect(first == 7_001)
+        _ = model.finished(token: first, now: 7_010)
+        let second = model.request(request(7_200, monitor: .serial))
+        #expect(second == .reserved(at: 7_200, wait: 0, token: 7_002))
+        // A decider that lost everything (a restarted server) starts again above its clock.
+        var restarted = SharedThrottle()
+        guard case .reserved(_, _, let afterRestart?) = restarted.request(request(8_000, monitor: .serial)) else {
+            Issue.record("no lease")
+            return
+        }
+        #expect(afterRestart > 7_002)
+    }
+
+    @Test(".serial: a renewed lease lasts leaseTTL from the renewal, is never shortened, and an expired one is not brought back")
+    func leaseRenewal() {
+        var model = SharedThrottle()
+        guard case .reserved(0, 0, let token?) = model.request(request(0, gap: 100, monitor: .serial)) else {
+            Issue.record("no lease")
+            return
+        }
+        let renewed1 = model.renew(token: token, leaseTTL: 10_000, now: 8_000)
+        #expect(renewed1)
+        #expect(model.lease?.expiry == 18_000)
+        // Renewed for less than it has left: unchanged.
+        let renewed2 = model.renew(token: token, leaseTTL: 1_000, now: 9_000)
+        #expect(renewed2)
+        #expect(model.lease?.expiry == 18_000)
+        // Other processes are declined past the first expiry.
+        let declined = model.request(request(12_000, monitor: .serial, horizon: 100_000))
+        #expect(declined == .declined(retryIn: 6_000))
+        let renewed3 = model.renew(token: token + 1, leaseTTL: 10_000, now: 12_000)
+        #expect(!renewed3)
+        // Once expired, the lease is gone for good.
+        let renewed4 = model.renew(token: token, leaseTTL: 10_000, now: 18_000)
+        #expect(!renewed4)
+        #expect(model.lease == nil)
+    }
+}

@@ -40,7 +40,7 @@ final class InMemoryCoordinator: @unchecked Sendable {
         func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer { shared.reserve(request, client: name) }
         func finished(token: UInt64) { _ = shared.locked { $0.model.finished(token: token, now: Self.now()) } }
         func pause(for duration: Duration) {
-            shared.locked { $0.model.pause(until: Self.now().addingSaturated(duration.microsecondsRoundedUp), now: Self.now()) }
+            _ = shared.locked { $0.model.pause(for: duration.microsecondsRoundedUp, now: Self.now()) }
         }
         static func now() -> Int64 { CoordinatedStarts.microseconds(.now()) }
     }
@@ -98,14 +98,7 @@ final class InMemoryCoordinator: @unchecked Sendable {
             _ = held.wait(timeout: .seconds(60))
             lock.withLock { blockedCalls -= 1 }
         }
-        switch decision {
-        case .reserved(_, let wait, let token):
-            // A held answer arrives late, and the queue counts the wait from its arrival: later, never earlier.
-            return .reserved(wait: .microseconds(wait), token: token)
-        case .declined(let retryIn):
-            return .declined(retryIn: .microseconds(retryIn))
-        case .mismatch(let stored):
-            return .mismatch(reason: "the key's rules are \(stored)")
-        }
+        // A held answer arrives late, and the queue counts the wait from its arrival: later, never earlier.
+        return CoordinatorAnswer(decision) { stored in "the key's rules are \(stored)" }
     }
 }

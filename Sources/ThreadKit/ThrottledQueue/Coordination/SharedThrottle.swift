@@ -2,13 +2,21 @@
 /// takes it on Redis.
 ///
 /// A pure value type, in integer microseconds as Redis's `TIME` gives them; it reads no clock and
-/// each call is one atomic step (one script run). Its state is what the script keeps under one key:
+/// each call is one atomic step (one script run). Its state is what the script keeps under the
+/// limit's keys (a hash, the log, the token counter):
 ///
 /// - `lastStart`, `lastGap`: the most recent reserved start and the gap that follows it;
 /// - `lastEnd`: when that start ended (`.serial` only), `nil` while it runs;
 /// - `lease`: for `.serial`, the process whose start runs: a token and an expiry;
 /// - `log`: the most recent starts, at most `count` of them, oldest first;
-/// - `pausedUntil`: no start before it.
+/// - `pausedUntil`: no start before it;
+/// - `lastNow`: the latest `now` seen, the clock's high-water mark;
+/// - `lastToken`: the last lease token handed out, which outlives the rest.
+///
+/// Every operation first takes `now = max(now, lastNow)`: a clock that steps back (Redis's `TIME`
+/// is a wall clock) never moves a decision back. Then it drops what no longer holds at `now` (an
+/// expired lease, a passed pause, the whole state at ``expiry``), so a late `finished` of an
+/// expired lease's token changes nothing, whichever operation came first.
 ///
 /// The rules of ``request(_:)``, each as strict as ``ThrottleSchedule``'s (task k starts at s(k),
 /// ends at e(k) and carries the gap g(k) that follows it):
@@ -90,6 +98,11 @@ package struct SharedThrottle: Sendable, Equatable {
     package struct Limit: Sendable, Equatable {
         package var count: Int
         package var window: Int64
+
+        package init(count: Int, window: Int64) {
+            self.count = count
+            self.window = window
+        }
     }
 
     /// The rules stored with the state: every request for the key must make the same.
@@ -128,8 +141,14 @@ package struct SharedThrottle: Sendable, Equatable {
     package private(set) var lastEnd: Int64?
     package private(set) var lease: Lease?
     package private(set) var pausedUntil: Int64?
-    /// The last token handed out (Redis: an `INCR`, on a key of its own that outlives the state).
+    /// The last token handed out, `0` before the first; it outlives the state (Redis: a key of its
+    /// own with a long TTL). The first token is `now + 1`, then each is one more than the last: a
+    /// decider that lost its counter (a restart without persistence) starts above every token it
+    /// handed out before, as long as its clock did not step back, so a token still held by a
+    /// process that does not know its lease expired is never handed out again.
     package private(set) var lastToken: UInt64 = 0
+    /// The clock's high-water mark: the latest `now` an operation took (it outlives the state).
+    package private(set) var lastNow: Int64?
     /// The most recent starts, at most `count`, in a ring: once full, `ringOldest` is the oldest
     /// one's index, where the next start is written.
     private var ring: [Int64] = []
@@ -143,18 +162,18 @@ package struct SharedThrottle: Sendable, Equatable {
     package static func == (lhs: Self, rhs: Self) -> Bool {
         lhs.rules == rhs.rules && lhs.lastStart == rhs.lastStart && lhs.lastGap == rhs.lastGap
             && lhs.lastEnd == rhs.lastEnd && lhs.lease == rhs.lease && lhs.pausedUntil == rhs.pausedUntil
-            && lhs.lastToken == rhs.lastToken && lhs.log == rhs.log
+            && lhs.lastToken == rhs.lastToken && lhs.lastNow == rhs.lastNow && lhs.log == rhs.log
     }
 
     /// Decides a start, by the rules in the type's discussion.
     package mutating func request(_ request: Request) -> Decision {
         precondition(request.horizon > 0, "SharedThrottle.request: horizon must be more than zero, got \(request.horizon) µs")
         precondition(request.leaseTTL > 0, "SharedThrottle.request: leaseTTL must be more than zero, got \(request.leaseTTL) µs")
-        dropExpired(now: request.now)
+        let now = advance(to: request.now)
         if let rules, rules != request.rules { return .mismatch(stored: rules) }
-        var at = max(request.now, pausedUntil ?? request.now)
+        var at = max(now, pausedUntil ?? now)
         if request.monitor == .serial, let lease, lease.token != request.holding {
-            return .declined(retryIn: max(Self.minimumRetry, min(lease.expiry - request.now, request.horizon)))
+            return .declined(retryIn: max(Self.minimumRetry, min(lease.expiry - now, request.horizon)))
         }
         if let lastStart {
             switch request.monitor {
@@ -165,7 +184,7 @@ package struct SharedThrottle: Sendable, Equatable {
         if let limit = request.limit, ring.count >= limit.count {
             at = max(at, ring[ringOldest].addingClamped(limit.window))
         }
-        let wait = at - request.now
+        let wait = at - now
         guard wait <= request.horizon else {
             return .declined(retryIn: max(Self.minimumRetry, wait - request.horizon))
         }
@@ -178,7 +197,7 @@ package struct SharedThrottle: Sendable, Equatable {
             held.expiry = max(held.expiry, expiry)
             lease = held
         } else {
-            lastToken &+= 1
+            lastToken = (lastToken == 0 ? UInt64(max(0, now)) : lastToken) &+ 1
             lease = Lease(token: lastToken, expiry: expiry, running: 1)
         }
         return .reserved(at: at, wait: wait, token: lease?.token)
@@ -191,11 +210,25 @@ package struct SharedThrottle: Sendable, Equatable {
     /// - Returns: Whether `token` held the lease; an expired or unknown token changes nothing.
     @discardableResult
     package mutating func finished(token: UInt64, now: Int64) -> Bool {
-        let now = now.clampedToMicrosecondLimit
+        let now = advance(to: now)
         guard var held = lease, held.token == token else { return false }
         lastEnd = max(now, lastStart ?? now)
         held.running -= 1
         lease = held.running > 0 ? held : nil
+        return true
+    }
+
+    /// The `.serial` start holding `token` still runs at `now`: its lease lasts at least `leaseTTL`
+    /// from now (never less than it already did), so that a task longer than the lease keeps other
+    /// processes out while it runs. A lease that expired is not brought back: its start has ended.
+    ///
+    /// - Returns: Whether `token` holds the lease.
+    @discardableResult
+    package mutating func renew(token: UInt64, leaseTTL: Int64, now: Int64) -> Bool {
+        let now = advance(to: now)
+        guard var held = lease, held.token == token else { return false }
+        held.expiry = max(held.expiry, now.addingClamped(leaseTTL.clampedToMicrosecondLimit))
+        lease = held
         return true
     }
 
@@ -206,8 +239,7 @@ package struct SharedThrottle: Sendable, Equatable {
     /// - Returns: Whether it was recorded: not when `rules` are not the state's.
     @discardableResult
     package mutating func recordConsumed(at now: Int64, gap: Int64, rules consumedRules: Rules) -> Bool {
-        let now = now.clampedToMicrosecondLimit
-        dropExpired(now: now)
+        let now = advance(to: now)
         if let rules, rules != consumedRules { return false }
         rules = consumedRules
         record(at: max(now, lastStart ?? now), gap: gap.clampedToMicrosecondLimit)
@@ -215,12 +247,16 @@ package struct SharedThrottle: Sendable, Equatable {
         return true
     }
 
-    /// No start before `until`; a later pause already in force stays (a pause is never shortened),
-    /// and one already past is none.
-    package mutating func pause(until: Int64, now: Int64) {
-        let until = until.clampedToMicrosecondLimit, now = now.clampedToMicrosecondLimit
-        guard until > now else { return }
-        pausedUntil = max(pausedUntil ?? until, until)
+    /// No start for `duration` from `now`; a later pause already in force stays (a pause is never
+    /// shortened), and one of no duration (or less) is none.
+    ///
+    /// - Returns: The end of the pause in force afterwards, `nil` for none.
+    @discardableResult
+    package mutating func pause(for duration: Int64, now: Int64) -> Int64? {
+        let now = advance(to: now)
+        let until = now.addingClamped(duration.clampedToMicrosecondLimit)
+        if until > now { pausedUntil = max(pausedUntil ?? until, until) }
+        return pausedUntil
     }
 
     /// When the state stops deciding anything, so that dropping it changes no decision: the
@@ -252,12 +288,22 @@ package struct SharedThrottle: Sendable, Equatable {
         }
     }
 
-    /// Drops what no longer holds at `now`: an expired lease (its start, and any nested in it, is
-    /// taken to have ended at the expiry), a pause that has passed, and, at ``expiry``, the whole
-    /// state (the token counter stays).
+    /// Moves the clock's high-water mark to `now` (clamped) if it is later, and drops what no
+    /// longer holds then: an expired lease (its start, and any nested in it, is taken to have ended
+    /// at the expiry), a pause that has passed, and, at ``expiry``, the whole state (the token
+    /// counter and the clock's mark stay).
+    ///
+    /// - Returns: The operation's `now`: the high-water mark.
+    private mutating func advance(to now: Int64) -> Int64 {
+        let now = max(now.clampedToMicrosecondLimit, lastNow ?? .min)
+        lastNow = now
+        dropExpired(now: now)
+        return now
+    }
+
     private mutating func dropExpired(now: Int64) {
         if let expiry, expiry <= now {
-            self = SharedThrottle(lastToken: lastToken)
+            self = SharedThrottle(lastToken: lastToken, lastNow: lastNow)
             return
         }
         if let held = lease, held.expiry <= now {
@@ -267,7 +313,8 @@ package struct SharedThrottle: Sendable, Equatable {
         if let until = pausedUntil, until <= now { pausedUntil = nil }
     }
 
-    private init(lastToken: UInt64) {
+    private init(lastToken: UInt64, lastNow: Int64?) {
         self.lastToken = lastToken
+        self.lastNow = lastNow
     }
 }

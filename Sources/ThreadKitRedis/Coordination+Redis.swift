@@ -1,0 +1,58 @@
+import ThreadKit
+
+extension Coordination {
+    /// Starts decided on Redis together with every queue, in any process, created with the same
+    /// `key`: one limit shared by a fleet.
+    ///
+    /// ```swift
+    /// let client = RedisClient(.unixSocket(path: socketPath))
+    /// let api = ThrottledQueue(
+    ///     label: "api", interval: .milliseconds(200), limit: .rate(5, per: .seconds(1)),
+    ///     coordination: .redis(client, key: "api.example.com"))
+    /// ```
+    ///
+    /// Each start is decided by one Lua script on Redis's clock (`TIME`, in microseconds), in one
+    /// round trip: the gap after the last start of any process (for `.serial`, after its end,
+    /// with a lease that lets one task of the fleet run at a time), at most `count` starts in any
+    /// window, and the pause. The script answers with a reservation ("start in 12.4 ms"), which the
+    /// queue waits out on its own monotonic clock, so waiting needs no polling; a start more than
+    /// a second ahead is declined and asked again nearer its time. `ThrottledQueue.pause(for:)`
+    /// on any queue of the key pauses all of them, and a pause is never shortened. Every key the
+    /// limit keeps has a TTL. The guarantee holds on the reservations, on Redis's clock: see
+    /// `Coordination`. A `.serial` lease lasts 10 s and is renewed every third of that while its
+    /// process holds it, so a task may run longer; a process that dies holding it keeps the others
+    /// waiting for 10 s at most.
+    ///
+    /// Every queue of a key must be made with the same monitor and limit (their intervals may
+    /// differ): one with others is told so when it asks, logs it and applies `whenUnavailable`,
+    /// rather than weaken the shared rules. While Redis does not answer (down, stopped, its
+    /// client's circuit breaker open), each start applies `whenUnavailable`; a command that timed
+    /// out after it was sent counts as a start. The change both ways is logged through `Log`.
+    ///
+    /// DESIGN.md sketches `Coordination` as an enum with a `redis` case; it is a struct with this
+    /// static function instead, because ThreadKit, which defines it, cannot name ``RedisClient``:
+    /// this module adds the constructor, and a call reads the same, `.redis(client, key: …)`.
+    ///
+    /// - Parameters:
+    ///   - client: The client of the Redis server (or the master of a replicated setup) that every
+    ///     process of the fleet uses; its command timeout bounds each start decision. Configure
+    ///     the server with `maxmemory-policy noeviction`: an evicted limit would let starts through.
+    ///   - key: The limit's name, shared by every process that enforces it (`"api.example.com"`):
+    ///     not empty, without `{` or `}` (its keys sit under the hash tag `{key}`, so that a Redis
+    ///     Cluster keeps them on one node).
+    ///   - whenUnavailable: What each start does while Redis cannot decide it; by default the local
+    ///     throttle at half the rate, in each process.
+    /// - Returns: The coordination to pass to `ThrottledQueue(label:interval:monitor:mutability:limit:pool:coordination:)`.
+    public static func redis(
+        _ client: RedisClient, key: String, whenUnavailable: Fallback = .localFallback(share: 0.5)
+    ) -> Coordination {
+        let name = "Coordination.redis(_:key:whenUnavailable:)"
+        precondition(!key.isEmpty, "\(name): key must not be empty, got \"\"")
+        precondition(
+            !key.contains("{") && !key.contains("}"),
+            "\(name): key must not contain '{' or '}' (the limit's keys sit under the hash tag {key}), got \"\(key)\"")
+        whenUnavailable.validate(name)
+        return Coordination(
+            coordinator: RedisStartCoordinator(client: client, keys: RedisLimitKeys(key)), whenUnavailable: whenUnavailable)
+    }
+}

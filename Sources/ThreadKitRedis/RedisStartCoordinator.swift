@@ -1,0 +1,224 @@
+@_spi(ThreadKitURL) import ThreadKit
+
+/// A coordinated ``ThrottledQueue``'s start coordinator on Redis: every start decision is one run
+/// of ``SharedThrottleScript`` (ThreadKit's `SharedThrottle` model, on Redis's clock), through the
+/// queue's ``RedisClient``; what `Coordination.redis(_:key:whenUnavailable:)` carries.
+///
+/// - ``reserve(_:)`` blocks for one round trip (`EVALSHA`, then `EVAL` on `NOSCRIPT`), at most the
+///   client's command timeout: the queue calls it on its worker or on a blocked `sync` caller's
+///   thread, never on a cooperative thread, and never under its lock.
+/// - ``finished(token:)`` and ``pause(for:)`` send their script run and return at once
+///   (`RedisClient.evaluateAndForget`): they are called where blocking is not allowed. One the
+///   client refuses (its breaker is open: not sent) is sent again on ``TimerThread/shared`` when
+///   the breaker may let it through, until the lease would have expired or the pause ended;
+///   only then is it logged and given up (a lease runs to its expiry, a pause holds in this
+///   process only). One lost after it was sent is not sent again: it may have run.
+///
+/// **Long `.serial` tasks.** While this process holds a lease (from its reservation until the
+/// last start under it is handed back with ``finished(token:)``), ``TimerThread/shared`` renews it
+/// every third of the lease TTL, without waiting, so that another process cannot start while a
+/// task longer than the lease runs. A process that dies stops renewing, and its lease expires; a
+/// task that never ends holds the lease for as long as its process lives.
+///
+/// Every failure is an answer, never a trap (see ``answer(to:)``): Redis that cannot decide now is
+/// ``CoordinatorAnswer/unavailable(consumed:retryIn:)``, consumed when the command may have run;
+/// a reply or an error the script does not give is logged to `Log.Source.redis` and treated alike.
+final class RedisStartCoordinator: StartCoordinator {
+    let client: RedisClient
+    let keys: RedisLimitKeys
+    /// How far ahead a start is reserved, in microseconds; a start further out is declined, to ask
+    /// again when it falls inside.
+    let horizon: Int64
+    /// How long a `.serial` lease lasts after its start, in microseconds.
+    let leaseTTL: Int64
+    /// Also told every answer ``reserve(_:)`` gives, with the reserved start on Redis's clock (in
+    /// microseconds) when there is one: for tests, which check the shared rules on that clock.
+    let observe: (@Sendable (CoordinatorAnswer, _ reservedAt: Int64?) -> Void)?
+    /// How often a held lease is renewed: a third of the lease TTL.
+    let renewEvery: Duration
+
+    /// A lease this process holds: how many of its reservations hold it (nested ones too), and the
+    /// timer that renews it.
+    struct HeldLease {
+        var holders: Int
+        var renewal: TimerHandle?
+    }
+
+    /// The leases held, by token.
+    private let held = Locked<[UInt64: HeldLease]>([:])
+
+    /// The default horizon: one second.
+    static let defaultHorizon = Duration.seconds(1)
+    /// The default lease: 10 s, renewed every third of it while held, so a task may run longer;
+    /// what a process that died while holding it costs the others at most.
+    static let defaultLeaseTTL = Duration.seconds(10)
+    /// When to ask again after a failure that is not the breaker's refusal: the next ask finds the
+    /// breaker open (it opened on that failure) and is answered at once, with its exact back-off.
+    static let retryAfterFailure = Duration.milliseconds(10)
+    /// When to ask again after an answer that asking again soon would only repeat (a script error,
+    /// a reply the script does not give): not a busy loop of errors in the log.
+    static let retryAfterError = Duration.seconds(1)
+
+    /// A coordinator for the limit `keys` on `client`.
+    ///
+    /// - Parameters:
+    ///   - horizon: How far ahead a start is reserved; more than zero.
+    ///   - leaseTTL: How long a `.serial` lease lasts after its start; more than zero.
+    ///   - observe: Told every answer of ``reserve(_:)`` (see ``observe``).
+    init(client: RedisClient, keys: RedisLimitKeys, horizon: Duration = defaultHorizon, leaseTTL: Duration = defaultLeaseTTL,
+         observe: (@Sendable (CoordinatorAnswer, _ reservedAt: Int64?) -> Void)? = nil) {
+        precondition(horizon > .zero, "RedisStartCoordinator: horizon must be more than zero, got \(horizon)")
+        precondition(leaseTTL > .zero, "RedisStartCoordinator: leaseTTL must be more than zero, got \(leaseTTL)")
+        self.client = client
+        self.keys = keys
+        self.horizon = horizon.microsecondsRoundedUp.clampedToMicrosecondLimit
+        self.leaseTTL = leaseTTL.microsecondsRoundedUp.clampedToMicrosecondLimit
+        self.observe = observe
+        self.renewEvery = leaseTTL / 3
+    }
+
+    deinit {
+        for lease in held.withLock({ $0.values }) { lease.renewal?.cancel() }
+    }
+
+    func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer {
+        let (answer, reservedAt) = decide(request)
+        if case .reserved(_, let token?) = answer { hold(token) }
+        observe?(answer, reservedAt)
+        return answer
+    }
+
+    private func decide(_ request: CoordinatedRequest) -> (CoordinatorAnswer, reservedAt: Int64?) {
+        let call = SharedThrottleCall(.reserve(
+            gap: max(0, request.gap.microsecondsRoundedUp), monitor: request.monitor, limit: request.rules.limit,
+            horizon: horizon, leaseTTL: leaseTTL, holding: request.holding))
+        do {
+            let reply = try call.runSync(on: client, keys: keys)
+            guard case .decision(let decision) = reply else {
+                return (failed("the shared throttle script answered \(reply) to a reserve", consumed: true), nil)
+            }
+            if case .reserved(let at, _, _) = decision { return (answer(to: decision, asked: request), at) }
+            return (answer(to: decision, asked: request), nil)
+        } catch let error as RedisError {
+            return (answer(to: error), nil)
+        } catch {
+            return (failed("\(error)", consumed: true), nil)
+        }
+    }
+
+    func finished(token: UInt64) {
+        let stopped = held.withLock { leases -> TimerHandle? in
+            guard var lease = leases[token] else { return nil }
+            lease.holders -= 1
+            guard lease.holders == 0 else {
+                leases[token] = lease
+                return nil
+            }
+            leases[token] = nil
+            return lease.renewal
+        }
+        stopped?.cancel()
+        // Until the lease would have expired anyway.
+        Self.forget(SharedThrottleCall(.finished(token: token)), "the end of lease \(token)", on: client, keys,
+                    retryingFor: .microseconds(leaseTTL))
+    }
+
+    /// One more reservation holds the lease `token`; the first starts its renewal.
+    private func hold(_ token: UInt64) {
+        let isNew = held.withLock { leases -> Bool in
+            leases[token, default: HeldLease(holders: 0, renewal: nil)].holders += 1
+            return leases[token]?.holders == 1
+        }
+        guard isNew else { return }
+        let call = SharedThrottleCall(.renew(token: token, leaseTTL: leaseTTL))
+        let renewal: TimerHandle
+        do {
+            renewal = try TimerThread.shared.schedule(every: renewEvery, spacing: .fixedDelay) { [weak self] in
+                // Not sent again: the next renewal comes a third of the TTL later.
+                guard let self else { return }
+                Self.forget(call, "the renewal of lease \(token)", on: client, keys)
+            }
+        } catch {
+            Log.log(.redis, "\(keys): lease \(token) cannot be renewed (\(error)); it lasts its TTL")
+            return
+        }
+        // Handed back meanwhile (by another thread): no renewal.
+        let kept = held.withLock { leases -> Bool in
+            guard leases[token] != nil else { return false }
+            leases[token]?.renewal = renewal
+            return true
+        }
+        if !kept { renewal.cancel() }
+    }
+
+    func pause(for duration: Duration) {
+        // Until the pause would have ended (at most 10 minutes of attempts).
+        Self.forget(SharedThrottleCall(.pause(duration: duration.microsecondsRoundedUp)), "a pause of \(duration)", on: client, keys,
+                    retryingFor: min(duration, .seconds(600)))
+    }
+
+    /// The queue's answer for the script's decision on `request`.
+    func answer(to decision: SharedThrottle.Decision, asked request: CoordinatedRequest) -> CoordinatorAnswer {
+        CoordinatorAnswer(decision) { stored in
+            "\(keys) is used with \(Self.describe(stored)); this queue has \(Self.describe(request.rules))"
+        }
+    }
+
+    /// The queue's answer when the script could not run: Redis cannot decide now.
+    ///
+    /// - The breaker is open (``RedisError/unavailable(retryIn:lastFailure:)``): not sent, ask
+    ///   again when its back-off has passed.
+    /// - Refused, or lost before it was sent: not consumed; asked again soon, when the breaker (open
+    ///   since this failure) answers at once.
+    /// - Timed out or lost after it was sent: the script may have recorded the start, so it is
+    ///   consumed (the local fallback counts it).
+    /// - An error reply saying the server cannot serve now (`LOADING`, `BUSY`, `MASTERDOWN`,
+    ///   `READONLY`): not run, not consumed.
+    /// - Any other error reply (the script's own, `OOM`, `NOPERM`…): logged; the script may have
+    ///   written part of its state, so it is consumed; asked again after ``retryAfterError``.
+    func answer(to error: RedisError) -> CoordinatorAnswer {
+        switch error {
+        case .unavailable(let retryIn, _):
+            return .unavailable(consumed: false, retryIn: retryIn)
+        case .connectionRefused:
+            return .unavailable(consumed: false, retryIn: Self.retryAfterFailure)
+        case .timedOut(_, let sent), .connectionLost(_, let sent):
+            return .unavailable(consumed: sent, retryIn: Self.retryAfterFailure)
+        case .server where error.isUnavailable:
+            return .unavailable(consumed: false, retryIn: Self.retryAfterFailure)
+        case .server(let message):
+            return failed("the shared throttle script failed: \(message)", consumed: true)
+        }
+    }
+
+    private func failed(_ reason: String, consumed: Bool) -> CoordinatorAnswer {
+        Log.log(.redis, "\(keys): \(reason); the queue applies its fallback")
+        return .unavailable(consumed: consumed, retryIn: Self.retryAfterError)
+    }
+
+    /// Sends `call` without waiting. One the client refuses at once (its breaker is open) was not
+    /// sent, so sending it again never runs it twice: it is sent again on ``TimerThread/shared``
+    /// when the breaker may let it through, for `retryingFor` from now (after that it would change
+    /// nothing), so that a lease handed back or a pause asked for while Redis is briefly out of
+    /// reach still reaches the other processes.
+    private static func forget(
+        _ call: SharedThrottleCall, _ what: String, on client: RedisClient, _ keys: RedisLimitKeys,
+        retryingFor window: Duration = .zero, firstTry: ContinuousClock.Instant = .now
+    ) {
+        do {
+            try call.runAndForget(on: client, keys: keys)
+        } catch {
+            let retryIn = if case .unavailable(let retryIn, _) = error { max(retryIn, .milliseconds(1)) } else { retryAfterFailure }
+            let sentAgain = ContinuousClock.now + retryIn < firstTry + window && (try? TimerThread.shared.schedule(after: retryIn) {
+                forget(call, what, on: client, keys, retryingFor: window, firstTry: firstTry)
+            }) != nil
+            if !sentAgain { Log.log(.redis, "\(keys): \(what) was not sent (\(error)); the other processes do not hear of it") }
+        }
+    }
+
+    private static func describe(_ rules: SharedThrottle.Rules) -> String {
+        let monitor = rules.monitor == .serial ? ".serial" : ".concurrent"
+        guard let limit = rules.limit else { return "\(monitor) and no limit" }
+        return "\(monitor) and at most \(limit.count) starts per \(Duration.microseconds(limit.window))"
+    }
+}

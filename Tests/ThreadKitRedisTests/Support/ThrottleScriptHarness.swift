@@ -1,0 +1,131 @@
+// Runs the shared throttle script on a test's own server, with made-up times, and reads back what
+// it keeps under the limit's keys.
+
+import Testing
+import ThreadKit
+@testable import ThreadKitRedis
+
+/// The script's keys as the server holds them.
+struct StoredThrottle: Equatable, CustomStringConvertible {
+    /// The hash's fields, numbers as text.
+    var fields: [String: String]
+    /// The log, oldest first.
+    var log: [Int64]
+    /// The keys' remaining lives in milliseconds (`PTTL`: -1 no TTL, -2 no key).
+    var stateTTL: Int64
+    var logTTL: Int64
+    /// The token key's value: the last lease token handed out.
+    var lastToken: UInt64?
+
+    func number(_ field: String) -> Int64? { fields[field].flatMap { Int64($0) } }
+
+    var description: String { "\(fields.sorted { $0.key < $1.key }) log \(log) TTLs \(stateTTL)/\(logTTL)" }
+}
+
+/// One limit's script on a server of the test's own.
+struct ThrottleScriptHarness {
+    let client: RedisClient
+    let keys: RedisLimitKeys
+
+    init(_ server: RedisServer, key: String = "api.example.com") {
+        client = makeClient(server.address)
+        keys = RedisLimitKeys(key)
+    }
+
+    func run(_ operation: SharedThrottleCall.Operation, now: Int64?) async throws -> SharedThrottleCall.Reply {
+        try await SharedThrottleCall(operation, now: now).run(on: client, keys: keys)
+    }
+
+    func reserve(
+        _ now: Int64?, gap: Int64 = 100, monitor: ThrottledQueue.Monitor = .concurrent,
+        limit: (count: Int, window: Int64)? = nil, horizon: Int64 = 1_000_000, leaseTTL: Int64 = 10_000,
+        holding: UInt64? = nil
+    ) async throws -> SharedThrottle.Decision {
+        let limit = limit.map { SharedThrottleCall.Limit(count: $0.count, window: $0.window) }
+        let reply = try await run(
+            .reserve(gap: gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: leaseTTL, holding: holding), now: now)
+        guard case .decision(let decision) = reply else { throw UnexpectedReply(reply: reply) }
+        return decision
+    }
+
+    struct UnexpectedReply: Error { let reply: SharedThrottleCall.Reply }
+
+    func finished(_ token: UInt64, now: Int64?) async throws -> Bool {
+        try await run(.finished(token: token), now: now) == .finished(true)
+    }
+
+    func pause(_ duration: Int64, now: Int64?) async throws -> Int64? {
+        guard case .paused(let until) = try await run(.pause(duration: duration), now: now) else {
+            Issue.record("pause did not answer with the pause in force")
+            return nil
+        }
+        return until
+    }
+
+    func stored() async throws -> StoredThrottle {
+        let stateKey = SharedThrottleScript.keys(keys)[0]
+        let logKey = SharedThrottleScript.keys(keys)[1]
+        let tokenKey = SharedThrottleScript.keys(keys)[2]
+        let pairs = try await client.send("HGETALL", stateKey).array ?? []
+        var fields: [String: String] = [:]
+        for index in stride(from: 0, to: pairs.count - 1, by: 2) {
+            fields[pairs[index].string ?? "?"] = pairs[index + 1].string ?? "?"
+        }
+        let log = (try await client.send("LRANGE", logKey, "0", "-1").array ?? []).map { Int64($0.string ?? "") ?? -1 }
+        let stateTTL = try await client.send("PTTL", stateKey).integer ?? 0
+        let logTTL = try await client.send("PTTL", logKey).integer ?? 0
+        let lastToken = try await client.send("GET", tokenKey).string.flatMap { UInt64($0) }
+        return StoredThrottle(fields: fields, log: log, stateTTL: stateTTL, logTTL: logTTL, lastToken: lastToken)
+    }
+
+    /// Every key of the limit has a TTL (or does not exist), and the log holds at most `count` starts.
+    func expectBounded(count: Int?, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let state = try await stored()
+        #expect(state.stateTTL > 0 || state.stateTTL == -2, "the state key has no TTL: \(state)", sourceLocation: sourceLocation)
+        #expect(state.logTTL > 0 || state.logTTL == -2, "the log key has no TTL: \(state)", sourceLocation: sourceLocation)
+        #expect(state.log.count <= (count ?? 0), "the log is longer than N: \(state)", sourceLocation: sourceLocation)
+        let all = try await client.send("KEYS", "*").array ?? []
+        for key in all {
+            let ttl = try await client.send("PTTL", key.string ?? "").integer ?? 0
+            #expect(ttl > 0, "\(key) has no TTL", sourceLocation: sourceLocation)
+        }
+    }
+}
+
+extension SharedThrottle {
+    /// What the script answers to `call` (whose `now` is set), as this model decides it: the
+    /// reference of the differential test.
+    mutating func apply(_ call: SharedThrottleCall) -> SharedThrottleCall.Reply {
+        let now = call.now!
+        switch call.operation {
+        case .reserve(let gap, let monitor, let limit, let horizon, let leaseTTL, let holding):
+            return .decision(request(Request(
+                now: now, gap: gap, monitor: monitor, limit: limit.map { ($0.count, $0.window) }, horizon: horizon,
+                leaseTTL: leaseTTL, holding: holding)))
+        case .finished(let token):
+            return .finished(finished(token: token, now: now))
+        case .renew(let token, let leaseTTL):
+            return .renewed(renew(token: token, leaseTTL: leaseTTL, now: now))
+        case .pause(let duration):
+            return .paused(until: pause(for: duration, now: now))
+        case .recordConsumed(let gap, let monitor, let limit):
+            return .consumed(recordConsumed(at: now, gap: gap, rules: Rules(monitor: monitor, limit: limit)))
+        }
+    }
+
+    /// The hash fields the script keeps for this state, numbers in decimal.
+    var expectedFields: [String: String] {
+        var fields: [String: String] = ["lastGap": String(lastGap)]
+        fields["lastNow"] = lastNow.map { String($0) }
+        fields["lastStart"] = lastStart.map { String($0) }
+        fields["lastEnd"] = lastEnd.map { String($0) }
+        fields["token"] = lease.map { String($0.token) }
+        fields["expiry"] = lease.map { String($0.expiry) }
+        fields["running"] = lease.map { String($0.running) }
+        fields["pausedUntil"] = pausedUntil.map { String($0) }
+        fields["monitor"] = rules.map { $0.monitor == .serial ? "serial" : "concurrent" }
+        fields["count"] = rules.map { String($0.limit?.count ?? 0) }
+        fields["window"] = rules.map { String($0.limit?.window ?? 0) }
+        return fields
+    }
+}
