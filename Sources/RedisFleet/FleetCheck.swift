@@ -31,8 +31,9 @@ package struct FleetCheck: CustomStringConvertible {
     /// Tasks whose measured start comes before the reservation of the same rank: a start earlier
     /// than its reservation (see ``init(reservations:runs:gap:window:serialGap:)``).
     package let startsBeforeReservation: Int
-    /// For each task in order of start, its measured start less the reservation of the same rank,
-    /// in microseconds: at least how late tasks began (with the reading's own delay in it).
+    /// For each task, its measured start less the latest reservation at or before it, in
+    /// microseconds: how late it began at least (the reading's own delay in it), whether or not
+    /// that reservation was its own; a reservation given up unused makes no start look later.
     package let startDelays: [Int64]
     /// For `.serial`: consecutive runs (by start) that overlap, or whose start follows the previous
     /// end by less than the gap.
@@ -71,7 +72,11 @@ package struct FleetCheck: CustomStringConvertible {
         // unused is one more): then the k-th start in time comes at or after the k-th reservation.
         let starts = runs.map(\.start).sorted()
         startsBeforeReservation = zip(starts, reserved).count { $0.0 < $0.1 } + max(starts.count - reserved.count, 0)
-        startDelays = zip(starts, reserved).map { $0.0 - $0.1 }
+        var latest = 0
+        startDelays = starts.compactMap { start in
+            while latest < reserved.count, reserved[latest] <= start { latest += 1 }
+            return latest == 0 ? nil : start - reserved[latest - 1]
+        }
         var serial: [(Run, Run)] = []
         if let serialGap {
             let ordered = runs.sorted { $0.start < $1.start }

@@ -31,12 +31,17 @@ package struct FleetRun {
         let monitor = try RedisMonitor(socketPath: plan.socketPath)
         defer { monitor.stop() }
         var pids: [pid_t] = []
-        for member in 0..<plan.members {
-            var own = plan
-            own.member = member
-            var environment = ProcessInfo.processInfo.environment
-            environment[FleetMember.environmentName] = try own.encoded()
-            pids.append(try spawn([program] + arguments, environment: environment, log: "\(logDirectory)/member-\(member).log"))
+        do {
+            for member in 0..<plan.members {
+                var own = plan
+                own.member = member
+                var environment = ProcessInfo.processInfo.environment
+                environment[FleetMember.environmentName] = try own.encoded()
+                pids.append(try spawn([program] + arguments, environment: environment, log: "\(logDirectory)/member-\(member).log"))
+            }
+        } catch {
+            _ = waitForAll(pids, within: .zero)
+            throw error
         }
         let readyBy = ContinuousClock.now + .seconds(30)
         while (try? client.sendSync("GET", plan.readyKey).string) != String(plan.members), ContinuousClock.now < readyBy {

@@ -65,11 +65,16 @@ package final class RedisMonitor: Sendable {
     /// Every line so far.
     package var all: [String] { lines.withLock { $0 } }
 
-    /// Stops reading (within 50 ms) and closes the connection.
+    /// Stops reading (within 50 ms) and closes the connection; once, however often it is called.
     package func stop() {
-        stopped.withLock { $0 = true }
+        guard stopped.withLock({ stopped in
+            defer { stopped = true }
+            return !stopped
+        }) else { return }
         let deadline = ContinuousClock.now + .seconds(5)
         while !finished.withLock({ $0 }), ContinuousClock.now < deadline { usleep(1_000) }
+        // A reader still in recv after 5 s keeps the descriptor: closing it under the reader could
+        // let the number be reused by another connection before the reader's next recv.
         if finished.withLock({ $0 }) { close(descriptor) }
     }
 

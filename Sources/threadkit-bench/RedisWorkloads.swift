@@ -59,7 +59,7 @@ enum RedisWorkloads {
             metrics: Metric.named([
                 "min gap / gap": "×", "max per window / N": "×", "close pairs": "count", "starts before reservation": "count",
                 "unused reservations": "count",
-            ]) + Metric.percentiles("start − reservation", unit: "ms"),
+            ]) + Metric.percentiles("start after reservation", unit: "ms"),
             contenders: [Contender(name: "ThreadKit", warmUp: nil, run: { try measureFleet(tasks: tasks) })],
             finish: BenchRedisServer.stopShared)
     }
@@ -154,7 +154,7 @@ enum RedisWorkloads {
         measurement["close pairs"] = Double(check.closePairs.count)
         measurement["starts before reservation"] = Double(check.startsBeforeReservation)
         measurement["unused reservations"] = Double(check.reservationCount - check.runCount)
-        measurement.addLatencyPercentiles("start − reservation", samples: check.startDelays.map { Double($0) / 1_000 })
+        measurement.addLatencyPercentiles("start after reservation", samples: check.startDelays.map { Double($0) / 1_000 })
         return measurement
     }
 

@@ -125,6 +125,7 @@ struct FleetCheckTests {
         let reservations: [Int64] = [100, 200, 300]
         let fine = FleetCheck(reservations: reservations, runs: [run(0, 0, 150, 160), run(1, 0, 230, 240), run(0, 1, 300, 301)], gap: 0, window: nil)
         #expect(fine.startsBeforeReservation == 0)
+        #expect(fine.startDelays == [50, 30, 0])
         let early = FleetCheck(reservations: reservations, runs: [run(0, 0, 150, 160), run(1, 0, 170, 180), run(0, 1, 300, 301)], gap: 0, window: nil)
         #expect(early.startsBeforeReservation == 1)
         let unreserved = FleetCheck(reservations: [100], runs: [run(0, 0, 150, 160), run(1, 0, 170, 180)], gap: 0, window: nil)
