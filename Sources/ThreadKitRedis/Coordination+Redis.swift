@@ -16,10 +16,10 @@ extension Coordination {
     /// with a lease that lets one task of the fleet run at a time), at most `count` starts in any
     /// window, and the pause. The script answers with a reservation ("start in 12.4 ms"), which the
     /// queue waits out on its own monotonic clock, so waiting needs no polling; a start more than
-    /// a second ahead is declined and asked again nearer its time. ``ThrottledQueue/pause(for:)``
+    /// a second ahead is declined and asked again nearer its time. `ThrottledQueue.pause(for:)`
     /// on any queue of the key pauses all of them, and a pause is never shortened. Every key the
     /// limit keeps has a TTL. The guarantee holds on the reservations, on Redis's clock: see
-    /// ``Coordination``.
+    /// `Coordination`.
     ///
     /// Every queue of a key must be made with the same monitor and limit (their intervals may
     /// differ): one with others is told so when it asks, logs it and applies `whenUnavailable`,
@@ -40,7 +40,7 @@ extension Coordination {
     ///     Cluster keeps them on one node).
     ///   - whenUnavailable: What each start does while Redis cannot decide it; by default the local
     ///     throttle at half the rate, in each process.
-    /// - Returns: The coordination to pass to ``ThrottledQueue/init(label:interval:monitor:mutability:limit:pool:coordination:)``.
+    /// - Returns: The coordination to pass to `ThrottledQueue(label:interval:monitor:mutability:limit:pool:coordination:)`.
     public static func redis(
         _ client: RedisClient, key: String, whenUnavailable: Fallback = .localFallback(share: 0.5)
     ) -> Coordination {

@@ -1,4 +1,4 @@
-import ThreadKit
+@_spi(ThreadKitURL) import ThreadKit
 
 /// A coordinated ``ThrottledQueue``'s start coordinator on Redis: every start decision is one run
 /// of ``SharedThrottleScript`` (ThreadKit's `SharedThrottle` model, on Redis's clock), through the
@@ -11,6 +11,12 @@ import ThreadKit
 ///   (`RedisClient.evaluateAndForget`): they are called where blocking is not allowed. One the
 ///   client refuses (its breaker is open) is logged and lost: a lease then runs to its expiry, a
 ///   pause holds in this process only.
+///
+/// **Long `.serial` tasks.** While this process holds a lease (from its reservation until the
+/// last start under it is handed back with ``finished(token:)``), ``TimerThread/shared`` renews it
+/// every third of the lease TTL, without waiting, so that another process cannot start while a
+/// task longer than the lease runs. A process that dies stops renewing, and its lease expires; a
+/// task that never ends holds the lease for as long as its process lives.
 ///
 /// Every failure is an answer, never a trap (see ``answer(to:)``): Redis that cannot decide now is
 /// ``CoordinatorAnswer/unavailable(consumed:retryIn:)``, consumed when the command may have run;
@@ -26,6 +32,18 @@ final class RedisStartCoordinator: StartCoordinator {
     /// Also told every answer ``reserve(_:)`` gives, with the reserved start on Redis's clock (in
     /// microseconds) when there is one: for tests, which check the shared rules on that clock.
     let observe: (@Sendable (CoordinatorAnswer, _ reservedAt: Int64?) -> Void)?
+    /// How often a held lease is renewed: a third of the lease TTL.
+    let renewEvery: Duration
+
+    /// A lease this process holds: how many of its reservations hold it (nested ones too), and the
+    /// timer that renews it.
+    struct HeldLease {
+        var holders: Int
+        var renewal: TimerHandle?
+    }
+
+    /// The leases held, by token.
+    private let held = Locked<[UInt64: HeldLease]>([:])
 
     /// The default horizon: one second.
     static let defaultHorizon = Duration.seconds(1)
@@ -53,10 +71,16 @@ final class RedisStartCoordinator: StartCoordinator {
         self.horizon = horizon.microsecondsRoundedUp.clampedToMicrosecondLimit
         self.leaseTTL = leaseTTL.microsecondsRoundedUp.clampedToMicrosecondLimit
         self.observe = observe
+        self.renewEvery = leaseTTL / 3
+    }
+
+    deinit {
+        for lease in held.withLock({ $0.values }) { lease.renewal?.cancel() }
     }
 
     func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer {
         let (answer, reservedAt) = decide(request)
+        if case .reserved(_, let token?) = answer { hold(token) }
         observe?(answer, reservedAt)
         return answer
     }
@@ -81,7 +105,44 @@ final class RedisStartCoordinator: StartCoordinator {
     }
 
     func finished(token: UInt64) {
+        let stopped = held.withLock { leases -> TimerHandle? in
+            guard var lease = leases[token] else { return nil }
+            lease.holders -= 1
+            guard lease.holders == 0 else {
+                leases[token] = lease
+                return nil
+            }
+            leases[token] = nil
+            return lease.renewal
+        }
+        stopped?.cancel()
         forget(SharedThrottleCall(.finished(token: token)), "the end of lease \(token)")
+    }
+
+    /// One more reservation holds the lease `token`; the first starts its renewal.
+    private func hold(_ token: UInt64) {
+        let isNew = held.withLock { leases -> Bool in
+            leases[token, default: HeldLease(holders: 0, renewal: nil)].holders += 1
+            return leases[token]?.holders == 1
+        }
+        guard isNew else { return }
+        let call = SharedThrottleCall(.renew(token: token, leaseTTL: leaseTTL))
+        let renewal: TimerHandle
+        do {
+            renewal = try TimerThread.shared.schedule(every: renewEvery, spacing: .fixedDelay) { [weak self] in
+                self?.forget(call, "the renewal of lease \(token)")
+            }
+        } catch {
+            Log.log(.redis, "\(keys): lease \(token) cannot be renewed (\(error)); it lasts its TTL")
+            return
+        }
+        // Handed back meanwhile (by another thread): no renewal.
+        let kept = held.withLock { leases -> Bool in
+            guard leases[token] != nil else { return false }
+            leases[token]?.renewal = renewal
+            return true
+        }
+        if !kept { renewal.cancel() }
     }
 
     func pause(for duration: Duration) {

@@ -22,6 +22,9 @@ struct SharedThrottleCall: Sendable, Equatable {
             gap: Int64, monitor: ThrottledQueue.Monitor, limit: Limit?, horizon: Int64, leaseTTL: Int64, holding: UInt64?)
         /// A `.serial` start holding `token` ended, or was given up unused: `SharedThrottle.finished(token:now:)`.
         case finished(token: UInt64)
+        /// The `.serial` start holding `token` still runs: its lease lasts at least `leaseTTL` from
+        /// now: `SharedThrottle.renew(token:leaseTTL:now:)`.
+        case renew(token: UInt64, leaseTTL: Int64)
         /// No start for `duration` from now; a later pause in force stays: `SharedThrottle.pause(for:now:)`.
         case pause(duration: Int64)
         /// A start that took no reservation (a timed-out command counted as run):
@@ -35,6 +38,8 @@ struct SharedThrottleCall: Sendable, Equatable {
         case decision(SharedThrottle.Decision)
         /// Whether the token held the lease (an expired lease's did not).
         case finished(Bool)
+        /// Whether the token holds the lease, renewed.
+        case renewed(Bool)
         /// The pause in force after the call, `nil` for none.
         case paused(until: Int64?)
         /// Whether the consumed start was recorded: not under other rules than the stored ones.
@@ -62,6 +67,9 @@ struct SharedThrottleCall: Sendable, Equatable {
             if let holding { Self.check(token: holding) }
         case .finished(let token):
             Self.check(token: token)
+        case .renew(let token, let leaseTTL):
+            Self.check(token: token)
+            precondition(leaseTTL > 0, "SharedThrottleCall: leaseTTL must be more than zero, got \(leaseTTL)")
         case .pause:
             break
         case .recordConsumed(let gap, _, let limit):
@@ -81,6 +89,8 @@ struct SharedThrottleCall: Sendable, Equatable {
                 + [Self.clamped(horizon), Self.clamped(leaseTTL), holding.map { String($0) } ?? ""]
         case .finished(let token):
             return ["finished", clock, String(token)]
+        case .renew(let token, let leaseTTL):
+            return ["renew", clock, String(token), Self.clamped(leaseTTL)]
         case .pause(let duration):
             return ["pause", clock, Self.clamped(duration)]
         case .recordConsumed(let gap, let monitor, let limit):
@@ -117,6 +127,8 @@ struct SharedThrottleCall: Sendable, Equatable {
             return .decision(try Self.decodeDecision(reply))
         case .finished:
             return .finished(try Self.decodeFlag(reply))
+        case .renew:
+            return .renewed(try Self.decodeFlag(reply))
         case .recordConsumed:
             return .consumed(try Self.decodeFlag(reply))
         case .pause:

@@ -33,6 +33,8 @@
 /// - `reserve gap monitor count window horizon leaseTTL holding` → `{"reserved", at, wait[, token]}`,
 ///   `{"declined", retryIn}` or `{"mismatch", monitor, count, window}` (the stored rules differ);
 /// - `finished token` → `1` when the token held the lease, else `0` (an expired lease's token: `0`);
+/// - `renew token leaseTTL` → `1` when the token holds the lease, which then lasts at least
+///   `leaseTTL` from now, else `0`;
 /// - `pause duration` → the pause in force afterwards (`0`: none); a pause is never shortened;
 /// - `consume gap monitor count window` → `1` when the start was recorded, `0` for other rules.
 ///
@@ -102,6 +104,7 @@ enum SharedThrottleScript {
             return a
           end,
           finished = function() return {token = integer(3, 'token', 1)} end,
+          renew = function() return {token = integer(3, 'token', 1), leaseTTL = integer(4, 'lease TTL', 1)} end,
           pause = function() return {duration = integer(3, 'duration', -MAX)} end,
           consume = rulesArgumentsTable,
         }
@@ -213,6 +216,12 @@ enum SharedThrottleScript {
           return 1
         end
 
+        local function renew()
+          if s.token ~= a.token then return 0 end
+          s.expiry = math.max(s.expiry, clamp(now + a.leaseTTL))
+          return 1
+        end
+
         local function pause()
           local untilTime = clamp(now + a.duration)
           if untilTime > now then s.pausedUntil = math.max(s.pausedUntil or untilTime, untilTime) end
@@ -248,7 +257,7 @@ enum SharedThrottleScript {
           end
         end
 
-        local operations = {reserve = reserve, finished = finished, pause = pause, consume = consume}
+        local operations = {reserve = reserve, finished = finished, renew = renew, pause = pause, consume = consume}
         local reply = operations[ARGV[1]]()
         save()
         return reply

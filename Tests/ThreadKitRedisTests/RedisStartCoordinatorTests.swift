@@ -191,4 +191,98 @@ struct RedisCoordinationTests {
             #expect(!after.isEmpty, "the queues did not go back to Redis after the restart")
         }
     }
+
+    @Test(".serial: a task that runs longer than the lease TTL has its lease renewed, so another queue of the key cannot start meanwhile")
+    func longTaskRenewsItsLease() async throws {
+        try await withRedisServer { server async throws in
+            let answers = CoordinatorAnswers()
+            let queues = ["long", "waiting"].map {
+                redisQueue($0, client: makeClient(server.address), key: "long", interval: .milliseconds(1), monitor: .serial,
+                           horizon: .milliseconds(50), leaseTTL: .milliseconds(300), answers: answers)
+            }
+            let running = Counter(), overlaps = Counter()
+            let longStarted = Latch()
+            let longEnded = LockedValue<ContinuousClock.Instant?>(nil)
+            let otherStarted = LockedValue<ContinuousClock.Instant?>(nil)
+            try queues[0].async {
+                if running.increment() > 1 { overlaps.increment() }
+                longStarted.countDown()
+                // Four lease TTLs.
+                Thread.sleep(forTimeInterval: 1.2)
+                longEnded.value = .now
+                running.increment(by: -1)
+            }
+            #expect(await onNewThread { longStarted.wait(timeout: .seconds(10)) })
+            try queues[1].async {
+                if running.increment() > 1 { overlaps.increment() }
+                otherStarted.value = .now
+                running.increment(by: -1)
+            }
+            #expect(await waitUntilIdle(queues))
+            #expect(overlaps.value == 0)
+            if let ended = longEnded.value, let started = otherStarted.value { #expect(started >= ended) }
+            // The waiting queue was declined while the long task ran, well past the lease's first expiry.
+            let declines = answers.all.filter { if case .declined = $0.answer { $0.queue == "waiting" } else { false } }
+            #expect(declines.count >= 3)
+            // Once handed back, the lease is no longer renewed: nothing holds the key's state but its TTL.
+            let stateKey = SharedThrottleScript.keys(RedisLimitKeys("long"))[0]
+            #expect(try await makeClient(server.address).send("HGET", stateKey, "token") == .bulkString(nil))
+        }
+    }
+
+    @Test("The public constructor: queues made with .redis(client, key:) share the key's limit, and one with another monitor is told so and falls back")
+    func publicConstructor() async throws {
+        try await withRedisServer { server async throws in
+            let limit = RateLimit.rate(3, per: .milliseconds(300))
+            let queues = (0..<2).map { _ in
+                ThrottledQueue(label: "public", interval: .milliseconds(1), limit: limit,
+                               coordination: .redis(makeClient(server.address), key: "public.example.com"))
+            }
+            let started = Recorder<ContinuousClock.Instant>()
+            for _ in 0..<4 { for queue in queues { try queue.async { started.append(.now) } } }
+            #expect(await waitUntilIdle(queues))
+            let starts = started.values.sorted()
+            #expect(starts.count == 8)
+            // 8 starts at 3 per 300 ms: the 7th and the 8th wait for a second window, 600 ms after
+            // the first (two queues each on their own would have started all 8 within 300 ms); 100 ms
+            // of slack for a first task that ran late.
+            #expect(starts[7] - starts[0] >= .milliseconds(500))
+            // The same key with .serial: its state is .concurrent, so it falls back (half the rate, locally).
+            let answers = CoordinatorAnswers()
+            let other = redisQueue("other", client: makeClient(server.address), key: "public.example.com", interval: .milliseconds(1),
+                                   monitor: .serial, limit: limit, answers: answers)
+            try other.async {}
+            #expect(await waitUntilIdle([other]))
+            let mismatches = answers.all.compactMap { if case .mismatch(let reason) = $0.answer { reason } else { nil } }
+            #expect(mismatches.first?.contains("is used with .concurrent and at most 3 starts per") == true, "\(answers.all)")
+        }
+    }
+}
+
+/// The public constructor's preconditions, each stopping in a child process with a message that names the argument.
+@Suite("Coordination.redis preconditions")
+struct RedisCoordinationPreconditionTests {
+    @Test("An empty key stops, naming the argument")
+    func emptyKey() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "")
+        }
+        expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): key must not be empty"])
+    }
+
+    @Test("A key with a brace stops, naming the argument and the value")
+    func braceKey() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "api{1}")
+        }
+        expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): key must not contain '{' or '}'", "got \"api{1}\""])
+    }
+
+    @Test("A fallback share outside 0 < share ≤ 1 stops, naming it")
+    func badShare() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "api", whenUnavailable: .localFallback(share: 1.5))
+        }
+        expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): the fallback share must be in 0 < share ≤ 1, got 1.5"])
+    }
 }

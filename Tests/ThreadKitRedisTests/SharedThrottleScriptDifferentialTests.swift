@@ -54,6 +54,8 @@ struct SharedThrottleScriptDifferentialTests {
                     operation = .pause(duration: Int64(random.weighted([-500: 1, 0: 1, 800: 2, 5_000: 1])))
                 } else if random.chance(0.03) {
                     operation = .recordConsumed(gap: gap, monitor: askedMonitor, limit: limit)
+                } else if !client.held.isEmpty && random.chance(0.1) {
+                    operation = .renew(token: client.held.last!, leaseTTL: Int64(random.weighted([1_000: 1, 8_000: 1])))
                 } else if !client.held.isEmpty && random.chance(0.5) {
                     operation = .finished(token: client.held.removeLast())
                 } else if !client.held.isEmpty && random.chance(0.06) {
@@ -71,7 +73,7 @@ struct SharedThrottleScriptDifferentialTests {
                 }
                 switch operation {
                 case .reserve, .recordConsumed: configured = true
-                case .finished, .pause: break
+                case .finished, .renew, .pause: break
                 }
                 if let expiry = model.expiry, expiry <= max(now, model.lastNow ?? now) { counts["state dropped", default: 0] += 1 }
                 let call = SharedThrottleCall(operation, now: now)
@@ -106,6 +108,7 @@ struct SharedThrottleScriptDifferentialTests {
                     if random.chance(0.7) { step = retryIn }
                 case .decision(.mismatch), .consumed(false): counts["mismatch", default: 0] += 1
                 case .finished(let accepted): counts[accepted ? "finished" : "stale finish", default: 0] += 1
+                case .renewed(let accepted): counts[accepted ? "renewed" : "stale renewal", default: 0] += 1
                 case .paused: counts["paused", default: 0] += 1
                 case .consumed(true): counts["consumed", default: 0] += 1
                 }
@@ -116,7 +119,7 @@ struct SharedThrottleScriptDifferentialTests {
             #expect(counts["reserved", default: 0] > 25, "\(counts)")
             #expect(counts["paused", default: 0] > 0 && counts["consumed", default: 0] > 0 && counts["mismatch", default: 0] > 0, "\(counts)")
             if monitor == .serial {
-                #expect(counts["finished", default: 0] > 0 && counts["stale finish", default: 0] > 0 && counts["nested", default: 0] > 0, "\(counts)")
+                #expect(counts["finished", default: 0] > 0 && counts["stale finish", default: 0] > 0 && counts["nested", default: 0] > 0 && counts["renewed", default: 0] > 0, "\(counts)")
             }
             #expect(counts["declined", default: 0] > 0 || horizon == 100_000, "\(counts)")
             #expect(counts["state dropped", default: 0] > 0, "\(counts)")

@@ -343,4 +343,29 @@ struct SharedThrottleTests {
         }
         #expect(afterRestart > 7_002)
     }
+
+    @Test(".serial: a renewed lease lasts leaseTTL from the renewal, is never shortened, and an expired one is not brought back")
+    func leaseRenewal() {
+        var model = SharedThrottle()
+        guard case .reserved(0, 0, let token?) = model.request(request(0, gap: 100, monitor: .serial)) else {
+            Issue.record("no lease")
+            return
+        }
+        let renewed1 = model.renew(token: token, leaseTTL: 10_000, now: 8_000)
+        #expect(renewed1)
+        #expect(model.lease?.expiry == 18_000)
+        // Renewed for less than it has left: unchanged.
+        let renewed2 = model.renew(token: token, leaseTTL: 1_000, now: 9_000)
+        #expect(renewed2)
+        #expect(model.lease?.expiry == 18_000)
+        // Other processes are declined past the first expiry.
+        let declined = model.request(request(12_000, monitor: .serial, horizon: 100_000))
+        #expect(declined == .declined(retryIn: 6_000))
+        let renewed3 = model.renew(token: token + 1, leaseTTL: 10_000, now: 12_000)
+        #expect(!renewed3)
+        // Once expired, the lease is gone for good.
+        let renewed4 = model.renew(token: token, leaseTTL: 10_000, now: 18_000)
+        #expect(!renewed4)
+        #expect(model.lease == nil)
+    }
 }

@@ -104,6 +104,8 @@ extension SharedThrottle {
                 leaseTTL: leaseTTL, holding: holding)))
         case .finished(let token):
             return .finished(finished(token: token, now: now))
+        case .renew(let token, let leaseTTL):
+            return .renewed(renew(token: token, leaseTTL: leaseTTL, now: now))
         case .pause(let duration):
             return .paused(until: pause(for: duration, now: now))
         case .recordConsumed(let gap, let monitor, let limit):

@@ -216,6 +216,20 @@ package struct SharedThrottle: Sendable, Equatable {
         return true
     }
 
+    /// The `.serial` start holding `token` still runs at `now`: its lease lasts at least `leaseTTL`
+    /// from now (never less than it already did), so that a task longer than the lease keeps other
+    /// processes out while it runs. A lease that expired is not brought back: its start has ended.
+    ///
+    /// - Returns: Whether `token` holds the lease.
+    @discardableResult
+    package mutating func renew(token: UInt64, leaseTTL: Int64, now: Int64) -> Bool {
+        let now = advance(to: now)
+        guard var held = lease, held.token == token else { return false }
+        held.expiry = max(held.expiry, now.addingClamped(leaseTTL.clampedToMicrosecondLimit))
+        lease = held
+        return true
+    }
+
     /// Records a start at `now` followed by `gap` that took no reservation: a command that timed out
     /// after it was sent may have been carried out, so the local fallback counts it (erring safe).
     /// It ran no task: for `.serial` it has ended at once.
