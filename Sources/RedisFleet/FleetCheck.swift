@@ -91,7 +91,8 @@ package struct FleetCheck: CustomStringConvertible {
     }
 
     package var description: String {
-        "\(reservationCount) reservations, \(runCount) runs (\(duplicateRuns) doubled); minimum gap \(minimumGap.map(String.init) ?? "-") µs, "
+        "\(reservationCount) reservations, \(runCount) runs (\(duplicateRuns) doubled); "
+            + "minimum gap \(minimumGap.map(String.init) ?? "-") µs, "
             + "\(closePairs.count) close pairs \(closePairs.prefix(3)); at most \(maximumInWindow) in a window; "
             + "\(startsBeforeReservation) starts before their reservation; \(serialViolations.count) serial overlaps "
             + "\(serialViolations.prefix(2).map { "\($0.0) then \($0.1)" })"

@@ -29,7 +29,9 @@ package struct FleetPlan: Codable, Sendable {
         precondition(members >= 1, "FleetPlan: members must be at least 1, got \(members)")
         precondition(tasks >= 1, "FleetPlan: tasks must be at least 1, got \(tasks)")
         precondition(gap >= 0, "FleetPlan: gap must not be negative, got \(gap)")
-        precondition((count == nil) == (window == nil), "FleetPlan: count and window go together, got \(String(describing: count)) and \(String(describing: window))")
+        precondition(
+            (count == nil) == (window == nil),
+            "FleetPlan: count and window go together, got \(String(describing: count)) and \(String(describing: window))")
         (self.socketPath, self.key, self.members, self.tasks, self.gap, self.serial) = (socketPath, key, members, tasks, gap, serial)
         (self.count, self.window, self.taskLength) = (count, window, taskLength)
     }

@@ -38,9 +38,9 @@ package struct SharedThrottleProbe: Sendable {
     package func reserve(
         gap: Int64, serial: Bool, limit: (count: Int, window: Int64)?, horizon: Int64 = 1_000_000, leaseTTL: Int64 = 250_000
     ) throws -> Decision {
+        let rules = limit.map { SharedThrottleCall.Limit(count: $0.count, window: $0.window) }
         let call = SharedThrottleCall(.reserve(
-            gap: gap, monitor: serial ? .serial : .concurrent, limit: limit.map { SharedThrottleCall.Limit(count: $0.count, window: $0.window) },
-            horizon: horizon, leaseTTL: leaseTTL, holding: nil))
+            gap: gap, monitor: serial ? .serial : .concurrent, limit: rules, horizon: horizon, leaseTTL: leaseTTL, holding: nil))
         switch try call.runSync(on: client, keys: keys) {
         case .decision(.reserved(let at, let wait, let token)): return .reserved(at: at, wait: wait, token: token)
         case .decision(.declined(let retryIn)): return .declined(retryIn: retryIn)

@@ -45,7 +45,9 @@ enum RedisWorkloads {
         let duration = scale.duration(.seconds(2))
         return Workload(
             id: "redis.hotkey", metrics: Metric.named(["starts per second": "/s", "server per call": "µs"]),
-            contenders: [Contender(name: "ThreadKit", warmingUpOnATenth: { share in try measureHotKey(for: share.of(duration), threads: 4) })],
+            contenders: [
+                Contender(name: "ThreadKit", warmingUpOnATenth: { share in try measureHotKey(for: share.of(duration), threads: 4) })
+            ],
             finish: BenchRedisServer.stopShared)
     }
 
@@ -142,7 +144,8 @@ enum RedisWorkloads {
             gap: 5_000, count: 10, window: 100_000)
         let outcome = try FleetRun.run(plan, program: Runner.executable, arguments: [], logDirectory: server.directory)
         if let (member, output) = outcome.failures.first {
-            throw BenchRedisError("redis.fleet: member \(member) failed (status \(String(describing: outcome.statuses[member]))):\n\(output)")
+            let status = outcome.statuses[member].map { "status \($0)" } ?? "killed"
+            throw BenchRedisError("redis.fleet: member \(member) failed (\(status)):\n\(output)")
         }
         let check = outcome.check
         guard check.runCount == plan.members * plan.tasks, check.duplicateRuns == 0, outcome.unpairedRecords == 0 else {

@@ -71,7 +71,8 @@ struct FleetTests {
             }.get()
             let check = outcome.check
             for (member, status) in outcome.statuses.enumerated() where status != 0 {
-                Issue.record("member \(member) ended with \(status.map { "status \($0)" } ?? "no exit: killed after 90 s"):\n\(outcome.failures[member] ?? "")")
+                let ending = status.map { "status \($0)" } ?? "no exit: killed after 90 s"
+                Issue.record("member \(member) ended with \(ending):\n\(outcome.failures[member] ?? "")")
             }
             #expect(outcome.unpairedRecords == 0, "\(check)")
             #expect(check.runCount == plan.members * plan.tasks, "\(check)")
@@ -123,10 +124,12 @@ struct FleetCheckTests {
     @Test("a start before the reservation of its rank is counted; starts after theirs are not")
     func startsAfterReservations() {
         let reservations: [Int64] = [100, 200, 300]
-        let fine = FleetCheck(reservations: reservations, runs: [run(0, 0, 150, 160), run(1, 0, 230, 240), run(0, 1, 300, 301)], gap: 0, window: nil)
+        let fine = FleetCheck(
+            reservations: reservations, runs: [run(0, 0, 150, 160), run(1, 0, 230, 240), run(0, 1, 300, 301)], gap: 0, window: nil)
         #expect(fine.startsBeforeReservation == 0)
         #expect(fine.startDelays == [50, 30, 0])
-        let early = FleetCheck(reservations: reservations, runs: [run(0, 0, 150, 160), run(1, 0, 170, 180), run(0, 1, 300, 301)], gap: 0, window: nil)
+        let early = FleetCheck(
+            reservations: reservations, runs: [run(0, 0, 150, 160), run(1, 0, 170, 180), run(0, 1, 300, 301)], gap: 0, window: nil)
         #expect(early.startsBeforeReservation == 1)
         let unreserved = FleetCheck(reservations: [100], runs: [run(0, 0, 150, 160), run(1, 0, 170, 180)], gap: 0, window: nil)
         #expect(unreserved.startsBeforeReservation == 1)
@@ -148,3 +151,36 @@ struct FleetCheckTests {
         #expect(check.duplicateRuns == 1)
     }
 }
+
+/// A fleet's plan refuses what no run could mean, naming the argument and its value.
+@Suite("A fleet's plan: bad arguments stop the process", .serialized)
+struct FleetPlanExitTests {
+    @Test("members, tasks, a negative gap and a count without a window each stop with a message naming them",
+          arguments: ["members", "tasks", "gap", "count"])
+    func stops(_ argument: String) async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [argument] in
+            switch argument {
+            case "members": _ = FleetPlan(key: "k", members: 0, tasks: 1, gap: 0)
+            case "tasks": _ = FleetPlan(key: "k", tasks: 0, gap: 0)
+            case "gap": _ = FleetPlan(key: "k", tasks: 1, gap: -1)
+            default: _ = FleetPlan(key: "k", tasks: 1, gap: 0, count: 3)
+            }
+        }
+        expectMessage(result, contains: ["FleetPlan", argument])
+    }
+}
+
+@Suite("A fleet's run records, read back")
+struct FleetRecordsTests {
+    @Test("each start is paired with its end; a record of another shape, a second start and an end without a start are counted, not paired")
+    func pairs() {
+        let parsed = FleetCheck.runs(from: [
+            "0 0 start 10", "1 0 start 12", "0 0 end 20", "1 0 end 25", "garbage", "2 0 end 30", "3 0 start 40", "3 0 start 41",
+        ])
+        #expect(parsed.runs == [
+            FleetCheck.Run(member: 0, task: 0, start: 10, end: 20), FleetCheck.Run(member: 1, task: 0, start: 12, end: 25),
+        ])
+        #expect(parsed.unpaired == 4)
+    }
+}
+
