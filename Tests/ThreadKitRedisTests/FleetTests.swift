@@ -21,10 +21,17 @@ import RedisFleet
 /// after its start by as long as its process is kept off a core, which a loaded machine makes
 /// milliseconds, in either direction.
 ///
+/// Each process runs its tasks through the public API, `ThrottledQueue(interval:monitor:limit:
+/// coordination: .redis(client, key:, whenUnavailable: .failClosed))`, all submitted when the parent
+/// lets every process go at once (`.failClosed`: a start the local fallback made would have no
+/// reservation, and this checks the shared decisions). A reservation a process reaches late is
+/// given up and counted as consumed, so there may be more reservations than tasks, never fewer.
+///
 /// The processes are copies of this test program, started with `posix_spawn` and running only
 /// ``FleetMemberTests`` (its plan in an environment variable), not exit tests: an exit test blocks a
 /// Swift concurrency thread while its child runs, so eight at once on two cores would run two at a
-/// time.
+/// time. The parent's side and the checks are the `RedisFleet` target, which the benchmark's
+/// `redis.fleet` row shares.
 @Suite("Eight processes share one limit on Redis", .needsRedisServer, .serialized, .timeLimit(.minutes(3)))
 struct FleetTests {
     static let members = 8
