@@ -19,7 +19,9 @@ extension Coordination {
     /// a second ahead is declined and asked again nearer its time. `ThrottledQueue.pause(for:)`
     /// on any queue of the key pauses all of them, and a pause is never shortened. Every key the
     /// limit keeps has a TTL. The guarantee holds on the reservations, on Redis's clock: see
-    /// `Coordination`.
+    /// `Coordination`. A `.serial` lease lasts 10 s and is renewed every third of that while its
+    /// process holds it, so a task may run longer; a process that dies holding it keeps the others
+    /// waiting for 10 s at most.
     ///
     /// Every queue of a key must be made with the same monitor and limit (their intervals may
     /// differ): one with others is told so when it asks, logs it and applies `whenUnavailable`,

@@ -47,8 +47,9 @@ final class RedisStartCoordinator: StartCoordinator {
 
     /// The default horizon: one second.
     static let defaultHorizon = Duration.seconds(1)
-    /// The default lease: 30 s, longer than any task a `.serial` queue is expected to run.
-    static let defaultLeaseTTL = Duration.seconds(30)
+    /// The default lease: 10 s, renewed every third of it while held, so a task may run longer;
+    /// what a process that died while holding it costs the others at most.
+    static let defaultLeaseTTL = Duration.seconds(10)
     /// When to ask again after a failure that is not the breaker's refusal: the next ask finds the
     /// breaker open (it opened on that failure) and is answered at once, with its exact back-off.
     static let retryAfterFailure = Duration.milliseconds(10)
@@ -86,9 +87,8 @@ final class RedisStartCoordinator: StartCoordinator {
     }
 
     private func decide(_ request: CoordinatedRequest) -> (CoordinatorAnswer, reservedAt: Int64?) {
-        let limit = request.limitInMicroseconds.map { SharedThrottleCall.Limit(count: $0.count, window: $0.window) }
         let call = SharedThrottleCall(.reserve(
-            gap: max(0, request.gap.microsecondsRoundedUp), monitor: request.monitor, limit: limit,
+            gap: max(0, request.gap.microsecondsRoundedUp), monitor: request.monitor, limit: request.rules.limit,
             horizon: horizon, leaseTTL: leaseTTL, holding: request.holding))
         do {
             let reply = try call.runSync(on: client, keys: keys)
@@ -151,16 +151,8 @@ final class RedisStartCoordinator: StartCoordinator {
 
     /// The queue's answer for the script's decision on `request`.
     func answer(to decision: SharedThrottle.Decision, asked request: CoordinatedRequest) -> CoordinatorAnswer {
-        switch decision {
-        case .reserved(_, let wait, let token):
-            return .reserved(wait: .microseconds(wait), token: token)
-        case .declined(let retryIn):
-            return .declined(retryIn: .microseconds(retryIn))
-        case .mismatch(let stored):
-            let asked = SharedThrottle.Rules(
-                monitor: request.monitor,
-                limit: request.limitInMicroseconds.map { SharedThrottle.Limit(count: $0.count, window: $0.window) })
-            return .mismatch(reason: "\(keys) is used with \(Self.describe(stored)); this queue has \(Self.describe(asked))")
+        CoordinatorAnswer(decision) { stored in
+            "\(keys) is used with \(Self.describe(stored)); this queue has \(Self.describe(request.rules))"
         }
     }
 

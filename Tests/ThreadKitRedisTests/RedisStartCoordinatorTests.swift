@@ -182,13 +182,14 @@ struct RedisCoordinationTests {
             try server.start()
             #expect(await waitUntilIdle(queues))
             #expect(started.indices(notEqualTo: 1).isEmpty, "a task was lost or ran twice")
+            // Back on Redis (once a client's breaker lets it ask).
+            for queue in queues { #expect(await coordinatedAgain(queue, answers), "the queue did not go back to Redis after the restart") }
             let before = answers.all.prefix(beforeRestart).compactMap(\.reservedAt)
             let after = answers.all.dropFirst(beforeRestart).compactMap(\.reservedAt)
             expectSharedRules(before, gap: .milliseconds(10))
             // The restarted server starts afresh (nothing was saved): the first reservation after it
             // may come sooner than the gap after the last one before it, but the gap holds again.
             expectSharedRules(after, gap: .milliseconds(10))
-            #expect(!after.isEmpty, "the queues did not go back to Redis after the restart")
         }
     }
 
@@ -201,29 +202,33 @@ struct RedisCoordinationTests {
                            horizon: .milliseconds(50), leaseTTL: .milliseconds(300), answers: answers)
             }
             let running = Counter(), overlaps = Counter()
-            let longStarted = Latch()
+            let longStarted = Latch(), release = Latch()
             let longEnded = LockedValue<ContinuousClock.Instant?>(nil)
             let otherStarted = LockedValue<ContinuousClock.Instant?>(nil)
             try queues[0].async {
                 if running.increment() > 1 { overlaps.increment() }
                 longStarted.countDown()
-                // Four lease TTLs.
-                Thread.sleep(forTimeInterval: 1.2)
+                _ = release.wait(timeout: .seconds(20))
                 longEnded.value = .now
                 running.increment(by: -1)
             }
             #expect(await onNewThread { longStarted.wait(timeout: .seconds(10)) })
+            let longStartedAt = ContinuousClock.now
             try queues[1].async {
                 if running.increment() > 1 { overlaps.increment() }
                 otherStarted.value = .now
                 running.increment(by: -1)
             }
+            // The long task runs for four lease TTLs at least, and until the waiting queue has been
+            // declined twice: it asked while the lease would long have expired without renewal.
+            func declines() -> Int {
+                answers.all.filter { if case .declined = $0.answer { $0.queue == "waiting" } else { false } }.count
+            }
+            #expect(await eventually(timeout: .seconds(15)) { declines() >= 2 && ContinuousClock.now - longStartedAt >= .milliseconds(1_200) })
+            release.countDown()
             #expect(await waitUntilIdle(queues))
             #expect(overlaps.value == 0)
             if let ended = longEnded.value, let started = otherStarted.value { #expect(started >= ended) }
-            // The waiting queue was declined while the long task ran, well past the lease's first expiry.
-            let declines = answers.all.filter { if case .declined = $0.answer { $0.queue == "waiting" } else { false } }
-            #expect(declines.count >= 3)
             // Once handed back, the lease is no longer renewed: nothing holds the key's state but its TTL.
             let stateKey = SharedThrottleScript.keys(RedisLimitKeys("long"))[0]
             #expect(try await makeClient(server.address).send("HGET", stateKey, "token") == .bulkString(nil))
@@ -247,14 +252,22 @@ struct RedisCoordinationTests {
             // the first (two queues each on their own would have started all 8 within 300 ms); 100 ms
             // of slack for a first task that ran late.
             #expect(starts[7] - starts[0] >= .milliseconds(500))
-            // The same key with .serial: its state is .concurrent, so it falls back (half the rate, locally).
+            // A key whose state binds for a minute (its window): a .serial queue with the same limit
+            // is told the key is .concurrent, and falls back (half the rate, locally).
+            let minute = RateLimit.rate(3, per: .seconds(60))
+            let first = ThrottledQueue(label: "first", interval: .milliseconds(1), limit: minute,
+                                       coordination: .redis(makeClient(server.address), key: "mismatched"))
+            try first.async {}
+            #expect(await waitUntilIdle([first]))
             let answers = CoordinatorAnswers()
-            let other = redisQueue("other", client: makeClient(server.address), key: "public.example.com", interval: .milliseconds(1),
-                                   monitor: .serial, limit: limit, answers: answers)
-            try other.async {}
+            let other = redisQueue("other", client: makeClient(server.address), key: "mismatched", interval: .milliseconds(1),
+                                   monitor: .serial, limit: minute, answers: answers)
+            let ran = Counter()
+            try other.async { ran.increment() }
             #expect(await waitUntilIdle([other]))
+            #expect(ran.value == 1)
             let mismatches = answers.all.compactMap { if case .mismatch(let reason) = $0.answer { reason } else { nil } }
-            #expect(mismatches.first?.contains("is used with .concurrent and at most 3 starts per") == true, "\(answers.all)")
+            #expect(mismatches.first == "{mismatched} is used with .concurrent and at most 3 starts per 60.0 seconds; this queue has .serial and at most 3 starts per 60.0 seconds", "\(answers.all)")
         }
     }
 }

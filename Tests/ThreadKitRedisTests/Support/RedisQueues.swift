@@ -68,3 +68,16 @@ func expectSharedRules(
         Issue.record("\(limit.count + 1) reservations within \(sorted[index] - sorted[index - limit.count]) µs, less than the window", sourceLocation: sourceLocation)
     }
 }
+
+/// Runs one task after another on `queue` until one is reserved on Redis (its breaker may still be
+/// backing off after an outage), for at most `limit`; whether one was.
+func coordinatedAgain(_ queue: ThrottledQueue, _ answers: CoordinatorAnswers, limit: Duration = .seconds(10)) async -> Bool {
+    let deadline = ContinuousClock.now + limit
+    while ContinuousClock.now < deadline {
+        let answered = answers.all.count
+        guard (try? queue.async {}) != nil, await waitUntilIdle([queue], limit: deadline - ContinuousClock.now) else { return false }
+        if answers.all.dropFirst(answered).contains(where: { $0.reservedAt != nil }) { return true }
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+    return false
+}

@@ -98,14 +98,7 @@ final class InMemoryCoordinator: @unchecked Sendable {
             _ = held.wait(timeout: .seconds(60))
             lock.withLock { blockedCalls -= 1 }
         }
-        switch decision {
-        case .reserved(_, let wait, let token):
-            // A held answer arrives late, and the queue counts the wait from its arrival: later, never earlier.
-            return .reserved(wait: .microseconds(wait), token: token)
-        case .declined(let retryIn):
-            return .declined(retryIn: .microseconds(retryIn))
-        case .mismatch(let stored):
-            return .mismatch(reason: "the key's rules are \(stored)")
-        }
+        // A held answer arrives late, and the queue counts the wait from its arrival: later, never earlier.
+        return CoordinatorAnswer(decision) { stored in "the key's rules are \(stored)" }
     }
 }

@@ -2,14 +2,16 @@
 /// takes it on Redis.
 ///
 /// A pure value type, in integer microseconds as Redis's `TIME` gives them; it reads no clock and
-/// each call is one atomic step (one script run). Its state is what the script keeps under one key:
+/// each call is one atomic step (one script run). Its state is what the script keeps under the
+/// limit's keys (a hash, the log, the token counter):
 ///
 /// - `lastStart`, `lastGap`: the most recent reserved start and the gap that follows it;
 /// - `lastEnd`: when that start ended (`.serial` only), `nil` while it runs;
 /// - `lease`: for `.serial`, the process whose start runs: a token and an expiry;
 /// - `log`: the most recent starts, at most `count` of them, oldest first;
 /// - `pausedUntil`: no start before it;
-/// - `lastNow`: the latest `now` seen, the clock's high-water mark.
+/// - `lastNow`: the latest `now` seen, the clock's high-water mark;
+/// - `lastToken`: the last lease token handed out, which outlives the rest.
 ///
 /// Every operation first takes `now = max(now, lastNow)`: a clock that steps back (Redis's `TIME`
 /// is a wall clock) never moves a decision back. Then it drops what no longer holds at `now` (an

@@ -39,6 +39,13 @@ package struct CoordinatedRequest: Sendable, Equatable {
     package var limitInMicroseconds: (count: Int, window: Int64)? {
         limit.map { ($0.count, $0.window.microsecondsRoundedUp) }
     }
+
+    /// The rules the request is made under, as ``SharedThrottle`` stores them.
+    package var rules: SharedThrottle.Rules {
+        SharedThrottle.Rules(
+            monitor: monitor,
+            limit: limitInMicroseconds.map { SharedThrottle.Limit(count: $0.count, window: $0.window.clampedToMicrosecondLimit) })
+    }
 }
 
 /// A coordinator's answer to a ``CoordinatedRequest``.
@@ -55,4 +62,16 @@ package enum CoordinatorAnswer: Sendable, Equatable {
     /// see ``SharedThrottle/Rules``): nothing was recorded. The queue logs `reason` and treats the
     /// coordinator as unavailable (its policy decides), rather than weaken the stored rules.
     case mismatch(reason: String)
+}
+
+extension CoordinatorAnswer {
+    /// The answer for a decision of ``SharedThrottle`` (or of the script that mirrors it): its
+    /// microseconds as durations, and for a mismatch, what `reason` says of the stored rules.
+    package init(_ decision: SharedThrottle.Decision, mismatch reason: (SharedThrottle.Rules) -> String) {
+        switch decision {
+        case .reserved(_, let wait, let token): self = .reserved(wait: .microseconds(wait), token: token)
+        case .declined(let retryIn): self = .declined(retryIn: .microseconds(retryIn))
+        case .mismatch(let stored): self = .mismatch(reason: reason(stored))
+        }
+    }
 }
