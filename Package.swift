@@ -20,6 +20,9 @@ let package = Package(
         .target(name: "ThreadKitURL", dependencies: ["ThreadKit"]),
         // Limits shared by a fleet, decided on Redis: its own RESP2 client (no package dependencies).
         .target(name: "ThreadKitRedis", dependencies: ["ThreadKit"]),
+        // Processes sharing one limit on Redis, checked on Redis's clock: what the Redis tests and the
+        // benchmark's fleet rows share (not a product).
+        .target(name: "RedisFleet", dependencies: ["ThreadKit", "ThreadKitRedis"]),
         // The loopback HTTP/1.1 server that the tests, the demo and the benchmark share.
         .target(name: "LoopbackHTTPServer", dependencies: ["ThreadLaunch"]),
         // The seeded random source shared by the tests, the benchmark and the soak (not a product).
@@ -27,13 +30,15 @@ let package = Package(
         // What the benchmark and the soak share: the command line, /proc readings, waiting (not a product).
         .target(name: "ToolHarness"),
         .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
-        .executableTarget(name: "threadkit-bench", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom", "ToolHarness"]),
+        .executableTarget(
+            name: "threadkit-bench",
+            dependencies: ["ThreadKit", "ThreadKitURL", "ThreadKitRedis", "RedisFleet", "LoopbackHTTPServer", "SeededRandom", "ToolHarness"]),
         .executableTarget(name: "threadkit-soak", dependencies: ["ThreadKit", "SeededRandom", "ToolHarness"]),
         // What the two test targets share: counting and waiting across threads, kernel threads,
         // refused thread starts, exit-test checks (not a product).
         .target(name: "ThreadKitTestSupport", path: "Tests/ThreadKitTestSupport"),
         .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "SeededRandom", "ThreadKitTestSupport"]),
-        .testTarget(name: "ThreadKitRedisTests", dependencies: ["ThreadKitRedis", "ThreadKit", "SeededRandom", "ThreadKitTestSupport"]),
+        .testTarget(name: "ThreadKitRedisTests", dependencies: ["ThreadKitRedis", "ThreadKit", "SeededRandom", "ThreadKitTestSupport", "RedisFleet"]),
         .testTarget(name: "ThreadKitURLTests", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom", "ThreadKitTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

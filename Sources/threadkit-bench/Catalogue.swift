@@ -46,6 +46,7 @@ enum Catalogue {
             ("url.timeout", URLWorkloads.timeout),
             ("url.history", URLWorkloads.history),
         ]
+        list += RedisWorkloads.catalogue
         return list
     }()
 }

@@ -82,6 +82,10 @@ struct Goal {
         workload("pool.idle", ["idle CPU": .atMost(0, unit: "ms")]),
         workload("pool.cold", against: "GCD", ["first task latency": 1.0]),
         workload("pool.executor", against: "default executor", ["wall per task": 1.0]),
+        // Issue 24, item 6: a shared start decision costs little more than the round trip it needs,
+        // and 8 processes sharing one limit keep it on Redis's clock.
+        workload("redis.decision", against: "PING", ["round trip p50": 1.5]),
+        workload("redis.fleet", ["max per window / N": .atMost(1, unit: "×"), "close pairs": .zero, "starts before reservation": .zero]),
     ].flatMap { $0 }
 
     static func forRow(workload: String, metric: String) -> Goal? {

@@ -11,7 +11,7 @@ struct Runner {
     let log: (String) -> Void
 
     /// The path of this program, to run it again.
-    private static let executable: String = {
+    static let executable: String = {
         let path = CommandLine.arguments[0]
         if path.contains("/") { return URL(fileURLWithPath: path).standardizedFileURL.path }
         return Bundle.main.executablePath ?? path

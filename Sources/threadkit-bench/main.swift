@@ -5,10 +5,22 @@
 //   threadkit-bench --only pool.     a subset while developing
 //   threadkit-bench --self-test      checks the statistics
 import Foundation
+import RedisFleet
 import ToolHarness
 
 func progress(_ message: String) {
     FileHandle.standardError.write(Data("[bench] \(message)\n".utf8))
+}
+
+// A member of redis.fleet's fleet (this program again, its plan in the environment): its tasks, then exit.
+if let plan = FleetMember.plan {
+    do {
+        try FleetMember.run(plan)
+        exit(0)
+    } catch {
+        progress("fleet member \(plan.member) failed: \(error)")
+        exit(1)
+    }
 }
 
 let options = Options.parseOrExit(report: progress)
@@ -72,6 +84,10 @@ var results: [WorkloadResult] = []
 // A workload whose child fails or hangs is reported and left out; the others still run.
 var failures: [String] = []
 for entry in selected {
+    if entry.id.hasPrefix("redis."), BenchRedisServer.executable == nil {
+        progress("\(entry.id) skipped: \(BenchRedisServer.skipReason)")
+        continue
+    }
     var workload = entry.make(scale)
     defer { workload.finish() }
     workload.contenders.removeAll { !options.selects(implementation: $0.name) }
