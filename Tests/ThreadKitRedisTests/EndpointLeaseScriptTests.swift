@@ -204,3 +204,75 @@ struct RedisEndpointLeasesKeysTests {
                                                     "threadkit:{a%7Bb%7D%25|http://one.example:80}:leases:state"])
     }
 }
+
+@Suite("RedisEndpointLeases: answers and releases that could not be sent", .needsRedisServer)
+struct RedisEndpointLeasesReleaseTests {
+    static let endpoint = "http://api.example.com:80"
+
+    func acquire(_ leases: RedisEndpointLeases, limit: Int = 2) async -> EndpointLeaseAnswer {
+        await withCheckedContinuation { continuation in
+            leases.acquire(EndpointLeaseRequest(endpoint: Self.endpoint, limit: limit)) { continuation.resume(returning: $0) }
+        }
+    }
+
+    func tokens(_ client: RedisClient, _ leases: RedisEndpointLeases) async throws -> [String] {
+        let key = EndpointLeaseScript.keys(leases.keys(for: Self.endpoint))[0]
+        return (try await client.send("ZRANGE", key, "0", "-1").array ?? []).compactMap(\.string)
+    }
+
+    @Test("tokens are unique; a full endpoint is asked again within the poll interval; a pause is answered as such")
+    func answers() async throws {
+        try await withRedisServer { server in
+            let leases = RedisEndpointLeases(client: makeClient(server.address), key: "api", pollInterval: .milliseconds(20))
+            guard case .granted(let first) = await acquire(leases, limit: 1) else {
+                Issue.record("the first acquire was not granted")
+                return
+            }
+            #expect(await acquire(leases, limit: 1) == .full(retryIn: .milliseconds(20)))   // the lease has 10 s left
+            leases.release(first)
+            guard case .granted(let second) = await acquire(leases, limit: 1) else {
+                Issue.record("the lease given back was not granted again")
+                return
+            }
+            #expect(first.token != second.token)
+            leases.pause(endpoint: Self.endpoint, for: .seconds(30))
+            guard case .paused(let remaining) = await acquire(leases, limit: 5) else {
+                Issue.record("the pause was not answered")
+                return
+            }
+            #expect(remaining > .seconds(29) && remaining <= .seconds(30))
+        }
+    }
+
+    @Test("an acquire whose answer timed out, and a release the breaker refused, are given back before the next command")
+    func lostAnswersAreGivenBack() async throws {
+        try await withRedisServer { server in
+            let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .seconds(1), maxBackoff: .seconds(1))
+            let client = makeClient(server.address, timeout: .milliseconds(300), breaker: breaker)
+            let leases = RedisEndpointLeases(client: client, key: "api")
+            guard case .granted(let held) = await acquire(leases) else {
+                Issue.record("the first acquire was not granted")
+                return
+            }
+            server.pause()
+            // Sent, then timed out: it may be granted once the server goes on, so it is given back;
+            // the breaker is open now (0.5–1 s), so that release waits, as does the one below.
+            guard case .unavailable = await acquire(leases) else {
+                Issue.record("a frozen server's acquire was not unavailable")
+                server.resume()
+                return
+            }
+            leases.release(held)
+            #expect(leases.pendingReleaseCount == 2)
+            server.resume()
+            let observer = makeClient(server.address)
+            var granted: EndpointLease?
+            let deadline = ContinuousClock.now + .seconds(10)
+            while granted == nil, ContinuousClock.now < deadline {
+                if case .granted(let lease) = await acquire(leases) { granted = lease } else { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(leases.pendingReleaseCount == 0)
+            #expect(try await tokens(observer, leases) == [granted?.token ?? "none"])
+        }
+    }
+}
