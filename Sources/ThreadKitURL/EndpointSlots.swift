@@ -116,6 +116,8 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     /// The fallback of slots shared by a fleet; `nil` for slots of this process alone.
     private(set) var sharing: Fallback?
     private(set) var leaseAsk = LeaseAsk.idle
+    /// Whether the coordinator's latest answer was "unavailable": its fallback applies.
+    private(set) var isCoordinatorUnavailable = false
     private var lastAskSerial = 0
     /// The lease each running request holds (none for one started alone, or in a fallback).
     private var leases: [ID: EndpointLease] = [:]
@@ -215,6 +217,7 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
             if case .granted(let lease) = answer { decision.releaseLeases.append(lease) }
             return decision
         }
+        isCoordinatorUnavailable = answer.isUnavailable
         switch answer {
         case .granted(let lease): leaseAsk = .granted(lease)
         case .full(let retryIn): leaseAsk = .retryAt(now + retryIn)
@@ -432,5 +435,12 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         for (place, waiting) in queue.enumerated() {
             if let waiting { places[waiting.id] = place }
         }
+    }
+}
+
+extension EndpointLeaseAnswer {
+    var isUnavailable: Bool {
+        if case .unavailable = self { return true }
+        return false
     }
 }

@@ -19,13 +19,18 @@ extension URLDispatcherCore {
     /// The coordinator answered an ask: on its client's thread, or at once on the asker's.
     private func leaseAnswered(_ answer: EndpointLeaseAnswer, serial: Int, at endpoint: URLDispatcher.Endpoint) {
         let now = now()
-        let effects = state.withLock { state -> Effects in
+        let (effects, change) = state.withLock { state -> (Effects, String?) in
             var effects = Effects()
-            guard let decision = state.endpoints[endpoint]?.slots.leaseAnswered(answer, serial: serial, now: now) else { return effects }
+            // Read, not copied: a copy of the slots held across their change would copy their queue.
+            guard let wasUnavailable = state.endpoints[endpoint]?.slots.isCoordinatorUnavailable else { return (effects, nil) }
+            let decision = state.endpoints[endpoint]!.slots.leaseAnswered(answer, serial: serial, now: now)
             state.grant(decision, at: endpoint, now: now, into: &effects)
-            return effects
+            let isUnavailable = state.endpoints[endpoint]!.slots.isCoordinatorUnavailable
+            guard isUnavailable != wasUnavailable else { return (effects, nil) }
+            return (effects, isUnavailable ? "the shared leases cannot be asked for; \(state.endpoints[endpoint]!.limits.coordination.whenUnavailable) applies"
+                                           : "the shared leases answer again")
         }
-        if case .unavailable = answer { logSoon("\(endpoint): the shared lease could not be asked for; its fallback applies") }
+        if let change { logSoon("\(endpoint): \(change)") }
         perform(effects, onTimer: true)
     }
 

@@ -82,8 +82,7 @@ extension URLDispatcherCore {
         /// the shared leases to ask for, give back and renew.
         mutating func grant(_ decision: EndpointSlots<Int>.Decision, at endpoint: URLDispatcher.Endpoint,
                             now: Duration, into effects: inout Effects) {
-            let entry = endpoints[endpoint]
-            let coordinator = entry?.limits.coordination.endpoints
+            let coordinator = endpoints[endpoint]?.limits.coordination.endpoints
             for id in decision.start {
                 guard let request = requests[id] else { continue }
                 switch requests[id]!.life.slotGranted(now: now) {
@@ -91,13 +90,13 @@ extension URLDispatcherCore {
                     effects.cancelTimers += [queueTimer].compactMap { $0 }
                     effects.start.append(request.record)
                 }
-                if let coordinator, entry?.slots.lease(of: id) != nil { effects.renewals.append((request.record, coordinator)) }
+                if let coordinator, endpoints[endpoint]?.slots.lease(of: id) != nil { effects.renewals.append((request.record, coordinator)) }
             }
             if let wake = decision.wakeAt { effects.wakes.append((endpoint, wake)) }
-            guard let coordinator, let entry else { return }
+            guard let coordinator, let limit = endpoints[endpoint]?.limits.maxRequests else { return }
             effects.releases += decision.releaseLeases.map { (coordinator, $0) }
             if let serial = decision.acquireLease {
-                effects.acquires.append((endpoint, serial, EndpointLeaseRequest(endpoint: endpoint.description, limit: entry.limits.maxRequests), coordinator))
+                effects.acquires.append((endpoint, serial, EndpointLeaseRequest(endpoint: endpoint.description, limit: limit), coordinator))
             }
         }
 
