@@ -107,7 +107,7 @@ package final class RedisEndpointLeases: EndpointCoordinator {
         flushPendingReleases()
         run(EndpointLeaseCall(.renew(token: lease.token, ttl: ttlMicroseconds)), for: lease.endpoint) { result in
             if case .success(.renewed(nil)) = result {
-                Log.log(.redis, "endpoint leases: \(lease) expired before it was renewed; its request runs on")
+                Log.log(.redis, "endpoint leases: the lease \(lease.token) of \(lease.endpoint) expired before it was renewed; its request runs on")
             }
         }
     }

@@ -184,30 +184,19 @@ struct SharedEndpointLimitsFallbackTests {
     /// A client of a socket nobody listens on: every command is refused.
     static let nowhere = RedisClient.Address.unixSocket(path: "/nonexistent/threadkit-no-redis.sock")
 
-    @Test("failOpen: the local limits only")
-    func failOpen() async throws {
+    @Test("failOpen runs the local limits only; localFallback(share:) at most maxRequests × share", arguments: [
+        (Fallback.failOpen, 3), (Fallback.localFallback(share: 0.5), 2),
+    ])
+    func fallbackLimit(fallback: Fallback, expectedPeak: Int) async throws {
         let http = try LoopbackHTTPServer()
         defer { http.shutdown() }
-        try await withTwoDispatchers(sharedLimits(Self.nowhere, maxRequests: 3, fallback: .failOpen), .init()) { a, _ in
+        let maxRequests = fallback == .failOpen ? 3 : 4
+        try await withTwoDispatchers(sharedLimits(Self.nowhere, maxRequests: maxRequests, fallback: fallback), .init()) { a, _ in
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<6 { group.addTask { _ = try await a.data(for: URLRequest(url: http.url("/?delay=100"))) } }
                 try await group.waitForAll()
             }
-            #expect(http.peak == 3)
-            #expect(a.statistics(for: http.endpoint).completed == 6)
-        }
-    }
-
-    @Test("localFallback(share:): at most maxRequests × share in flight")
-    func localFallback() async throws {
-        let http = try LoopbackHTTPServer()
-        defer { http.shutdown() }
-        try await withTwoDispatchers(sharedLimits(Self.nowhere, maxRequests: 4, fallback: .localFallback(share: 0.5)), .init()) { a, _ in
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for _ in 0..<6 { group.addTask { _ = try await a.data(for: URLRequest(url: http.url("/?delay=100"))) } }
-                try await group.waitForAll()
-            }
-            #expect(http.peak == 2)
+            #expect(http.peak == expectedPeak)
             #expect(a.statistics(for: http.endpoint).completed == 6)
         }
     }

@@ -42,17 +42,15 @@ package struct EndpointLeaseRequest: Sendable, Equatable {
 }
 
 /// One lease held: the endpoint and the token that names it (unique across the fleet).
-package struct EndpointLease: Sendable, Hashable, CustomStringConvertible {
-    package var endpoint: String
-    package var token: String
+package struct EndpointLease: Sendable, Hashable {
+    /// The endpoint, as in its ``EndpointLeaseRequest``.
+    package let endpoint: String
+    /// The lease's name among the endpoint's leases: the coordinator's, unique across the fleet.
+    package let token: String
 
     package init(endpoint: String, token: String) {
-        self.endpoint = endpoint
-        self.token = token
+        (self.endpoint, self.token) = (endpoint, token)
     }
-
-    /// `"<token> on <endpoint>"`.
-    package var description: String { "lease \(token) on \(endpoint)" }
 }
 
 /// A coordinator's answer to an ``EndpointLeaseRequest``.
