@@ -34,9 +34,10 @@ extension URLDispatcherCore {
         perform(effects, onTimer: true)
     }
 
-    /// Renews the lease of `record` every third of its TTL while it runs.
+    /// Renews the lease of `record` every third of its TTL (every millisecond at least) while it runs.
     private func armRenewal(_ record: RequestRecord, _ coordinator: any EndpointCoordinator) {
-        guard let handle = try? TimerThread.shared.schedule(every: coordinator.leaseTTL / 3, { [self] in
+        let interval = max(coordinator.leaseTTL / 3, .milliseconds(1))
+        guard let handle = try? TimerThread.shared.schedule(every: interval, { [self] in
             let lease = state.withLock { state -> EndpointLease? in
                 guard state.requests[record.id] != nil else { return nil }
                 return state.endpoints[record.endpoint]?.slots.lease(of: record.id)

@@ -117,13 +117,16 @@ struct EndpointSlotsLeaseTests {
     func failClosed() {
         var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
         _ = slots.submit(1, kind: .short, now: .zero)
+        #expect(!slots.isCoordinatorUnavailable)
         let answer = slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1))
+        #expect(slots.isCoordinatorUnavailable)
         #expect(answer.start.isEmpty)
         #expect(answer.wakeAt == ms(21))
         #expect(decision(slots.submit(2, kind: .short, now: ms(5))).start.isEmpty)
         let retry = slots.wake(now: ms(21))
         #expect(retry.acquireLease == 2)
         #expect(slots.leaseAnswered(.granted(lease("a")), serial: 2, now: ms(22)).start == [1])
+        #expect(!slots.isCoordinatorUnavailable)
     }
 
     @Test("unavailable and failOpen: the local limits only, no lease held or given back")
