@@ -37,8 +37,13 @@ private func withTwoDispatchers<T: Sendable>(
         a.dispose()
         b.dispose()
     }
-    return try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await body(a, b) }
+    return try await bounded { try await body(a, b) }
+}
+
+/// Runs `body`, failing with ``TestTimedOut`` after 30 s (`body` is cancelled then).
+private func bounded<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
         group.addTask {
             try? await Task.sleep(for: .seconds(30))
             return nil
@@ -92,6 +97,49 @@ struct SharedEndpointLimitsTests {
         }
     }
 
+    @Test("three dispatchers sharing maxRequests 3 under load: never more than 3 in flight, every request served, every lease back")
+    func underLoad() async throws {
+        try await withRedisServer { redis in
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            let dispatchers = (0..<3).map { _ in URLDispatcher(limits: sharedLimits(redis.address, maxRequests: 3)) }
+            defer { for dispatcher in dispatchers { dispatcher.dispose() } }
+            try await bounded {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for index in 0..<60 {
+                        let dispatcher = dispatchers[index % 3]
+                        group.addTask { _ = try await dispatcher.data(for: URLRequest(url: http.url("/?delay=\(index % 4 * 10)"))) }
+                    }
+                    try await group.waitForAll()
+                }
+            }
+            #expect(http.peak == 3)
+            #expect(http.total == 60)
+            #expect(dispatchers.map { $0.statistics(for: http.endpoint).completed } == [20, 20, 20])
+            #expect(try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0)
+        }
+    }
+
+    @Test("one shared EndpointLimits used by two endpoints keeps their leases apart")
+    func endpointsApart() async throws {
+        try await withRedisServer { redis in
+            let first = try LoopbackHTTPServer()
+            let second = try LoopbackHTTPServer()
+            defer {
+                first.shutdown()
+                second.shutdown()
+            }
+            try await withTwoDispatchers(sharedLimits(redis.address, maxRequests: 1), .init()) { a, _ in
+                let hanging = Task { try await a.data(for: URLRequest(url: first.url("/hang"))) }
+                #expect(await eventually { first.current == 1 })
+                _ = try await a.data(for: URLRequest(url: second.url("/other")))   // would wait forever if merged
+                #expect(second.total == 1)
+                hanging.cancel()
+                _ = try? await hanging.value
+            }
+        }
+    }
+
     @Test("a Retry-After 429 seen by one dispatcher pauses the other")
     func retryAfterPausesTheFleet() async throws {
         try await withRedisServer { redis in
@@ -123,7 +171,7 @@ struct SharedEndpointLimitsTests {
             defer { http.shutdown() }
             try await withTwoDispatchers(sharedLimits(redis.address, maxRequests: 1), sharedLimits(redis.address, maxRequests: 1)) { a, b in
                 let hanging = Task { try await a.data(for: URLRequest(url: http.url("/hang"))) }
-                #expect(try await waitFor { http.current == 1 })
+                #expect(await eventually { http.current == 1 })
                 let waiting = Task { try await b.data(for: URLRequest(url: http.url("/after"))) }
                 try await Task.sleep(for: .milliseconds(100))
                 #expect(http.total == 1)   // the lease is held: the second request waits
@@ -145,7 +193,7 @@ struct SharedEndpointLimitsTests {
             defer { http.shutdown() }
             try await withTwoDispatchers(sharedLimits(redis.address, maxRequests: 1), sharedLimits(redis.address, maxRequests: 1)) { a, b in
                 let hanging = Task { try await a.data(for: URLRequest(url: http.url("/hang")), timeout: .milliseconds(300)) }
-                #expect(try await waitFor { http.current == 1 })
+                #expect(await eventually { http.current == 1 })
                 let started = ContinuousClock.now
                 _ = try await b.data(for: URLRequest(url: http.url("/after")))
                 #expect(started.duration(to: .now) < .seconds(3))   // not the lease's 10 s TTL
@@ -166,7 +214,7 @@ struct SharedEndpointLimitsTests {
             try await withTwoDispatchers(sharedLimits(redis.address, maxRequests: 1, leaseTTL: ttl),
                                          sharedLimits(redis.address, maxRequests: 1, leaseTTL: ttl)) { a, b in
                 let long = Task { try await a.data(for: URLRequest(url: http.url("/?delay=1200"))) }
-                #expect(try await waitFor { http.current == 1 })
+                #expect(await eventually { http.current == 1 })
                 _ = try await b.data(for: URLRequest(url: http.url("/after")))
                 _ = try await long.value
                 #expect(http.peak == 1)
