@@ -16,7 +16,8 @@ import Foundation
 ///   that is sooner: a release in another process is seen at the next ask, at most that late (one
 ///   in this process, at once, by the dispatcher).
 /// - **Releases.** One the client refuses at once (its breaker is open) is kept, up to
-///   ``maxPendingReleases``, and sent again before this instance's next command; one sent but lost
+///   ``maxPendingReleases``, and sent again before this instance's next command and whenever one
+///   of its commands is answered; one sent but lost
 ///   (a timeout, a dropped connection), or beyond that count, ends when the lease expires, at most
 ///   ``leaseTTL`` after its last renewal. An acquire whose answer is lost after it was sent is
 ///   given back the same way, since it may have been granted.
@@ -137,7 +138,9 @@ package final class RedisEndpointLeases: EndpointCoordinator {
     /// Runs `call` on `endpoint`'s keys; `then` gets the decoded reply, once, on the connection's
     /// thread or at once.
     private func run(_ call: EndpointLeaseCall, for endpoint: String, then: @escaping @Sendable (Result<EndpointLeaseCall.Reply, Failure>) -> Void) {
-        client.evaluate(EndpointLeaseScript.script, keys: EndpointLeaseScript.keys(keys(for: endpoint)), arguments: call.arguments) { result in
+        client.evaluate(EndpointLeaseScript.script, keys: EndpointLeaseScript.keys(keys(for: endpoint)), arguments: call.arguments) { [self] result in
+            // Redis answers: the releases it refused before go now.
+            if case .success = result { flushPendingReleases() }
             switch result {
             case .success(.error(let message)):
                 then(.failure(Failure(mayHaveRun: true, retryIn: nil, description: message)))
