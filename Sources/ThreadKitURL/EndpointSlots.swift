@@ -243,27 +243,23 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
 
     /// New limits from `now` on. Running requests over a lowered limit finish; no new one starts
     /// until the counts are below it. The rate limit's history starts afresh; a pause stays.
-    /// A change of `sharing` forgets the ask on its way (its lease, if granted, goes back); running
-    /// requests keep their leases until they end.
+    /// A change of `sharing` forgets the ask on its way (its lease, if one is granted, goes back
+    /// when it comes, as an answer no longer awaited); running requests keep their leases until they end.
     mutating func setLimits(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?, sharing: Fallback? = nil,
                             now: Duration) -> Decision {
         Self.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
         self.maxRequests = maxRequests
         self.maxLongRequests = maxLongRequests
-        var released: [EndpointLease] = []
         if sharing != self.sharing {
             self.sharing = sharing
-            if case .granted(let lease) = leaseAsk { released.append(lease) }
-            leaseAsk = .idle
+            leaseAsk = .idle   // a lease is `.granted` only inside `grant(now:)`, which hands it on or back
         }
         if rate != throttle.limit {
             let pause = throttle.pausedUntil
             throttle = StartThrottle(limit: rate)
             if let pause { throttle.pause(until: pause) }
         }
-        var decision = grant(now: now)
-        decision.releaseLeases += released
-        return decision
+        return grant(now: now)
     }
 
     /// A request for this endpoint ended before it was submitted (cancelled first, or refused by a
