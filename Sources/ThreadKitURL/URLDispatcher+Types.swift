@@ -25,7 +25,7 @@ extension URLDispatcher {
         public var honorRetryAfter: Bool
         /// The longest pause a `Retry-After` can impose.
         public var maxRetryAfter: Duration
-        /// Who else counts this endpoint's requests: ``Coordination/local`` (the default), this
+        /// Who else counts this endpoint's requests: `Coordination.local` (the default), this
         /// process alone; a `Coordination.redis(…)` value shares `maxRequests` with every process
         /// using the same key: a request runs only while it holds one of the endpoint's leases
         /// (at most `maxRequests` across the fleet, each renewed while its request runs and given
@@ -55,7 +55,7 @@ extension URLDispatcher {
         ///   - rate: A cap on starts per window, or `nil`.
         ///   - honorRetryAfter: Pause the endpoint on a 429 or 503 with `Retry-After`.
         ///   - maxRetryAfter: At least zero: the longest such pause.
-        ///   - coordination: ``Coordination/local``, or a coordination that shares `maxRequests`
+        ///   - coordination: `Coordination.local`, or a coordination that shares `maxRequests`
         ///     with other processes (see ``coordination``).
         public init(maxRequests: Int = 6, maxLongRequests: Int? = nil, rate: RateLimit? = nil,
                     honorRetryAfter: Bool = true, maxRetryAfter: Duration = .seconds(120), coordination: Coordination = .local) {
