@@ -208,6 +208,29 @@ struct SharedEndpointLimitsTests {
         }
     }
 
+    @Test("every ending gives the lease back: a failed transfer, an error status, a dispose with a request running")
+    func everyEndingReleases() async throws {
+        try await withRedisServer { redis in
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            let observer = makeClient(redis.address)
+            let dispatcher = URLDispatcher(limits: sharedLimits(redis.address, maxRequests: 1, leaseTTL: .seconds(30)))
+            try await bounded {
+                await #expect(throws: (any Error).self) { _ = try await dispatcher.data(for: URLRequest(url: http.url("/close"))) }
+                let (_, response) = try await dispatcher.data(for: URLRequest(url: http.url("/?status=500")))
+                #expect(response.statusCode == 500)
+                let hanging = Task { try await dispatcher.data(for: URLRequest(url: http.url("/hang"))) }
+                #expect(await eventually { http.current == 1 })
+                #expect(try await heldLeases(observer, endpoint: http.endpoint) == 1)
+                dispatcher.dispose()
+                await #expect(throws: URLDispatcherError.disposed) { _ = try await hanging.value }
+            }
+            #expect(try await waitFor { try await heldLeases(observer, endpoint: http.endpoint) == 0 })
+            let statistics = dispatcher.statistics(for: http.endpoint)
+            #expect(statistics.completed == 1 && statistics.failed == 2)
+        }
+    }
+
     @Test("a request running longer than its lease's TTL renews it: the other dispatcher waits for its end")
     func longRequestRenews() async throws {
         try await withRedisServer { redis in
