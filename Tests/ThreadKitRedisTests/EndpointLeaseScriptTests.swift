@@ -254,12 +254,14 @@ struct RedisEndpointLeasesReleaseTests {
     @Test("tokens are unique; a full endpoint is asked again within the poll interval; a pause is answered as such")
     func answers() async throws {
         try await withRedisServer { server in
-            let leases = RedisEndpointLeases(client: makeClient(server.address), key: "api", pollInterval: .milliseconds(20))
+            // Leases of 10 min: none expires during the test, however slow the machine.
+            let leases = RedisEndpointLeases(client: makeClient(server.address), key: "api", leaseTTL: .seconds(600),
+                                             pollInterval: .milliseconds(20))
             guard case .granted(let first) = await acquire(leases, limit: 1) else {
                 Issue.record("the first acquire was not granted")
                 return
             }
-            #expect(await acquire(leases, limit: 1) == .full(retryIn: .milliseconds(20)))   // the lease has 10 s left
+            #expect(await acquire(leases, limit: 1) == .full(retryIn: .milliseconds(20)))   // the lease has 10 min left
             leases.release(first)
             guard case .granted(let second) = await acquire(leases, limit: 1) else {
                 Issue.record("the lease given back was not granted again")

@@ -236,17 +236,19 @@ struct SharedEndpointLimitsTests {
         try await withRedisServer { redis in
             let http = try LoopbackHTTPServer()
             defer { http.shutdown() }
-            let ttl = Duration.milliseconds(300)
+            // Renewed every 400 ms, a lease of 1.2 s survives stalls of 800 ms; unrenewed, it would
+            // expire long before the request's 3 s are over.
+            let ttl = Duration.milliseconds(1_200)
             try await withTwoDispatchers(sharedLimits(redis.address, maxRequests: 1, leaseTTL: ttl),
                                          sharedLimits(redis.address, maxRequests: 1, leaseTTL: ttl)) { a, b in
-                let long = Task { try await a.data(for: URLRequest(url: http.url("/?delay=1200"))) }
+                let long = Task { try await a.data(for: URLRequest(url: http.url("/?delay=3000"))) }
                 #expect(await eventually { http.current == 1 })
                 _ = try await b.data(for: URLRequest(url: http.url("/after")))
                 _ = try await long.value
                 #expect(http.peak == 1)
                 let arrivals = http.arrivals
                 if arrivals.count == 2 {
-                    #expect(arrivals[0].time.duration(to: arrivals[1].time) >= .milliseconds(1_150))
+                    #expect(arrivals[0].time.duration(to: arrivals[1].time) >= .milliseconds(2_950))
                 }
             }
         }
