@@ -38,7 +38,7 @@ let package = Package(
         // refused thread starts, exit-test checks (not a product).
         .target(name: "ThreadKitTestSupport", path: "Tests/ThreadKitTestSupport"),
         .testTarget(name: "ThreadKitTests", dependencies: ["ThreadKit", "SeededRandom", "ThreadKitTestSupport"]),
-        .testTarget(name: "ThreadKitRedisTests", dependencies: ["ThreadKitRedis", "ThreadKit", "SeededRandom", "ThreadKitTestSupport", "RedisFleet"]),
+        .testTarget(name: "ThreadKitRedisTests", dependencies: ["ThreadKitRedis", "ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom", "ThreadKitTestSupport", "RedisFleet"]),
         .testTarget(name: "ThreadKitURLTests", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer", "SeededRandom", "ThreadKitTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

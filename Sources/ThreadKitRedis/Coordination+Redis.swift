@@ -23,6 +23,13 @@ extension Coordination {
     /// process holds it, so a task may run longer; a process that dies holding it keeps the others
     /// waiting for 10 s at most.
     ///
+    /// Given to a `URLDispatcher`'s `EndpointLimits(…, coordination:)`, the same value shares each
+    /// endpoint's `maxRequests` across the fleet instead: a request runs while it holds one of the
+    /// endpoint's leases, kept in a sorted set with expiries under `{key|endpoint}` (one set per
+    /// endpoint, so one limits value used for several endpoints keeps them apart), renewed while a
+    /// long request runs and given back exactly once when it ends; a 429 or 503 with `Retry-After`
+    /// pauses the endpoint in every process.
+    ///
     /// Every queue of a key must be made with the same monitor and limit (their intervals may
     /// differ): one with others is told so when it asks, logs it and applies `whenUnavailable`,
     /// rather than weaken the shared rules. While Redis does not answer (down, stopped, its
@@ -53,6 +60,7 @@ extension Coordination {
             "\(name): key must not contain '{' or '}' (the limit's keys sit under the hash tag {key}), got \"\(key)\"")
         whenUnavailable.validate(name)
         return Coordination(
-            coordinator: RedisStartCoordinator(client: client, keys: RedisLimitKeys(key)), whenUnavailable: whenUnavailable)
+            coordinator: RedisStartCoordinator(client: client, keys: RedisLimitKeys(key)),
+            endpoints: RedisEndpointLeases(client: client, key: key), whenUnavailable: whenUnavailable)
     }
 }

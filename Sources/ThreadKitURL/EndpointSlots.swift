@@ -14,7 +14,14 @@
 /// - work-conserving: after every event, every request that may start does;
 /// - starts follow the rate limit and the pause (the throttle's rules, ``StartThrottle``);
 /// - every request ends exactly once: a second ``end(_:outcome:now:)`` for it is ignored, so a slot
-///   comes back exactly once whatever races to end it.
+///   comes back exactly once whatever races to end it;
+/// - shared by a fleet (``sharing``), a request that may start also needs a lease from the
+///   endpoint's ``EndpointCoordinator``: the slots ask for one lease at a time, for the first
+///   request in FIFO order that may start, and give it to that request (or to the first one that
+///   may start when it comes; back, if none may). An answer "full" asks again at the time it says,
+///   or at once when a request of this process gives its lease back; "paused" pauses the endpoint
+///   as a `Retry-After` does; "unavailable" applies the ``Fallback`` until the time it says. A
+///   lease goes back exactly once, when its request ends, however it ends.
 struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     /// The kind of a request, as the slots see it.
     enum Kind: Equatable, Sendable {
@@ -43,6 +50,25 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         /// Arm a wake-up for this offset: a queued request may start then (rate limit or pause).
         /// `nil`: no new wake-up is needed (one already armed for this time or earlier, or none at all).
         var wakeAt: Duration?
+        /// Ask the coordinator for a lease; report its answer with this serial
+        /// (``leaseAnswered(_:serial:now:)``).
+        var acquireLease: Int?
+        /// Give these leases back to the coordinator.
+        var releaseLeases: [EndpointLease] = []
+    }
+
+    /// Where the asking for a shared lease stands.
+    enum LeaseAsk: Equatable, Sendable {
+        /// Nothing asked: the next request that may start asks.
+        case idle
+        /// An ask with this serial is on its way.
+        case asking(serial: Int)
+        /// A lease came and waits for the first request that may start.
+        case granted(EndpointLease)
+        /// Every lease was taken: ask again at this time (or when a lease of this process goes back).
+        case retryAt(Duration)
+        /// The coordinator cannot decide: the fallback applies until this time, then ask again.
+        case unavailable(until: Duration)
     }
 
     /// The answer to a new request.
@@ -87,6 +113,14 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     /// The counts ``URLDispatcher/statistics(for:)`` reports (its `pausedUntil` is the dispatcher's
     /// to fill in, from ``pausedUntil``).
     private(set) var counts = URLDispatcher.EndpointStatistics()
+    /// The fallback of slots shared by a fleet; `nil` for slots of this process alone.
+    private(set) var sharing: Fallback?
+    private(set) var leaseAsk = LeaseAsk.idle
+    /// Whether the coordinator's latest answer was "unavailable": its fallback applies.
+    private(set) var isCoordinatorUnavailable = false
+    private var lastAskSerial = 0
+    /// The lease each running request holds (none for one started alone, or in a fallback).
+    private var leases: [ID: EndpointLease] = [:]
 
     /// Slots with these limits and no request.
     ///
@@ -94,11 +128,14 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     ///   - maxRequests: At least 1.
     ///   - maxLongRequests: At least 0, less than `maxRequests`.
     ///   - rate: At most `rate.count` starts in any window of `rate.window`; `nil` for no cap.
-    init(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?) {
+    ///   - sharing: For slots shared by a fleet, what a start does while the coordinator cannot
+    ///     decide; `nil` (the default) for slots of this process alone.
+    init(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?, sharing: Fallback? = nil) {
         Self.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
         self.maxRequests = maxRequests
         self.maxLongRequests = maxLongRequests
         throttle = StartThrottle(limit: rate)
+        self.sharing = sharing
     }
 
     static func checkLimits(maxRequests: Int, maxLongRequests: Int, call: String = "URLDispatcher.EndpointLimits.init") {
@@ -125,6 +162,9 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
 
     /// Whether `id` holds a slot.
     func isRunning(_ id: ID) -> Bool { running[id] != nil }
+
+    /// The shared lease `id` holds while it runs, if any.
+    func lease(of id: ID) -> EndpointLease? { leases[id] }
 
     // MARK: - Events
 
@@ -161,7 +201,32 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         counts.running -= 1
         if isLong { counts.runningLong -= 1 }
         record(outcome)
-        return .released(grant(now: now))
+        let lease = leases.removeValue(forKey: id)
+        // A lease of this process goes back: a full endpoint has a place now.
+        if lease != nil, case .retryAt = leaseAsk { leaseAsk = .idle }
+        var decision = grant(now: now)
+        if let lease { decision.releaseLeases.insert(lease, at: 0) }
+        return .released(decision)
+    }
+
+    /// The coordinator answered the ask with `serial` (``Decision/acquireLease``) at `now`. An
+    /// answer to an ask that is no longer awaited gives its lease back.
+    mutating func leaseAnswered(_ answer: EndpointLeaseAnswer, serial: Int, now: Duration) -> Decision {
+        guard leaseAsk == .asking(serial: serial) else {
+            var decision = Decision()
+            if case .granted(let lease) = answer { decision.releaseLeases.append(lease) }
+            return decision
+        }
+        isCoordinatorUnavailable = answer.isUnavailable
+        switch answer {
+        case .granted(let lease): leaseAsk = .granted(lease)
+        case .full(let retryIn): leaseAsk = .retryAt(now + retryIn)
+        case .unavailable(let retryIn): leaseAsk = .unavailable(until: now + retryIn)
+        case .paused(let remaining):
+            leaseAsk = .idle
+            throttle.pause(until: now + remaining)
+        }
+        return grant(now: now)
     }
 
     /// No request starts before `until` (Retry-After); a later pause already in force stays.
@@ -178,10 +243,17 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
 
     /// New limits from `now` on. Running requests over a lowered limit finish; no new one starts
     /// until the counts are below it. The rate limit's history starts afresh; a pause stays.
-    mutating func setLimits(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?, now: Duration) -> Decision {
+    /// A change of `sharing` forgets the ask on its way (its lease, if one is granted, goes back
+    /// when it comes, as an answer no longer awaited); running requests keep their leases until they end.
+    mutating func setLimits(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?, sharing: Fallback? = nil,
+                            now: Duration) -> Decision {
         Self.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
         self.maxRequests = maxRequests
         self.maxLongRequests = maxLongRequests
+        if sharing != self.sharing {
+            self.sharing = sharing
+            leaseAsk = .idle   // a lease is `.granted` only inside `grant(now:)`, which hands it on or back
+        }
         if rate != throttle.limit {
             let pause = throttle.pausedUntil
             throttle = StartThrottle(limit: rate)
@@ -229,11 +301,13 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
             }
             let allowed = throttle.earliestStart()
             if allowed > now {
-                if armedWake.map({ allowed < $0 }) ?? true {
-                    armedWake = allowed
-                    decision.wakeAt = allowed
-                }
+                arm(allowed, &decision)
                 break
+            }
+            var lease: EndpointLease?
+            if let sharing {
+                guard case .start(let granted) = shareStart(sharing, now: now, &decision) else { break }
+                lease = granted
             }
             throttle.recordStart(at: now)
             queue[index] = nil
@@ -242,6 +316,7 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
             counts.queued -= 1
             counts.running += 1
             running[waiting.id] = waiting.kind.isLong
+            leases[waiting.id] = lease
             if waiting.kind.isLong {
                 queuedLong -= 1
                 counts.runningLong += 1
@@ -249,8 +324,58 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
             decision.start.append(waiting.id)
             index += 1
         }
+        // A lease no request could take goes back.
+        if case .granted(let lease) = leaseAsk {
+            leaseAsk = .idle
+            decision.releaseLeases.append(lease)
+        }
         compact()
         return decision
+    }
+
+    private enum ShareStep {
+        /// Start, holding this lease (none: the fallback lets it start alone).
+        case start(EndpointLease?)
+        /// Not now: a lease is asked for, or the decision says when to look again.
+        case wait
+    }
+
+    /// Whether the request that may start now, in slots shared by a fleet, starts: with the lease
+    /// that came, alone under the fallback, or not yet (asking for a lease, or waiting to).
+    private mutating func shareStart(_ fallback: Fallback, now: Duration, _ decision: inout Decision) -> ShareStep {
+        switch leaseAsk {
+        case .granted(let lease):
+            leaseAsk = .idle
+            return .start(lease)
+        case .asking:
+            return .wait
+        case .retryAt(let time) where time > now:
+            arm(time, &decision)
+            return .wait
+        case .unavailable(let until) where until > now:
+            switch fallback {
+            case .failOpen:
+                return .start(nil)
+            case .localFallback(let share) where counts.running < max(1, Int((Double(maxRequests) * share).rounded(.down))):
+                return .start(nil)
+            case .localFallback, .failClosed:
+                arm(until, &decision)
+                return .wait
+            }
+        case .idle, .retryAt, .unavailable:
+            lastAskSerial += 1
+            leaseAsk = .asking(serial: lastAskSerial)
+            decision.acquireLease = lastAskSerial
+            return .wait
+        }
+    }
+
+    /// Asks for a wake-up at `time`, unless one is armed for then or sooner.
+    private mutating func arm(_ time: Duration, _ decision: inout Decision) {
+        if armedWake.map({ time < $0 }) ?? true {
+            armedWake = time
+            decision.wakeAt = time
+        }
     }
 
     private mutating func record(_ outcome: Outcome) {
@@ -306,5 +431,12 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         for (place, waiting) in queue.enumerated() {
             if let waiting { places[waiting.id] = place }
         }
+    }
+}
+
+extension EndpointLeaseAnswer {
+    var isUnavailable: Bool {
+        if case .unavailable = self { return true }
+        return false
     }
 }

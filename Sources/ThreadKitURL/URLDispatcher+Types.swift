@@ -25,6 +25,17 @@ extension URLDispatcher {
         public var honorRetryAfter: Bool
         /// The longest pause a `Retry-After` can impose.
         public var maxRetryAfter: Duration
+        /// Who else counts this endpoint's requests: `Coordination.local` (the default), this
+        /// process alone; a `Coordination.redis(…)` value shares `maxRequests` with every process
+        /// using the same key: a request runs only while it holds one of the endpoint's leases
+        /// (at most `maxRequests` across the fleet, each renewed while its request runs and given
+        /// back when it ends, however it ends), waiting requests ask in FIFO order, and a
+        /// `Retry-After` pause seen by one process pauses all. While Redis does not answer, the
+        /// coordination's `Fallback` applies: `.localFallback(share:)` runs at most
+        /// `maxRequests × share` (at least 1) in this process, `.failClosed` starts nothing (the
+        /// `queueTimeout` applies), `.failOpen` keeps the local limits only. The long-request
+        /// limit and `rate` stay per process.
+        public var coordination: Coordination
 
         /// The long-request limit when none is given: 3, or `maxRequests - 1` when that is less.
         static func defaultMaxLongRequests(forMaxRequests maxRequests: Int) -> Int {
@@ -44,14 +55,22 @@ extension URLDispatcher {
         ///   - rate: A cap on starts per window, or `nil`.
         ///   - honorRetryAfter: Pause the endpoint on a 429 or 503 with `Retry-After`.
         ///   - maxRetryAfter: At least zero: the longest such pause.
+        ///   - coordination: `Coordination.local`, or a coordination that shares `maxRequests`
+        ///     with other processes (see ``coordination``).
         public init(maxRequests: Int = 6, maxLongRequests: Int? = nil, rate: RateLimit? = nil,
-                    honorRetryAfter: Bool = true, maxRetryAfter: Duration = .seconds(120)) {
+                    honorRetryAfter: Bool = true, maxRetryAfter: Duration = .seconds(120), coordination: Coordination = .local) {
             self.maxRequests = maxRequests
             self.maxLongRequests = maxLongRequests ?? Self.defaultMaxLongRequests(forMaxRequests: maxRequests)
             self.rate = rate
             self.honorRetryAfter = honorRetryAfter
             self.maxRetryAfter = maxRetryAfter
+            self.coordination = coordination
             check(call: "URLDispatcher.EndpointLimits.init")
+        }
+
+        /// The fallback of slots shared by a fleet; `nil` for this process alone.
+        var sharing: Fallback? {
+            coordination.endpoints == nil ? nil : coordination.whenUnavailable
         }
 
         /// Stops, naming `call`, the argument and its value, if these limits cannot work. The initializer
@@ -61,6 +80,7 @@ extension URLDispatcher {
         func check(call: String) {
             EndpointSlots<Int>.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests, call: call)
             precondition(maxRetryAfter >= .zero, "\(call): maxRetryAfter must not be negative, got \(maxRetryAfter)")
+            if coordination.endpoints != nil { coordination.whenUnavailable.validate("\(call): coordination") }
         }
     }
 

@@ -12,7 +12,8 @@ extension URLDispatcherCore {
 
         init(limits: URLDispatcher.EndpointLimits) {
             self.limits = limits
-            slots = EndpointSlots(maxRequests: limits.maxRequests, maxLongRequests: limits.maxLongRequests, rate: limits.rate)
+            slots = EndpointSlots(maxRequests: limits.maxRequests, maxLongRequests: limits.maxLongRequests, rate: limits.rate,
+                                  sharing: limits.sharing)
         }
     }
 
@@ -22,6 +23,8 @@ extension URLDispatcherCore {
         var life: Life
         /// Its session task's identifier, once the task is made.
         var transferID: Int?
+        /// The repeating call that renews its shared lease while it runs.
+        var renewal: TimerHandle?
     }
 
     /// The books the core keeps under its lock. Its methods join the two machines: a request's
@@ -50,7 +53,7 @@ extension URLDispatcherCore {
             case .none:
                 return
             case .end(let ending, let timer):
-                effects.cancelTimers += [timer].compactMap { $0 }
+                effects.cancelTimers += [timer, request.renewal].compactMap { $0 }
                 forget(request)
                 release(request.record, outcome: ending.outcome, now: now, into: &effects)
                 effects.completions.append((request.record, ending))
@@ -58,6 +61,7 @@ extension URLDispatcherCore {
                 effects.cancelTimers += [timer].compactMap { $0 }
                 effects.cancelTransfers.append((request.record, transfer))
             case .releaseSlot(let ending, let deliver):
+                effects.cancelTimers += [request.renewal].compactMap { $0 }
                 forget(request)
                 release(request.record, outcome: ending.outcome, now: now, into: &effects)
                 if deliver { effects.completions.append((request.record, ending)) }
@@ -74,9 +78,11 @@ extension URLDispatcherCore {
             return URLDispatcherCore.error(ending, of: record)!   // a refusal is never `.completed`
         }
 
-        /// Marks the requests `decision` starts as starting, and collects them and the wake-up.
+        /// Marks the requests `decision` starts as starting, and collects them, the wake-up, and
+        /// the shared leases to ask for, give back and renew.
         mutating func grant(_ decision: EndpointSlots<Int>.Decision, at endpoint: URLDispatcher.Endpoint,
                             now: Duration, into effects: inout Effects) {
+            let coordinator = endpoints[endpoint]?.limits.coordination.endpoints
             for id in decision.start {
                 guard let request = requests[id] else { continue }
                 switch requests[id]!.life.slotGranted(now: now) {
@@ -84,8 +90,14 @@ extension URLDispatcherCore {
                     effects.cancelTimers += [queueTimer].compactMap { $0 }
                     effects.start.append(request.record)
                 }
+                if let coordinator, endpoints[endpoint]?.slots.lease(of: id) != nil { effects.renewals.append((request.record, coordinator)) }
             }
             if let wake = decision.wakeAt { effects.wakes.append((endpoint, wake)) }
+            guard let coordinator, let limit = endpoints[endpoint]?.limits.maxRequests else { return }
+            effects.releases += decision.releaseLeases.map { (coordinator, $0) }
+            if let serial = decision.acquireLease {
+                effects.acquires.append((endpoint, serial, EndpointLeaseRequest(endpoint: endpoint.description, limit: limit), coordinator))
+            }
         }
 
         /// Gives `record`'s slot (or queue place) back to its endpoint, and grants the freed slot.
@@ -111,6 +123,14 @@ extension URLDispatcherCore {
         var armQueueTimer: (record: RequestRecord, deadline: Duration)?
         var cancelTransfers: [(record: RequestRecord, transfer: URLSessionDataTask)] = []
         var completions: [(record: RequestRecord, ending: RequestEnding)] = []
+        /// Shared leases to ask for: the endpoint, the ask's serial, the request, and whom to ask.
+        var acquires: [(endpoint: URLDispatcher.Endpoint, serial: Int, request: EndpointLeaseRequest, coordinator: any EndpointCoordinator)] = []
+        /// Shared leases to give back.
+        var releases: [(coordinator: any EndpointCoordinator, lease: EndpointLease)] = []
+        /// Requests that started holding a shared lease: their renewal to arm.
+        var renewals: [(record: RequestRecord, coordinator: any EndpointCoordinator)] = []
+        /// A `Retry-After` pause to share with the fleet.
+        var sharedPause: (coordinator: any EndpointCoordinator, endpoint: URLDispatcher.Endpoint, duration: Duration)?
     }
 }
 

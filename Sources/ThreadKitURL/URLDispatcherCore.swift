@@ -20,7 +20,8 @@ import FoundationNetworking
 final class URLDispatcherCore: Sendable {
     typealias Life = RequestStateMachine<URLSessionDataTask, TimerHandle>
 
-    private let state = Locked(State())
+    /// The books; `internal` for the extensions in other files (shared leases).
+    let state = Locked(State())
     let defaultLimits: URLDispatcher.EndpointLimits
     /// Times inside the dispatcher are offsets from this instant.
     let origin = ContinuousClock.now
@@ -102,7 +103,7 @@ final class URLDispatcherCore: Sendable {
             guard state.endpoints[endpoint] != nil else { return effects }
             state.endpoints[endpoint]!.limits = limits
             let decision = state.endpoints[endpoint]!.slots.setLimits(maxRequests: limits.maxRequests, maxLongRequests: limits.maxLongRequests,
-                                                                      rate: limits.rate, now: now)
+                                                                      rate: limits.rate, sharing: limits.sharing, now: now)
             state.grant(decision, at: endpoint, now: now, into: &effects)
             return effects
         }
@@ -186,7 +187,7 @@ final class URLDispatcherCore: Sendable {
 
     /// Does what the lock left to do. `onTimer`: this is a timer call on ``TimerThread/shared``,
     /// whose completions for a delegate go to the delegate queue.
-    private func perform(_ effects: Effects, onTimer: Bool) {
+    func perform(_ effects: Effects, onTimer: Bool) {
         for timer in effects.cancelTimers { timer.cancel() }
         for (endpoint, at) in effects.wakes {
             _ = try? TimerThread.shared.schedule(at: origin + at) { [self] in wake(endpoint) }
@@ -197,6 +198,7 @@ final class URLDispatcherCore: Sendable {
         for (record, ending) in effects.completions {
             deliver(.completion(Self.error(ending, of: record)), to: record, onTimer: onTimer)
         }
+        performSharing(effects)
     }
 
     private func wake(_ endpoint: URLDispatcher.Endpoint) {
@@ -359,6 +361,7 @@ final class URLDispatcherCore: Sendable {
                 if let pause {
                     let decision = state.endpoints[record.endpoint]!.slots.pause(until: now + pause, now: now)
                     state.grant(decision, at: record.endpoint, now: now, into: &effects)
+                    if let coordinator = limits.coordination.endpoints { effects.sharedPause = (coordinator, record.endpoint, pause) }
                 }
                 return (record, idleTimeout, pause, reading, effects)
             }
@@ -417,7 +420,7 @@ final class URLDispatcherCore: Sendable {
 
     /// Logs `message` from the delegate queue: for records made where a log delegate must not run
     /// (the shared timer thread).
-    private func logSoon(_ message: @autoclosure () -> String) {
+    func logSoon(_ message: @autoclosure () -> String) {
         guard Log.isEnabled(.urlDispatcher) else { return }
         let text = message()
         delegateQueue.addOperation { Log.log(.urlDispatcher, text) }

@@ -1,0 +1,197 @@
+import Foundation
+@_spi(ThreadKitURL) import ThreadKit
+
+/// The leases of `URLDispatcher` endpoints shared on Redis: ThreadKit's ``EndpointCoordinator``,
+/// run by ``EndpointLeaseScript``. What `Coordination.redis(_:key:whenUnavailable:)` carries for
+/// endpoint limits.
+///
+/// - Each endpoint has its own leases, under the key `<key>|<endpoint>` (so one `EndpointLimits`
+///   used for several endpoints never merges their leases); a `{`, `}` or `%` in either part is
+///   escaped (`%7B`, `%7D`, `%25`), since a brace would break the hash tag.
+/// - A token is proposed here, unique across the fleet (the process id, a random number drawn once
+///   per instance, a counter), so that an acquire whose answer is lost can still be given back.
+/// - Every call returns at once: an acquire answers through its callback, on the connection's
+///   thread, or at once when the client's breaker refuses.
+/// - A full endpoint is asked again when its earliest lease expires, or after ``pollInterval`` if
+///   that is sooner: a release in another process is seen at the next ask, at most that late (one
+///   in this process, at once, by the dispatcher).
+/// - **Releases.** One the client refuses at once (its breaker is open) is kept, up to
+///   ``maxPendingReleases``, and sent again before this instance's next command and whenever one
+///   of its commands is answered; one sent but lost
+///   (a timeout, a dropped connection), or beyond that count, ends when the lease expires, at most
+///   ``leaseTTL`` after its last renewal. An acquire whose answer is lost after it was sent is
+///   given back the same way, since it may have been granted.
+package final class RedisEndpointLeases: EndpointCoordinator {
+    package let client: RedisClient
+    /// The user's key: the part every endpoint's keys share.
+    package let key: String
+    package let leaseTTL: Duration
+    /// The longest a full endpoint waits before it asks again.
+    package let pollInterval: Duration
+    /// The most releases kept for sending again.
+    static let maxPendingReleases = 1024
+
+    private struct State: Sendable {
+        var counter: UInt64 = 0
+        var pendingReleases: [EndpointLease] = []
+    }
+
+    private let state = Locked(State())
+    /// The first part of every token: the process id and a random number drawn once.
+    private let tokenPrefix: String
+
+    /// Leases of the endpoints that share `key`, on `client`.
+    ///
+    /// - Parameters:
+    ///   - client: The Redis client.
+    ///   - key: The limit's name, shared by every process that enforces it; not empty.
+    ///   - leaseTTL: How long a lease lives without renewal; at least 3 ms (the dispatcher renews
+    ///     every third of it).
+    ///   - pollInterval: The longest a full endpoint waits before asking again; more than zero.
+    package init(client: RedisClient, key: String, leaseTTL: Duration = .seconds(10), pollInterval: Duration = .milliseconds(20)) {
+        precondition(!key.isEmpty, "RedisEndpointLeases: key must not be empty, got \"\"")
+        precondition(leaseTTL >= .milliseconds(3), "RedisEndpointLeases: leaseTTL must be at least 3 ms, got \(leaseTTL)")
+        precondition(pollInterval > .zero, "RedisEndpointLeases: pollInterval must be more than zero, got \(pollInterval)")
+        self.client = client
+        self.key = key
+        self.leaseTTL = leaseTTL
+        self.pollInterval = pollInterval
+        tokenPrefix = "\(ProcessInfo.processInfo.processIdentifier).\(String(UInt32.random(in: .min ... .max), radix: 36))"
+    }
+
+    /// The keys of `endpoint`'s leases: `<key>|<endpoint>`, escaped.
+    package func keys(for endpoint: String) -> RedisLimitKeys {
+        RedisLimitKeys(Self.escaped(key) + "|" + Self.escaped(endpoint))
+    }
+
+    /// `text` with `%`, `{` and `}` written as `%25`, `%7B` and `%7D`: it can sit in a hash tag.
+    static func escaped(_ text: String) -> String {
+        text.replacingOccurrences(of: "%", with: "%25").replacingOccurrences(of: "{", with: "%7B").replacingOccurrences(of: "}", with: "%7D")
+    }
+
+    private var ttlMicroseconds: Int64 { leaseTTL.microsecondsRoundedUp }
+
+    // MARK: - EndpointCoordinator
+
+    package func acquire(_ request: EndpointLeaseRequest, answer: @escaping @Sendable (EndpointLeaseAnswer) -> Void) {
+        flushPendingReleases()
+        let token = state.withLock { state -> String in
+            state.counter += 1
+            return "\(tokenPrefix).\(state.counter)"
+        }
+        let lease = EndpointLease(endpoint: request.endpoint, token: token)
+        let call = EndpointLeaseCall(.acquire(limit: request.limit, token: token, ttl: ttlMicroseconds))
+        run(call, for: request.endpoint) { [self] result in
+            switch result {
+            case .success(.granted):
+                answer(.granted(lease))
+            case .success(.full(let retryIn)):
+                answer(.full(retryIn: min(.microseconds(retryIn), pollInterval)))
+            case .success(.paused(let remaining)):
+                answer(.paused(remaining: .microseconds(remaining)))
+            case .success(let other):
+                answer(.unavailable(retryIn: pollInterval))
+                Log.log(.redis, "endpoint leases: \(other) does not answer an acquire")
+            case .failure(let failure):
+                if failure.mayHaveRun { release(lease) }
+                answer(.unavailable(retryIn: failure.retryIn ?? pollInterval))
+            }
+        }
+    }
+
+    package func release(_ lease: EndpointLease) {
+        flushPendingReleases()
+        send(lease)
+    }
+
+    package func renew(_ lease: EndpointLease) {
+        flushPendingReleases()
+        run(EndpointLeaseCall(.renew(token: lease.token, ttl: ttlMicroseconds)), for: lease.endpoint) { result in
+            if case .success(.renewed(nil)) = result {
+                Log.log(.redis, "endpoint leases: the lease \(lease.token) of \(lease.endpoint) expired before it was renewed; its request runs on")
+            }
+        }
+    }
+
+    package func pause(endpoint: String, for duration: Duration) {
+        flushPendingReleases()
+        let call = EndpointLeaseCall(.pause(duration: duration.microsecondsRoundedUp))
+        run(call, for: endpoint) { result in
+            if case .failure(let failure) = result {
+                Log.log(.redis, "endpoint leases: the pause of \(endpoint) for \(duration) may not be shared: \(failure)")
+            }
+        }
+    }
+
+    /// How many releases wait to be sent again (for tests).
+    var pendingReleaseCount: Int { state.withLock { $0.pendingReleases.count } }
+
+    // MARK: - Sending
+
+    /// Why a call failed: the client's error (whether the call may have run, and when to ask again).
+    struct Failure: Error, CustomStringConvertible {
+        var mayHaveRun: Bool
+        var retryIn: Duration?
+        var description: String
+    }
+
+    /// Runs `call` on `endpoint`'s keys; `then` gets the decoded reply, once, on the connection's
+    /// thread or at once.
+    private func run(_ call: EndpointLeaseCall, for endpoint: String, then: @escaping @Sendable (Result<EndpointLeaseCall.Reply, Failure>) -> Void) {
+        client.evaluate(EndpointLeaseScript.script, keys: EndpointLeaseScript.keys(keys(for: endpoint)), arguments: call.arguments) { [self] result in
+            // Redis answers: the releases it refused before go now.
+            if case .success = result { flushPendingReleases() }
+            switch result {
+            case .success(.error(let message)):
+                then(.failure(Failure(mayHaveRun: true, retryIn: nil, description: message)))
+            case .success(let value):
+                do {
+                    then(.success(try call.decode(value)))
+                } catch {
+                    then(.failure(Failure(mayHaveRun: true, retryIn: nil, description: "\(error)")))
+                }
+            case .failure(let error):
+                var retryIn: Duration?
+                if case .unavailable(let after, _) = error { retryIn = after }
+                then(.failure(Failure(mayHaveRun: error.mayHaveRun, retryIn: retryIn, description: error.description)))
+            }
+        }
+    }
+
+    /// Sends the release of `lease` without waiting; keeps it for later if the client refuses it now.
+    private func send(_ lease: EndpointLease) {
+        let call = EndpointLeaseCall(.release(token: lease.token))
+        do {
+            try client.evaluateAndForget(EndpointLeaseScript.script, keys: EndpointLeaseScript.keys(keys(for: lease.endpoint)), arguments: call.arguments)
+        } catch {
+            state.withLock { state in
+                if state.pendingReleases.count < Self.maxPendingReleases { state.pendingReleases.append(lease) }
+            }
+        }
+    }
+
+    /// Sends again the releases the client refused before.
+    private func flushPendingReleases() {
+        let pending = state.withLock { state -> [EndpointLease] in
+            defer { state.pendingReleases.removeAll() }
+            return state.pendingReleases
+        }
+        for lease in pending { send(lease) }
+    }
+}
+
+extension RedisClient {
+    /// Runs `script` as ``evaluate(_:keys:arguments:)`` does, without blocking or suspending: `then`
+    /// gets the reply (an error reply as ``RESPValue/error(_:)``) or the failure, once, on the
+    /// connection's thread, or at once on the caller's when the client refuses the command.
+    func evaluate(_ script: RedisScript, keys: [String], arguments: [String],
+                  then: @escaping @Sendable (Result<RESPValue, RedisError>) -> Void) {
+        let eval = RESPValue.command(["EVAL", script.source, String(keys.count)] + keys + arguments).encoded
+        let slot = ReplySlot { [core] result in
+            guard case .success(.error(let message)) = result, message.hasPrefix("NOSCRIPT") else { return then(result) }
+            core.log("\(script) is not in the server's cache (NOSCRIPT); sending its source with EVAL")
+            core.submit(eval, to: ReplySlot(then: then))
+        }
+        core.submit(RESPValue.command(["EVALSHA", script.sha1, String(keys.count)] + keys + arguments).encoded, to: slot)
+    }
+}

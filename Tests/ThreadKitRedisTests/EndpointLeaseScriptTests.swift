@@ -1,0 +1,320 @@
+// The endpoint lease script, rule by rule, on a server of the test's own, with made-up times.
+
+import Testing
+@_spi(ThreadKitURL) import ThreadKit
+import ThreadKitURL
+@testable import ThreadKitRedis
+import ThreadKitTestSupport
+
+/// One endpoint's leases on a test's own server.
+private struct LeaseHarness {
+    let client: RedisClient
+    let keys: RedisLimitKeys
+
+    init(_ server: RedisServer, key: String = "api|http://api.example.com:80") {
+        client = makeClient(server.address)
+        keys = RedisLimitKeys(key)
+    }
+
+    func run(_ operation: EndpointLeaseCall.Operation, now: Int64?) async throws -> EndpointLeaseCall.Reply {
+        try await EndpointLeaseCall(operation, now: now).run(on: client, keys: keys)
+    }
+
+    func acquire(_ token: String, limit: Int = 2, ttl: Int64 = 1_000, now: Int64?) async throws -> EndpointLeaseCall.Reply {
+        try await run(.acquire(limit: limit, token: token, ttl: ttl), now: now)
+    }
+
+    /// The leases held, by token, with their expiries.
+    func leases() async throws -> [String: Int64] {
+        let pairs = try await client.send("ZRANGE", EndpointLeaseScript.keys(keys)[0], "0", "-1", "WITHSCORES").array ?? []
+        var leases: [String: Int64] = [:]
+        for index in stride(from: 0, to: pairs.count - 1, by: 2) {
+            leases[pairs[index].string ?? "?"] = Int64(pairs[index + 1].string ?? "") ?? -1
+        }
+        return leases
+    }
+
+    /// Every key on the server has a TTL.
+    func expectEveryKeyHasTTL(sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let all = try await client.send("KEYS", "*").array ?? []
+        #expect(!all.isEmpty, "no key at all", sourceLocation: sourceLocation)
+        for key in all {
+            let ttl = try await client.send("PTTL", key.string ?? "").integer ?? 0
+            #expect(ttl > 0, "\(key) has no TTL", sourceLocation: sourceLocation)
+        }
+    }
+}
+
+@Suite("Endpoint lease script: the rules on a real server, with made-up times", .needsRedisServer)
+struct EndpointLeaseScriptTests {
+    @Test("acquire grants up to the limit, then answers full until the earliest expiry")
+    func acquireUpToLimit() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            #expect(try await leases.acquire("a", ttl: 10_000, now: 10_000) == .granted(expiry: 20_000))
+            #expect(try await leases.acquire("b", ttl: 50_000, now: 10_500) == .granted(expiry: 60_500))
+            #expect(try await leases.acquire("c", now: 10_600) == .full(retryIn: 9_400))
+            #expect(try await leases.leases() == ["a": 20_000, "b": 60_500])
+            try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
+    @Test("an expired lease is dropped: its place goes to the next acquire")
+    func expiryDrops() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a", ttl: 1_000, now: 10_000)
+            _ = try await leases.acquire("b", ttl: 5_000, now: 10_000)
+            #expect(try await leases.acquire("c", now: 10_999) == .full(retryIn: 1_000))   // 1 µs left, floored to 1 ms
+            #expect(try await leases.acquire("c", ttl: 1_000, now: 11_000) == .granted(expiry: 12_000))
+            #expect(try await leases.leases() == ["b": 15_000, "c": 12_000])
+        }
+    }
+
+    @Test("acquiring with a token already held renews it and takes no second place")
+    func acquireIsIdempotent() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a", now: 10_000)
+            _ = try await leases.acquire("b", now: 10_000)
+            #expect(try await leases.acquire("a", ttl: 1_000, now: 10_200) == .granted(expiry: 11_200))
+            #expect(try await leases.leases() == ["a": 11_200, "b": 11_000])
+        }
+    }
+
+    @Test("release gives a lease back once; a second release, or one of an unknown token, does nothing")
+    func releaseIsIdempotent() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a", now: 10_000)
+            _ = try await leases.acquire("b", ttl: 5_000, now: 10_000)
+            #expect(try await leases.run(.release(token: "a"), now: 10_100) == .released(true))
+            #expect(try await leases.run(.release(token: "a"), now: 10_100) == .released(false))
+            #expect(try await leases.run(.release(token: "zz"), now: 10_100) == .released(false))
+            #expect(try await leases.acquire("c", now: 10_200) == .granted(expiry: 11_200))
+            #expect(try await leases.acquire("d", now: 10_700) == .full(retryIn: 1_000))   // 500 µs to c's expiry, floored to 1 ms
+            try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
+    @Test("renew moves a held lease's expiry; a lease that expired is not taken back")
+    func renew() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a", limit: 1, ttl: 10_000, now: 10_000)
+            #expect(try await leases.run(.renew(token: "a", ttl: 10_000), now: 19_000) == .renewed(expiry: 29_000))
+            // Past its first expiry it still holds the only place.
+            #expect(try await leases.acquire("b", limit: 1, now: 25_000) == .full(retryIn: 4_000))
+            #expect(try await leases.run(.renew(token: "a", ttl: 10_000), now: 29_000) == .renewed(expiry: nil))
+            #expect(try await leases.leases() == [:])
+            #expect(try await leases.acquire("b", limit: 1, ttl: 1_000, now: 29_000) == .granted(expiry: 30_000))
+        }
+    }
+
+    @Test("a pause answers paused until it ends, is never shortened, and a far one is clamped, not wrapped")
+    func pause() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            #expect(try await leases.run(.pause(duration: 5_000), now: 10_000) == .pausedUntil(15_000))
+            #expect(try await leases.run(.pause(duration: 1_000), now: 10_000) == .pausedUntil(15_000))
+            #expect(try await leases.run(.pause(duration: -1_000), now: 10_000) == .pausedUntil(15_000))
+            #expect(try await leases.acquire("a", now: 12_000) == .paused(remaining: 3_000))
+            #expect(try await leases.leases() == [:])
+            try await leases.expectEveryKeyHasTTL()
+            #expect(try await leases.acquire("a", ttl: 1_000, now: 15_000) == .granted(expiry: 16_000))
+            let max = EndpointLeaseCall.maxMicroseconds
+            #expect(try await leases.run(.pause(duration: .max), now: 20_000) == .pausedUntil(max))
+            #expect(try await leases.acquire("b", now: 30_000) == .paused(remaining: max - 30_000))
+            try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
+    @Test("a clock that steps back does not move decisions back (high-water mark)")
+    func clockHighWaterMark() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a", limit: 1, ttl: 1_000, now: 10_000)
+            _ = try await leases.run(.release(token: "a"), now: 20_000)
+            // 5 000 is before the mark: the lease's expiry counts from 20 000.
+            #expect(try await leases.acquire("b", limit: 1, ttl: 1_000, now: 5_000) == .granted(expiry: 21_000))
+        }
+    }
+
+    @Test("Redis's own clock (TIME) is used when no time is given, in microseconds")
+    func redisClock() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            let time = try await leases.client.send("TIME").array ?? []
+            let serverNow = (Int64(time.first?.string ?? "") ?? 0) * 1_000_000
+            guard case .granted(let expiry) = try await leases.acquire("a", ttl: 1_000_000, now: nil) else {
+                Issue.record("not granted")
+                return
+            }
+            #expect(expiry >= serverNow + 1_000_000 && expiry < serverNow + 1_000_000 + 60_000_000)
+            try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
+    @Test("keys live for their last expiry or pause plus a minute, and every key has a TTL")
+    func ttls() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            // Made-up times are far behind the server's clock: the TTL counts from the script's now.
+            _ = try await leases.acquire("a", ttl: 30_000_000, now: 10_000)
+            let keys = EndpointLeaseScript.keys(leases.keys)
+            let leaseTTL = try await leases.client.send("PTTL", keys[0]).integer ?? 0
+            let stateTTL = try await leases.client.send("PTTL", keys[1]).integer ?? 0
+            // 30 s of lease and a minute of grace; more than the grace alone, however slow the machine.
+            #expect(leaseTTL > 60_000 && leaseTTL <= 90_000)
+            #expect(stateTTL > 60_000 && stateTTL <= 90_000)
+            _ = try await leases.run(.release(token: "a"), now: 20_000)
+            #expect(try await leases.client.send("EXISTS", keys[0]).integer == 0)
+            let afterRelease = try await leases.client.send("PTTL", keys[1]).integer ?? 0
+            #expect(afterRelease > 30_000 && afterRelease <= 60_000)
+        }
+    }
+
+    @Test("bad arguments are an error reply naming them, and nothing is written")
+    func badArguments() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            let keys = EndpointLeaseScript.keys(leases.keys)
+            for arguments in [["acquire", "10", "0", "t", "5"], ["acquire", "10", "1", "", "5"], ["renew", "x"], ["nope", ""]] {
+                await #expect(throws: RedisError.self) {
+                    _ = try await leases.client.evaluate(EndpointLeaseScript.script, keys: keys, arguments: arguments)
+                }
+            }
+            let error = await #expect(throws: RedisError.self) {
+                _ = try await leases.client.evaluate(EndpointLeaseScript.script, keys: keys, arguments: ["acquire", "10", "0", "t", "5"])
+            }
+            #expect("\(error.map { "\($0)" } ?? "")".contains("threadkit endpoint leases: limit must be at least 1, got 0"))
+            let written = try await leases.client.send("KEYS", "*").array ?? []
+            #expect(written.isEmpty)
+        }
+    }
+}
+
+@Suite("RedisEndpointLeases: keys and tokens")
+struct RedisEndpointLeasesKeysTests {
+    @Test("each endpoint has its own keys under the user's key, braces and percent signs escaped")
+    func keysPerEndpoint() {
+        let leases = RedisEndpointLeases(client: RedisClient(.unixSocket(path: "/nonexistent")), key: "a{b}%")
+        let first = leases.keys(for: "http://one.example:80")
+        let second = leases.keys(for: "http://two.example:80")
+        #expect(first.key == "a%7Bb%7D%25|http://one.example:80")
+        #expect(first != second)
+        #expect(EndpointLeaseScript.keys(first) == ["threadkit:{a%7Bb%7D%25|http://one.example:80}:leases",
+                                                    "threadkit:{a%7Bb%7D%25|http://one.example:80}:leases:state"])
+    }
+}
+
+@Suite("Coordination of endpoint limits: equality and arguments")
+struct EndpointCoordinationTests {
+    @Test("coordinations are equal when they carry the same coordinator objects and fallback")
+    func equality() {
+        let client = RedisClient(.unixSocket(path: "/nonexistent"))
+        let leases = RedisEndpointLeases(client: client, key: "api")
+        let other = RedisEndpointLeases(client: client, key: "api")
+        let shared = Coordination(coordinator: nil, endpoints: leases, whenUnavailable: .failClosed)
+        #expect(Coordination.local == Coordination.local)
+        #expect(shared == Coordination(coordinator: nil, endpoints: leases, whenUnavailable: .failClosed))
+        #expect(shared != Coordination(coordinator: nil, endpoints: other, whenUnavailable: .failClosed))
+        #expect(shared != Coordination(coordinator: nil, endpoints: leases, whenUnavailable: .failOpen))
+        #expect(shared != .local)
+        #expect(URLDispatcher.EndpointLimits(maxRequests: 2, coordination: shared) != URLDispatcher.EndpointLimits(maxRequests: 2))
+        #expect(URLDispatcher.EndpointLimits(maxRequests: 2) == URLDispatcher.EndpointLimits(maxRequests: 2, coordination: .local))
+    }
+
+    @Test("endpoint limits shared with a fallback share out of range stop, naming it")
+    func badShare() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let leases = RedisEndpointLeases(client: RedisClient(.unixSocket(path: "/nonexistent")), key: "api")
+            let coordination = Coordination(coordinator: nil, endpoints: leases, whenUnavailable: .localFallback(share: 0))
+            _ = URLDispatcher.EndpointLimits(maxRequests: 2, coordination: coordination)
+        }
+        expectMessage(result, contains: ["URLDispatcher.EndpointLimits.init: coordination: the fallback share must be in 0 < share ≤ 1, got 0.0"])
+    }
+}
+
+@Suite("RedisEndpointLeases: answers and releases that could not be sent", .needsRedisServer)
+struct RedisEndpointLeasesReleaseTests {
+    static let endpoint = "http://api.example.com:80"
+
+    func acquire(_ leases: RedisEndpointLeases, limit: Int = 2) async -> EndpointLeaseAnswer {
+        await withCheckedContinuation { continuation in
+            leases.acquire(EndpointLeaseRequest(endpoint: Self.endpoint, limit: limit)) { continuation.resume(returning: $0) }
+        }
+    }
+
+    func tokens(_ client: RedisClient, _ leases: RedisEndpointLeases) async throws -> [String] {
+        let key = EndpointLeaseScript.keys(leases.keys(for: Self.endpoint))[0]
+        return (try await client.send("ZRANGE", key, "0", "-1").array ?? []).compactMap(\.string)
+    }
+
+    @Test("tokens are unique; a full endpoint is asked again within the poll interval; a pause is answered as such")
+    func answers() async throws {
+        try await withRedisServer { server in
+            // Leases of 10 min: none expires during the test, however slow the machine.
+            let leases = RedisEndpointLeases(client: makeClient(server.address), key: "api", leaseTTL: .seconds(600),
+                                             pollInterval: .milliseconds(20))
+            guard case .granted(let first) = await acquire(leases, limit: 1) else {
+                Issue.record("the first acquire was not granted")
+                return
+            }
+            #expect(await acquire(leases, limit: 1) == .full(retryIn: .milliseconds(20)))   // the lease has 10 min left
+            leases.release(first)
+            guard case .granted(let second) = await acquire(leases, limit: 1) else {
+                Issue.record("the lease given back was not granted again")
+                return
+            }
+            #expect(first.token != second.token)
+            leases.pause(endpoint: Self.endpoint, for: .seconds(30))
+            guard case .paused(let remaining) = await acquire(leases, limit: 5) else {
+                Issue.record("the pause was not answered")
+                return
+            }
+            #expect(remaining > .seconds(29) && remaining <= .seconds(30))
+        }
+    }
+
+    @Test("an acquire whose answer timed out, and a release the breaker refused, are given back before the next command")
+    func lostAnswersAreGivenBack() async throws {
+        try await withRedisServer { server in
+            // The breaker stays open until the frozen server's late reply closes it, however slow the
+            // machine; the connection is not dropped meanwhile.
+            let client = makeClient(server.address, timeout: .milliseconds(300), breaker: longBackoff, connectionTimeout: .seconds(60))
+            let leases = RedisEndpointLeases(client: client, key: "api")
+            guard case .granted(let held) = await acquire(leases) else {
+                Issue.record("the first acquire was not granted")
+                return
+            }
+            server.pause()
+            // Sent, then timed out: it may be granted once the server goes on, so it is given back;
+            // the breaker is open now, so that release waits, as does the one below.
+            guard case .unavailable = await acquire(leases) else {
+                Issue.record("a frozen server's acquire was not unavailable")
+                server.resume()
+                return
+            }
+            leases.release(held)
+            #expect(leases.pendingReleaseCount == 2)
+            server.resume()
+            let observer = makeClient(server.address)
+            var granted: EndpointLease?
+            let deadline = ContinuousClock.now + .seconds(10)
+            while granted == nil, ContinuousClock.now < deadline {
+                if case .granted(let lease) = await acquire(leases) { granted = lease } else { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(leases.pendingReleaseCount == 0)
+            // The releases went out on the leases' own connection: the observer sees them soon.
+            let expected = [granted?.token ?? "none"]
+            var seen: [String] = []
+            let seenBy = ContinuousClock.now + .seconds(10)
+            while seen != expected, ContinuousClock.now < seenBy {
+                seen = try await tokens(observer, leases)
+                if seen != expected { try await Task.sleep(for: .milliseconds(5)) }
+            }
+            #expect(seen == expected)
+        }
+    }
+}

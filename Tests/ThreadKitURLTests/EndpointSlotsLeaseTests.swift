@@ -1,0 +1,191 @@
+import Testing
+@_spi(ThreadKitURL) import ThreadKit
+@testable import ThreadKitURL
+
+/// The per-endpoint slots shared by a fleet: the lease asks, answers and releases, driven with
+/// made-up times and made-up answers (no threads, no Redis).
+@Suite("EndpointSlots with shared leases: asks, answers, releases and fallbacks")
+struct EndpointSlotsLeaseTests {
+    typealias Slots = EndpointSlots<Int>
+
+    func ms(_ value: Int) -> Duration { .milliseconds(value) }
+    func lease(_ token: String) -> EndpointLease { EndpointLease(endpoint: "http://api.example.com:80", token: token) }
+
+    func decision(_ admission: Slots.Admission) -> Slots.Decision {
+        guard case .accepted(let decision) = admission else {
+            Issue.record("rejected")
+            return .init()
+        }
+        return decision
+    }
+
+    func released(_ ending: Slots.Ending?) -> Slots.Decision {
+        guard case .released(let decision)? = ending else {
+            Issue.record("not released: \(String(describing: ending))")
+            return .init()
+        }
+        return decision
+    }
+
+    @Test("a request that may start asks for a lease, one ask at a time, and starts when it is granted")
+    func asksThenStarts() {
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        let first = decision(slots.submit(1, kind: .short, now: .zero))
+        #expect(first.start.isEmpty)
+        #expect(first.acquireLease == 1)
+        let second = decision(slots.submit(2, kind: .short, now: .zero))
+        #expect(second.start.isEmpty)
+        #expect(second.acquireLease == nil)   // one ask at a time
+        #expect(slots.counts.queued == 2)
+        let granted = slots.leaseAnswered(.granted(lease("a")), serial: 1, now: ms(1))
+        #expect(granted.start == [1])
+        #expect(granted.acquireLease == 2)   // the next in line asks at once
+        #expect(slots.lease(of: 1) == lease("a"))
+        let next = slots.leaseAnswered(.granted(lease("b")), serial: 2, now: ms(2))
+        #expect(next.start == [2])
+        #expect(next.acquireLease == nil)   // nobody waits
+        #expect(slots.counts.running == 2)
+    }
+
+    @Test("FIFO within the process: leases go to the requests in their order of arrival")
+    func fifo() {
+        var slots = Slots(maxRequests: 5, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        for id in 1...4 { _ = slots.submit(id, kind: .short, now: .zero) }
+        var order: [Int] = []
+        for serial in 1...4 {
+            order += slots.leaseAnswered(.granted(lease("t\(serial)")), serial: serial, now: ms(serial)).start
+        }
+        #expect(order == [1, 2, 3, 4])
+    }
+
+    @Test("a lease goes back exactly once when its request ends, however often the end is reported")
+    func releasedOnce() {
+        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        _ = slots.submit(1, kind: .short, now: .zero)
+        _ = slots.leaseAnswered(.granted(lease("a")), serial: 1, now: ms(1))
+        #expect(released(slots.end(1, outcome: .timedOut, now: ms(2))).releaseLeases == [lease("a")])
+        #expect(slots.end(1, outcome: .failed, now: ms(3)) == nil)
+        #expect(slots.end(1, outcome: .completed, now: ms(3)) == nil)
+        #expect(slots.lease(of: 1) == nil)
+    }
+
+    @Test("a lease granted when no request can take it any more (cancelled while asking) goes back at once")
+    func unusedLeaseGoesBack() {
+        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        _ = slots.submit(1, kind: .short, now: .zero)
+        #expect(slots.end(1, outcome: .failed, now: ms(1)) == .dequeued)
+        let answer = slots.leaseAnswered(.granted(lease("a")), serial: 1, now: ms(2))
+        #expect(answer.start.isEmpty)
+        #expect(answer.releaseLeases == [lease("a")])
+        // A stale answer (an ask no longer awaited) gives its lease back too.
+        #expect(slots.leaseAnswered(.granted(lease("b")), serial: 7, now: ms(3)).releaseLeases == [lease("b")])
+    }
+
+    @Test("a full endpoint asks again at the time the answer says, or at once when a lease of this process goes back")
+    func fullRetries() {
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        _ = slots.submit(1, kind: .short, now: .zero)
+        _ = slots.leaseAnswered(.granted(lease("a")), serial: 1, now: .zero)
+        let full = decision(slots.submit(2, kind: .short, now: ms(1)))
+        #expect(full.acquireLease == 2)
+        let denied = slots.leaseAnswered(.full(retryIn: ms(50)), serial: 2, now: ms(2))
+        #expect(denied.start.isEmpty)
+        #expect(denied.wakeAt == ms(52))
+        #expect(denied.acquireLease == nil)
+        #expect(slots.wake(now: ms(30)).acquireLease == nil)   // too soon
+        #expect(slots.wake(now: ms(52)).acquireLease == 3)
+        _ = slots.leaseAnswered(.full(retryIn: ms(500)), serial: 3, now: ms(53))
+        // Request 1 ends: its lease goes back and request 2 asks at once, not at 553 ms.
+        let ending = released(slots.end(1, outcome: .completed, now: ms(60)))
+        #expect(ending.releaseLeases == [lease("a")])
+        #expect(ending.acquireLease == 4)
+    }
+
+    @Test("an answer paused pauses the endpoint (shown in its statistics) and asks again when the pause ends")
+    func pausedAnswer() {
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        _ = slots.submit(1, kind: .short, now: .zero)
+        let paused = slots.leaseAnswered(.paused(remaining: ms(1_000)), serial: 1, now: ms(10))
+        #expect(paused.start.isEmpty)
+        #expect(paused.acquireLease == nil)
+        #expect(paused.wakeAt == ms(1_010))
+        #expect(slots.pausedUntil == ms(1_010))
+        #expect(slots.wake(now: ms(1_010)).acquireLease == 2)
+    }
+
+    @Test("unavailable and failClosed: nothing starts until the coordinator is asked again")
+    func failClosed() {
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        _ = slots.submit(1, kind: .short, now: .zero)
+        #expect(!slots.isCoordinatorUnavailable)
+        let answer = slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1))
+        #expect(slots.isCoordinatorUnavailable)
+        #expect(answer.start.isEmpty)
+        #expect(answer.wakeAt == ms(21))
+        #expect(decision(slots.submit(2, kind: .short, now: ms(5))).start.isEmpty)
+        let retry = slots.wake(now: ms(21))
+        #expect(retry.acquireLease == 2)
+        #expect(slots.leaseAnswered(.granted(lease("a")), serial: 2, now: ms(22)).start == [1])
+        #expect(!slots.isCoordinatorUnavailable)
+    }
+
+    @Test("unavailable and failOpen: the local limits only, no lease held or given back")
+    func failOpen() {
+        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: .failOpen)
+        _ = slots.submit(1, kind: .short, now: .zero)
+        #expect(slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1)).start == [1])
+        #expect(decision(slots.submit(2, kind: .short, now: ms(2))).start == [2])
+        #expect(decision(slots.submit(3, kind: .short, now: ms(3))).start.isEmpty)   // maxRequests
+        #expect(slots.lease(of: 1) == nil)
+        let ending = released(slots.end(1, outcome: .completed, now: ms(4)))
+        #expect(ending.releaseLeases.isEmpty)
+        #expect(ending.start == [3])
+        // Past the retry time, the next start asks again.
+        _ = slots.submit(4, kind: .short, now: ms(25))
+        #expect(released(slots.end(2, outcome: .completed, now: ms(25))).acquireLease == 2)
+    }
+
+    @Test("unavailable and localFallback(share:): at most maxRequests × share run (at least 1)")
+    func localFallback() {
+        var slots = Slots(maxRequests: 5, maxLongRequests: 1, rate: nil, sharing: .localFallback(share: 0.5))
+        _ = slots.submit(1, kind: .short, now: .zero)
+        #expect(slots.leaseAnswered(.unavailable(retryIn: ms(100)), serial: 1, now: ms(1)).start == [1])
+        #expect(decision(slots.submit(2, kind: .short, now: ms(2))).start == [2])
+        let third = decision(slots.submit(3, kind: .short, now: ms(3)))
+        #expect(third.start.isEmpty)   // ⌊5 × 0.5⌋ = 2
+        #expect(third.wakeAt == ms(101))
+        #expect(released(slots.end(1, outcome: .completed, now: ms(4))).start == [3])
+
+        var tiny = Slots(maxRequests: 1, maxLongRequests: 0, rate: nil, sharing: .localFallback(share: 0.1))
+        _ = tiny.submit(1, kind: .short, now: .zero)
+        #expect(tiny.leaseAnswered(.unavailable(retryIn: ms(100)), serial: 1, now: ms(1)).start == [1])   // at least 1
+    }
+
+    @Test("slots of this process alone never ask for a lease")
+    func localNeverAsks() {
+        var slots = Slots(maxRequests: 1, maxLongRequests: 0, rate: nil)
+        let first = decision(slots.submit(1, kind: .short, now: .zero))
+        #expect(first.start == [1] && first.acquireLease == nil)
+        #expect(released(slots.end(1, outcome: .completed, now: ms(1))).releaseLeases.isEmpty)
+    }
+
+    @Test("turning sharing off forgets the ask on its way: its lease, when it comes, goes back")
+    func sharingTurnedOff() {
+        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        _ = slots.submit(1, kind: .short, now: .zero)
+        #expect(slots.setLimits(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: nil, now: ms(1)).start == [1])
+        #expect(slots.leaseAnswered(.granted(lease("a")), serial: 1, now: ms(2)).releaseLeases == [lease("a")])
+    }
+
+    @Test("a long request waiting for a long slot keeps its place; the short one behind it gets the lease")
+    func longWaitsShortPasses() {
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        _ = slots.submit(1, kind: .long(waits: true), now: .zero)
+        _ = slots.leaseAnswered(.granted(lease("a")), serial: 1, now: .zero)
+        _ = slots.submit(2, kind: .long(waits: true), now: ms(1))
+        let short = decision(slots.submit(3, kind: .short, now: ms(2)))
+        #expect(short.acquireLease == 2)
+        #expect(slots.leaseAnswered(.granted(lease("b")), serial: 2, now: ms(3)).start == [3])
+        #expect(slots.isQueued(2))
+    }
+}
