@@ -1,0 +1,75 @@
+// The examples of Docs/SharedLimits.md, run against a redis-server of the test's own.
+
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+import ThreadKit
+import ThreadKitURL
+import LoopbackHTTPServer
+import ThreadKitTestSupport
+@testable import ThreadKitRedis
+
+@Suite("Docs/SharedLimits.md's examples", .needsRedisServer, .serialized)
+struct SharedLimitsDocsTests {
+    @Test("a queue shared on Redis: ten pages at five a second, each started once, the starts logged on Redis")
+    func sharedQueue() async throws {
+        try await withRedisServer { server in
+            let socketPath = server.socketPath
+            let starts = Recorder<ContinuousClock.Instant>()
+            @Sendable func fetchPage(_ page: Int) { starts.append(.now) }
+            // snippet: Docs/SharedLimits.md#1
+            let redis = RedisClient(.unixSocket(path: socketPath))
+            let api = ThrottledQueue(label: "API", limit: .rate(5, per: .seconds(1)),
+                                     coordination: .redis(redis, key: "api.example.com"))
+            for page in 1...10 {
+                try api.async { fetchPage(page) }
+            }
+            // end snippet
+            await api.waitUntilIdle()
+            let recorded = starts.values
+            #expect(recorded.count == 10)
+            // The sixth start waits for the first to leave the window (a few ms for the two readings).
+            #expect(recorded[5] - recorded[0] >= .milliseconds(995), "\(recorded[5] - recorded[0])")
+            // Decided on Redis: its log holds the newest starts (five, unless a command timed out
+            // on a loaded machine and the fallback decided some; none without the coordination).
+            let observer = makeClient(server.address)
+            let logged = try await observer.send("LLEN", "threadkit:{api.example.com}:throttle:log").integer ?? 0
+            #expect((1...5).contains(logged), "\(logged)")
+        }
+    }
+
+    @Test("a dispatcher sharing an endpoint's limit on Redis holds a lease there while its request runs, and gives it back")
+    func sharedEndpoint() async throws {
+        try await withRedisServer { server in
+            let socketPath = server.socketPath
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            // snippet: Docs/SharedLimits.md#2
+            let redis = RedisClient(.unixSocket(path: socketPath))
+            let requests = URLDispatcher(limits: .init(maxRequests: 4,
+                                                       coordination: .redis(redis, key: "api.example.com")))
+            // end snippet
+            defer { requests.dispose() }
+            let endpoint = try URLDispatcher.Endpoint(url: http.baseURL)
+            let observer = makeClient(server.address)
+            let leaseKey = EndpointLeaseScript.keys(RedisEndpointLeases(client: observer, key: "api.example.com").keys(for: endpoint.description))[0]
+            let running = Task { try await requests.data(for: URLRequest(url: http.url("/?delay=500"))) }
+            #expect(await leases(observer, leaseKey, become: 1))
+            let (_, response) = try await running.value
+            #expect(response.statusCode == 200)
+            #expect(await leases(observer, leaseKey, become: 0))
+        }
+    }
+
+    /// Whether the sorted set `key` holds `count` leases within 10 s.
+    private func leases(_ client: RedisClient, _ key: String, become count: Int64) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if (try? await client.send("ZCARD", key)) == .integer(count) { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return false
+    }
+}
