@@ -105,6 +105,31 @@ struct RedisClientFlushTests {
         }
     }
 
+    @Test("a pause the breaker refused, kept by the coordinator to send again, is on Redis once flush returns after the server is back")
+    func flushWaitsForQueuedResend() async throws {
+        try await withRedisServer { (server: RedisServer) async throws -> Void in
+            let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .milliseconds(300), maxBackoff: .milliseconds(300))
+            let client = makeClient(server.address, timeout: .milliseconds(300), breaker: breaker)
+            _ = try await client.send("PING")
+            server.kill()
+            // The first loses the connection that was answering, the second is refused: the breaker opens.
+            for _ in 0..<2 { _ = try? await client.send("PING") }
+            let coordinator = RedisStartCoordinator(client: client, keys: RedisLimitKeys("resent"))
+            coordinator.pause(for: .seconds(30))
+            #expect(client.followUps.withLock { $0.openCount } == 1, "the pause was not kept to send again")
+            try server.start()
+            try await client.flush(timeout: .seconds(5))
+            #expect(client.followUps.withLock { $0.openCount } == 0)
+            let probe = SharedThrottleProbe(client: makeClient(server.address), key: "resent")
+            let decision = try await onNewThread(limit: .seconds(10)) { try? probe.reserve(gap: 0, serial: false, limit: nil) }
+            guard case .declined(let retryIn)? = decision else {
+                Issue.record("a start was not declined after the flush: \(String(describing: decision)); the pause had not reached Redis")
+                return
+            }
+            #expect(retryIn > 20_000_000, "the pause left \(retryIn) µs")
+        }
+    }
+
     @Test("flush with a timeout of zero stops, naming it")
     func zeroTimeout() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
