@@ -108,7 +108,10 @@ struct RedisClientFlushTests {
     @Test("a pause the breaker refused, kept by the coordinator to send again, is on Redis once flush returns after the server is back")
     func flushWaitsForQueuedResend() async throws {
         try await withRedisServer { (server: RedisServer) async throws -> Void in
-            let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .milliseconds(300), maxBackoff: .milliseconds(300))
+            // A back-off (1.5 to 3 s) that outlasts the server's restart even on a loaded machine: the
+            // coordinator sends the pause again once, when the breaker lets it through, and a send
+            // that finds the server still down is not sent again.
+            let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .seconds(3), maxBackoff: .seconds(3))
             let client = makeClient(server.address, timeout: .milliseconds(300), breaker: breaker)
             _ = try await client.send("PING")
             server.kill()
@@ -118,7 +121,7 @@ struct RedisClientFlushTests {
             coordinator.pause(for: .seconds(30))
             #expect(client.followUps.withLock { $0.openCount } == 1, "the pause was not kept to send again")
             try server.start()
-            try await client.flush(timeout: .seconds(5))
+            try await client.flush(timeout: .seconds(10))
             #expect(client.followUps.withLock { $0.openCount } == 0)
             let probe = SharedThrottleProbe(client: makeClient(server.address), key: "resent")
             let decision = try await onNewThread(limit: .seconds(10)) { try? probe.reserve(gap: 0, serial: false, limit: nil) }
