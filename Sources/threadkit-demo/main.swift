@@ -1,6 +1,8 @@
 // threadkit-demo: a short tour of ThreadKit's parts, in about ten seconds. Each step says what
 // it shows, prints what it observes as it happens (measured, never hard-coded), and says how long
-// it took. The URL step talks only to a server it starts itself on 127.0.0.1.
+// it took. The URL step talks only to a server it starts itself on 127.0.0.1; the Redis step, only
+// to a redis-server it starts itself in a temporary folder (and is skipped, saying how to get one,
+// when there is no redis-server on PATH).
 import Foundation
 import Synchronization
 import ThreadKit
