@@ -20,8 +20,8 @@ let package = Package(
         .target(name: "ThreadKitURL", dependencies: ["ThreadKit"]),
         // Limits shared by a fleet, decided on Redis: its own RESP2 client (no package dependencies).
         .target(name: "ThreadKitRedis", dependencies: ["ThreadKit"]),
-        // Processes sharing one limit on Redis, checked on Redis's clock: what the Redis tests and the
-        // benchmark's fleet rows share (not a product).
+        // Processes sharing one limit on Redis, checked on Redis's clock, and the one redis-server
+        // launcher: what the Redis tests, the benchmark's redis.* rows and the demo share (not a product).
         .target(name: "RedisFleet", dependencies: ["ThreadKit", "ThreadKitRedis"]),
         // The loopback HTTP/1.1 server that the tests, the demo and the benchmark share.
         .target(name: "LoopbackHTTPServer", dependencies: ["ThreadLaunch"]),
@@ -29,7 +29,8 @@ let package = Package(
         .target(name: "SeededRandom"),
         // What the benchmark and the soak share: the command line, /proc readings, waiting (not a product).
         .target(name: "ToolHarness"),
-        .executableTarget(name: "threadkit-demo", dependencies: ["ThreadKit", "ThreadKitURL", "LoopbackHTTPServer"]),
+        .executableTarget(
+            name: "threadkit-demo", dependencies: ["ThreadKit", "ThreadKitURL", "ThreadKitRedis", "RedisFleet", "LoopbackHTTPServer"]),
         .executableTarget(
             name: "threadkit-bench",
             dependencies: ["ThreadKit", "ThreadKitURL", "ThreadKitRedis", "RedisFleet", "LoopbackHTTPServer", "SeededRandom", "ToolHarness"]),

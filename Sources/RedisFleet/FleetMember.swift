@@ -50,11 +50,11 @@ package enum FleetMember {
             }
         }
         // A task's end reaches Redis after the task returns (a `.serial` lease is handed back
-        // without waiting): wait until the queue has recorded every end, then for one round trip
-        // on the same connection, which the hand-backs went out before. Exiting sooner would leave
-        // the last lease held until it expires, stalling every other process for the lease's TTL.
+        // without waiting): wait until the queue has handed every end to the client, then until
+        // the client has sent them all. Exiting sooner would leave the last lease held until it
+        // expires, stalling every other process for the lease's TTL.
         queue.waitUntilIdle()
-        _ = try client.sendSync("PING")
+        try client.flushSync(timeout: .seconds(10))
         if let failure = failures.withLock({ $0.first }) { throw FleetError("member \(plan.member): \(failure)") }
     }
 

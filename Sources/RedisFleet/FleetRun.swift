@@ -64,7 +64,9 @@ package struct FleetRun {
         return Outcome(check: check, statuses: statuses, failures: failures, unpairedRecords: parsed.unpaired)
     }
 
-    private static func spawn(_ arguments: [String], environment: [String: String], log: String) throws -> pid_t {
+    /// Starts `arguments` (the program first) with `environment`, its standard input /dev/null and its
+    /// output and errors in the file `log`; returns its pid.
+    package static func spawn(_ arguments: [String], environment: [String: String], log: String) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -85,7 +87,7 @@ package struct FleetRun {
 
     /// Waits for every process in `pids` to exit, for at most `limit`, then kills those still running;
     /// each one's exit status (`nil`: killed).
-    private static func waitForAll(_ pids: [pid_t], within limit: Duration) -> [Int32?] {
+    package static func waitForAll(_ pids: [pid_t], within limit: Duration) -> [Int32?] {
         let deadline = ContinuousClock.now + limit
         var statuses: [Int32?] = Array(repeating: nil, count: pids.count)
         var running = Set(pids.indices)

@@ -1,4 +1,5 @@
-import ThreadKit
+import Foundation
+@_spi(ThreadKitURL) import ThreadKit
 
 /// A Redis client: RESP2 over one connection (a Unix socket or TCP), pipelined, with a timeout per
 /// command, and a circuit breaker that backs off (jittered, exponential) after failures.
@@ -35,6 +36,10 @@ import ThreadKit
 /// `min(2 s, 20 ms · 2ⁿ⁻¹)`; then one command goes as a probe, and its reply closes the breaker.
 /// Connects, losses, timeouts and recoveries are logged to `Log.Source.redis`.
 ///
+/// **Before a process exits.** Commands sent without waiting (a lease handed back, a pause) are
+/// written by the connection's thread a moment later; ``flush(timeout:)`` returns once they and
+/// every other command handed to the client before it have been written and answered.
+///
 /// **Errors.** A server's error reply (`-ERR …`) is thrown as ``RedisError/server(_:)``; everything
 /// else that can go wrong is a ``RedisError`` too. ``RedisError/isUnavailable`` tells a server that
 /// cannot serve now (down, loading, busy, a read-only replica) from a command's own error.
@@ -61,6 +66,8 @@ public final class RedisClient: Sendable {
     public var commandTimeout: Duration { core.commandTimeout }
 
     let core: RedisClientCore
+    /// The forget-style commands still owed a reply, and the resends queued by the client's users.
+    let followUps = Locked(FollowUps())
 
     /// A client of the server at `address`. It connects when the first command comes.
     ///
@@ -199,14 +206,115 @@ public final class RedisClient: Sendable {
     ///   - arguments: Its other arguments, `ARGV[1]`….
     /// - Throws: ``RedisError``, as ``sendAndForget(_:)-(String...)``: only a refusal at once.
     public func evaluateAndForget(_ script: RedisScript, keys: [String] = [], arguments: [String] = []) throws(RedisError) {
+        let followUp = beginFollowUp()
+        defer { endFollowUp(followUp) }
+        try evaluateAndForget(script, keys: keys, arguments: arguments, followUp: followUp)
+    }
+
+    /// Runs `script` without waiting, as part of the follow-up `followUp` (see ``beginFollowUp()``):
+    /// which the command holds until its reply, or its `EVAL` fallback's, is in.
+    func evaluateAndForget(_ script: RedisScript, keys: [String], arguments: [String], followUp: UInt64) throws(RedisError) {
         let fallback = RESPValue.command(Self.evaluation("EVAL", script.source, keys, arguments)).encoded
-        let slot = ReplySlot { [core] result in
-            guard case .success(.error(let message)) = result, message.hasPrefix("NOSCRIPT") else { return }
-            core.submit(fallback, to: nil)
+        followUps.withLock { $0.hold(followUp) }
+        let slot = ReplySlot { [core, followUps] result in
+            guard case .success(.error(let message)) = result, message.hasPrefix("NOSCRIPT") else {
+                followUps.withLock { $0.release(followUp) }
+                return
+            }
+            core.submit(fallback, to: ReplySlot { _ in followUps.withLock { $0.release(followUp) } })
             core.log("\(script) was not in the server's cache (NOSCRIPT); sent its source with EVAL")
         }
         if let refused = core.submit(RESPValue.command(Self.evaluation("EVALSHA", script.sha1, keys, arguments)).encoded, to: slot) {
             throw refused
+        }
+    }
+
+    /// Begins a follow-up that ``flush(timeout:)`` waits for until ``endFollowUp(_:)``: for a
+    /// command its caller keeps to send again (the breaker refused it), and for the commands that
+    /// carry it out (``evaluateAndForget(_:keys:arguments:followUp:)``).
+    func beginFollowUp() -> UInt64 {
+        followUps.withLock { $0.begin() }
+    }
+
+    /// The caller of ``beginFollowUp()`` lets its follow-up go: sent, or given up.
+    func endFollowUp(_ followUp: UInt64) {
+        followUps.withLock { $0.release(followUp) }
+    }
+
+    /// Returns once every command handed to this client before the call has been written and
+    /// answered: those sent without waiting too (``sendAndForget(_:)-(String...)``,
+    /// ``evaluateAndForget(_:keys:arguments:)`` and its `EVAL` fallback), and the lease hand-backs
+    /// and pauses that a queue coordinated on Redis keeps to send again while the breaker is open.
+    /// What a process calls before it exits, so that a `.serial` lease it handed back reaches Redis
+    /// and the other processes do not wait out the lease's TTL.
+    ///
+    /// ```swift
+    /// try await client.flush()
+    /// exit(0)
+    /// ```
+    ///
+    /// Redis answers the commands of a connection in the order it received them, so a `PING`
+    /// answered after them proves they were answered: the flush sends one, and another while a
+    /// follow-up begun before the call (a fallback, a resend) is still to come. While the breaker
+    /// is open it waits the back-off out, within `timeout`. A task's cancellation does not end it
+    /// early. A command that failed before the flush (its connection lost) is never answered, and
+    /// the flush does not report it: it says that nothing handed over before it is still on its way.
+    ///
+    /// - Parameter timeout: How long the flush may take; more than zero. One `PING` may take up to
+    ///   ``commandTimeout`` of it.
+    /// - Throws: ``RedisError/timedOut(after:sent:)`` when a follow-up is not done within `timeout`;
+    ///   the `PING`'s own failure (a timeout, a lost connection, the breaker's refusal with a
+    ///   back-off longer than what is left).
+    public func flush(timeout: Duration = .seconds(1)) async throws(RedisError) {
+        let (mark, deadline) = startFlush(timeout)
+        while true {
+            let settled = !followUps.withLock { $0.isOpen(through: mark) }
+            let ping = await submit(["PING"]).result()
+            guard let pause = try flushRound(ping, settled: settled, deadline: deadline, timeout: timeout) else { return }
+            await withCheckedContinuation { (resumed: CheckedContinuation<Void, Never>) in
+                if (try? TimerThread.shared.schedule(after: pause) { resumed.resume() }) == nil { resumed.resume() }
+            }
+        }
+    }
+
+    /// Blocks the calling thread until every command handed to this client before the call has
+    /// been written and answered; the blocking twin of ``flush(timeout:)``, for threads of your own.
+    ///
+    /// - Parameter timeout: How long the flush may take; more than zero.
+    /// - Throws: ``RedisError``, as ``flush(timeout:)``.
+    @available(*, noasync, message: "it blocks the thread; use 'try await flush(timeout:)' in async code")
+    public func flushSync(timeout: Duration = .seconds(1)) throws(RedisError) {
+        let (mark, deadline) = startFlush(timeout)
+        while true {
+            let settled = !followUps.withLock { $0.isOpen(through: mark) }
+            let ping = submit(["PING"]).blockingWaitForResult(
+                until: .now + commandTimeout + Self.waitMargin, timeout: .timedOut(after: commandTimeout, sent: true))
+            guard let pause = try flushRound(ping, settled: settled, deadline: deadline, timeout: timeout) else { return }
+            usleep(UInt32(clamping: pause.microsecondsRoundedUp))
+        }
+    }
+
+    private func startFlush(_ timeout: Duration) -> (mark: UInt64, deadline: ContinuousClock.Instant) {
+        precondition(timeout > .zero, "RedisClient.flush: timeout must be more than zero, got \(timeout)")
+        return (followUps.withLock { $0.mark }, .now + timeout)
+    }
+
+    /// What one round of a flush leaves to do: `nil` when done (its `PING` answered, and no
+    /// follow-up open before it was sent), else how long to wait before the next round.
+    private func flushRound(
+        _ ping: Result<RESPValue, RedisError>, settled: Bool, deadline: ContinuousClock.Instant, timeout: Duration
+    ) throws(RedisError) -> Duration? {
+        switch ping {
+        case .failure(.unavailable(let retryIn, _)) where ContinuousClock.now + retryIn < deadline:
+            return retryIn
+        case .failure(let error):
+            throw error
+        case .success(.error(let message)):
+            throw .server(message)
+        case .success:
+            if settled { return nil }
+            guard ContinuousClock.now < deadline else { throw .timedOut(after: timeout, sent: true) }
+            return .milliseconds(1)
         }
     }
 

@@ -203,16 +203,22 @@ final class RedisStartCoordinator: StartCoordinator {
     /// reach still reaches the other processes.
     private static func forget(
         _ call: SharedThrottleCall, _ what: String, on client: RedisClient, _ keys: RedisLimitKeys,
-        retryingFor window: Duration = .zero, firstTry: ContinuousClock.Instant = .now
+        retryingFor window: Duration = .zero, firstTry: ContinuousClock.Instant = .now, followUp: UInt64? = nil
     ) {
+        // Held from the first try until sent or given up: `RedisClient.flush` waits for it.
+        let followUp = followUp ?? client.beginFollowUp()
         do {
-            try call.runAndForget(on: client, keys: keys)
+            try call.runAndForget(on: client, keys: keys, followUp: followUp)
+            client.endFollowUp(followUp)
         } catch {
             let retryIn = if case .unavailable(let retryIn, _) = error { max(retryIn, .milliseconds(1)) } else { retryAfterFailure }
             let sentAgain = ContinuousClock.now + retryIn < firstTry + window && (try? TimerThread.shared.schedule(after: retryIn) {
-                forget(call, what, on: client, keys, retryingFor: window, firstTry: firstTry)
+                forget(call, what, on: client, keys, retryingFor: window, firstTry: firstTry, followUp: followUp)
             }) != nil
-            if !sentAgain { Log.log(.redis, "\(keys): \(what) was not sent (\(error)); the other processes do not hear of it") }
+            if !sentAgain {
+                client.endFollowUp(followUp)
+                Log.log(.redis, "\(keys): \(what) was not sent (\(error)); the other processes do not hear of it")
+            }
         }
     }
 

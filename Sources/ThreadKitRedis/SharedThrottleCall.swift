@@ -113,9 +113,11 @@ struct SharedThrottleCall: Sendable, Equatable {
 
     /// Sends the call on `client` without waiting for its reply (see `RedisClient.evaluateAndForget`).
     ///
+    /// - Parameter followUp: The client's follow-up the call is part of (`RedisClient.flush` waits for it).
     /// - Throws: ``RedisError`` when the client refuses it at once.
-    func runAndForget(on client: RedisClient, keys: RedisLimitKeys) throws(RedisError) {
-        try client.evaluateAndForget(SharedThrottleScript.script, keys: SharedThrottleScript.keys(keys), arguments: arguments)
+    func runAndForget(on client: RedisClient, keys: RedisLimitKeys, followUp: UInt64) throws(RedisError) {
+        try client.evaluateAndForget(
+            SharedThrottleScript.script, keys: SharedThrottleScript.keys(keys), arguments: arguments, followUp: followUp)
     }
 
     /// The script's reply to this call.

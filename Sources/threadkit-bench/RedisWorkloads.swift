@@ -3,6 +3,7 @@
 // decision is one run of the shared throttle script through the same client.
 import Foundation
 import RedisFleet
+@_spi(ThreadKitURL) import ThreadKit
 import ThreadKitRedis
 import ToolHarness
 
@@ -22,7 +23,7 @@ enum RedisWorkloads {
         return Workload(
             id: "redis.ping", metrics: Metric.percentiles("round trip") + Metric.named(["server per call": "µs"]),
             contenders: [Contender(name: "floor", warmingUpOnATenth: { share in try measurePing(calls: share.of(calls)) })],
-            finish: BenchRedisServer.stopShared)
+            finish: SharedServer.stop)
     }
 
     /// `redis.decision`: one shared start decision (the script reserves a start: gap 1 µs, at most
@@ -36,7 +37,7 @@ enum RedisWorkloads {
                 Contender(name: "ThreadKit", warmingUpOnATenth: { share in try measureDecisions(calls: share.of(calls)) }),
                 Contender(name: "PING", warmingUpOnATenth: { share in try measurePing(calls: share.of(calls)) }),
             ],
-            finish: BenchRedisServer.stopShared)
+            finish: SharedServer.stop)
     }
 
     /// `redis.hotkey`: starts a second on one hot key, from 4 threads with a client each (as 4
@@ -48,7 +49,7 @@ enum RedisWorkloads {
             contenders: [
                 Contender(name: "ThreadKit", warmingUpOnATenth: { share in try measureHotKey(for: share.of(duration), threads: 4) })
             ],
-            finish: BenchRedisServer.stopShared)
+            finish: SharedServer.stop)
     }
 
     /// `redis.fleet`: 8 processes (this program again, as fleet members) share one limit — a 5 ms
@@ -63,12 +64,12 @@ enum RedisWorkloads {
                 "unused reservations": "count",
             ]) + Metric.percentiles("start after reservation", unit: "ms"),
             contenders: [Contender(name: "ThreadKit", warmUp: nil, run: { try measureFleet(tasks: tasks) })],
-            finish: BenchRedisServer.stopShared)
+            finish: SharedServer.stop)
     }
 
     /// A client of this process's server, with a generous timeout (the machine may be loaded).
     private static func client() throws -> RedisClient {
-        RedisClient(.unixSocket(path: try BenchRedisServer.shared().socketPath), commandTimeout: .seconds(5))
+        RedisClient(.unixSocket(path: try SharedServer.get().socketPath), commandTimeout: .seconds(5))
     }
 
     static func measurePing(calls: Int) throws -> Measurement {
@@ -138,7 +139,7 @@ enum RedisWorkloads {
     }
 
     static func measureFleet(tasks: Int) throws -> Measurement {
-        let server = try BenchRedisServer.shared()
+        let server = try SharedServer.get()
         let plan = FleetPlan(
             socketPath: server.socketPath, key: "bench.fleet.\(UInt32.random(in: 0...UInt32.max))", members: 8, tasks: tasks,
             gap: 5_000, count: 10, window: 100_000)
@@ -169,4 +170,36 @@ enum RedisWorkloads {
         let field = line.split(separator: ",").first { $0.hasPrefix("usec_per_call=") }
         return field.flatMap { Double($0.dropFirst("usec_per_call=".count)) } ?? .nan
     }
+}
+
+/// This process's redis-server (RedisFleet's launcher), started on first use and stopped when a
+/// redis.* workload finishes.
+enum SharedServer {
+    private static let slot = Locked<RedisServer?>(nil)
+
+    /// The server, started (and waited for until it answers PING) if there is none.
+    static func get() throws -> RedisServer {
+        try slot.withLock { server in
+            if let server { return server }
+            let started = try RedisServer()
+            server = started
+            return started
+        }
+    }
+
+    /// Stops the server, if one was started, and removes its folder.
+    static func stop() {
+        let server = slot.withLock { server in
+            defer { server = nil }
+            return server
+        }
+        // Released here, outside the lock: its deinit removes the folder.
+        server?.stop()
+    }
+}
+
+/// A redis.* row that could not run.
+struct BenchRedisError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }

@@ -84,8 +84,8 @@ var results: [WorkloadResult] = []
 // A workload whose child fails or hangs is reported and left out; the others still run.
 var failures: [String] = []
 for entry in selected {
-    if entry.id.hasPrefix("redis."), BenchRedisServer.executable == nil {
-        progress("\(entry.id) skipped: \(BenchRedisServer.skipReason)")
+    if entry.id.hasPrefix("redis."), RedisAvailability.executable == nil {
+        progress("\(entry.id) skipped: \(RedisAvailability.skipReason) to measure the shared limits")
         continue
     }
     var workload = entry.make(scale)

@@ -1,6 +1,8 @@
-// threadkit-demo: a short tour of ThreadKit's parts, in about seven seconds. Each step says what
+// threadkit-demo: a short tour of ThreadKit's parts, in about ten seconds. Each step says what
 // it shows, prints what it observes as it happens (measured, never hard-coded), and says how long
-// it took. The URL step talks only to a server it starts itself on 127.0.0.1.
+// it took. The URL step talks only to a server it starts itself on 127.0.0.1; the Redis step, only
+// to a redis-server it starts itself in a temporary folder (and is skipped, saying how to get one,
+// when there is no redis-server on PATH).
 import Foundation
 import Synchronization
 import ThreadKit
@@ -19,6 +21,11 @@ final class DemoLogDelegate: LogDelegate {
     func log(_ record: Log.Record) {
         say("   [log] \(record.threadName) \(record.source.name): \(record.message)")
     }
+}
+
+// A member process of the Redis step (this program again): it runs its part and exits.
+if CommandLine.arguments.count > 1, CommandLine.arguments[1] == SharedLimitTour.memberFlag {
+    exit(SharedLimitTour.runMember(Array(CommandLine.arguments.dropFirst(2))))
 }
 
 let tourStart = ContinuousClock.now
@@ -287,6 +294,12 @@ do {
     }
     finished.wait()
 }
+
+// MARK: - ThreadKitRedis
+
+step("Sharing one limit across processes (Redis)",
+     shows: "three processes, one limit on Redis: at most 5 starts a second between them; one 429 pauses all three")
+SharedLimitTour.run()
 finishStep()
 
 say()
