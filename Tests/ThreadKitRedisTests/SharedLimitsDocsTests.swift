@@ -72,4 +72,30 @@ struct SharedLimitsDocsTests {
         }
         return false
     }
+
+    @Test("shutting down: once the queue is idle and the client flushed, the .serial lease is back on Redis")
+    func shutDownHandsTheLeaseBack() async throws {
+        try await withRedisServer { server in
+            let redis = RedisClient(server.address, commandTimeout: .seconds(5))
+            let api = ThrottledQueue(label: "API", monitor: .serial, coordination: .redis(redis, key: "api.example.com"))
+            try await api.run {}
+            // snippet: Docs/SharedLimits.md#3
+            func shutDown() async throws {
+                await api.waitUntilIdle()      // the last task has ended and handed its lease back
+                try await redis.flush()        // and the hand-back has reached Redis
+            }
+            // end snippet
+            try await shutDown()
+            // Read at once, with no waiting: the flush is what makes it so.
+            let observer = makeClient(server.address)
+            let state = try await observer.send("EXISTS", "threadkit:{api.example.com}:throttle")
+            #expect(state == .integer(1), "no shared state: the start was not decided on Redis")
+            let probe = SharedThrottleProbe(client: observer, key: "api.example.com")
+            let decision = try await onNewThread(limit: .seconds(10)) { try? probe.reserve(gap: 0, serial: true, limit: nil) }
+            guard case .reserved? = decision else {
+                Issue.record("another process's .serial start was not reserved at once: \(String(describing: decision))")
+                return
+            }
+        }
+    }
 }
