@@ -234,6 +234,54 @@ struct SharedEndpointLimitsTests {
         }
     }
 
+    @Test("a lease goes back to the coordinator that granted it after setLimits turns sharing off: long before its 10 min TTL")
+    func releasedAfterSharingTurnedOff() async throws {
+        try await withRedisServer { redis in
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            let observer = makeClient(redis.address)
+            let dispatcher = URLDispatcher(limits: sharedLimits(redis.address, maxRequests: 1, leaseTTL: .seconds(600)))
+            defer { dispatcher.dispose() }
+            try await bounded { () async throws -> Void in
+                let hanging = Task { try await dispatcher.data(for: URLRequest(url: http.url("/hang"))) }
+                #expect(await eventually { http.current == 1 })
+                #expect(try await heldLeases(observer, endpoint: http.endpoint) == 1)
+                dispatcher.setLimits(.init(maxRequests: 6), for: http.endpoint)
+                hanging.cancel()
+                _ = try? await hanging.value
+                #expect(try await waitFor { try await heldLeases(observer, endpoint: http.endpoint) == 0 })
+            }
+        }
+    }
+
+    @Test("after setLimits moves an endpoint from one Redis coordinator to another, each lease goes back to the one that granted it")
+    func releasedToItsCoordinatorAfterASwitch() async throws {
+        try await withRedisServer { redis in
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            let observer = makeClient(redis.address)
+            let ttl = Duration.seconds(600)
+            let dispatcher = URLDispatcher(limits: sharedLimits(redis.address, key: "a", maxRequests: 1, leaseTTL: ttl))
+            defer { dispatcher.dispose() }
+            try await bounded { () async throws -> Void in
+                let first = Task { try await dispatcher.data(for: URLRequest(url: http.url("/hang"))) }
+                #expect(await eventually { http.current == 1 })
+                #expect(try await heldLeases(observer, key: "a", endpoint: http.endpoint) == 1)
+                dispatcher.setLimits(sharedLimits(redis.address, key: "b", maxRequests: 2, leaseTTL: ttl), for: http.endpoint)
+                let second = Task { try await dispatcher.data(for: URLRequest(url: http.url("/hang"))) }
+                #expect(await eventually { http.current == 2 })
+                #expect(try await heldLeases(observer, key: "b", endpoint: http.endpoint) == 1)
+                first.cancel()
+                _ = try? await first.value
+                #expect(try await waitFor { try await heldLeases(observer, key: "a", endpoint: http.endpoint) == 0 })
+                #expect(try await heldLeases(observer, key: "b", endpoint: http.endpoint) == 1)
+                second.cancel()
+                _ = try? await second.value
+                #expect(try await waitFor { try await heldLeases(observer, key: "b", endpoint: http.endpoint) == 0 })
+            }
+        }
+    }
+
     @Test("a request running longer than its lease's TTL renews it: the other dispatcher waits for its end")
     func longRequestRenews() async throws {
         try await withRedisServer { redis in
