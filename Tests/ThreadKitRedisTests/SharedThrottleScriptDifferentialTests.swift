@@ -7,7 +7,7 @@ import ThreadKit
 /// go through the script on a real server and through ThreadKit's `SharedThrottle` itself, and every
 /// answer and the whole stored state (the hash, the log, the token counter) must be the same after
 /// every call.
-@Suite("The shared throttle script decides exactly as the Swift model", .enabled(if: RedisAvailability.isAvailable, RedisAvailability.skipMessage),
+@Suite("The shared throttle script decides exactly as the Swift model", .needsRedisServer,
        .timeLimit(.minutes(2)))
 struct SharedThrottleScriptDifferentialTests {
     /// A made-up process: when it acts next, the `.serial` tokens it holds (one per running start,
