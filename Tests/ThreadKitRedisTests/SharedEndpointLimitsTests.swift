@@ -57,7 +57,8 @@ private func bounded<T: Sendable>(_ body: @escaping @Sendable () async throws ->
     }
 }
 
-/// Waits up to 10 s for `condition`.
+/// Waits up to 10 s for `condition`. A release is sent after the request's caller resumes (and goes
+/// out on the dispatcher's own connection): read what it changed on Redis with this, never at once.
 private func waitFor(_ condition: @Sendable () async throws -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + .seconds(10)
     while ContinuousClock.now < deadline {
@@ -92,7 +93,7 @@ struct SharedEndpointLimitsTests {
                 #expect(http.total == 16)
                 #expect(a.statistics(for: http.endpoint).completed == 8)
                 #expect(b.statistics(for: http.endpoint).completed == 8)
-                #expect(try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0)
+                #expect(try await waitFor { try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0 })
             }
         }
     }
@@ -119,7 +120,7 @@ struct SharedEndpointLimitsTests {
             #expect(http.peak == 3)
             #expect(http.total == 60)
             #expect(dispatchers.map { $0.statistics(for: http.endpoint).completed } == [20, 20, 20])
-            #expect(try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0)
+            #expect(try await waitFor { try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0 })
         }
     }
 
@@ -206,7 +207,7 @@ struct SharedEndpointLimitsTests {
                 #expect(started.duration(to: .now) < .seconds(10))   // not the lease's 30 s TTL
                 await #expect(throws: URLDispatcherError.self) { _ = try await hanging.value }
                 #expect(a.statistics(for: http.endpoint).timedOut == 1)
-                #expect(try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0)
+                #expect(try await waitFor { try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0 })
             }
         }
     }
