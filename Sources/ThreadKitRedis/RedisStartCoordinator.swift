@@ -119,8 +119,8 @@ final class RedisStartCoordinator: StartCoordinator {
         }
         stopped?.cancel()
         // Until the lease would have expired anyway.
-        Self.forget(SharedThrottleCall(.finished(token: token)), "the end of lease \(token)", on: client, keys,
-                    retryingFor: .microseconds(leaseTTL))
+        let call = SharedThrottleCall(.finished(token: token))
+        Self.forget("the end of lease \(token)", on: client, keys, retryingFor: .microseconds(leaseTTL)) { _ in call }
     }
 
     /// One more reservation holds the lease `token`; the first starts its renewal.
@@ -136,7 +136,7 @@ final class RedisStartCoordinator: StartCoordinator {
             renewal = try TimerThread.shared.schedule(every: renewEvery, spacing: .fixedDelay) { [weak self] in
                 // Not sent again: the next renewal comes a third of the TTL later.
                 guard let self else { return }
-                Self.forget(call, "the renewal of lease \(token)", on: client, keys)
+                Self.forget("the renewal of lease \(token)", on: client, keys) { _ in call }
             }
         } catch {
             Log.log(.redis, "\(keys): lease \(token) cannot be renewed (\(error)); it lasts its TTL")
@@ -152,9 +152,11 @@ final class RedisStartCoordinator: StartCoordinator {
     }
 
     func pause(for duration: Duration) {
-        // Until the pause would have ended (at most 10 minutes of attempts).
-        Self.forget(SharedThrottleCall(.pause(duration: duration.microsecondsRoundedUp)), "a pause of \(duration)", on: client, keys,
-                    retryingFor: min(duration, .seconds(600)))
+        // Until the pause would have ended (at most 10 minutes of attempts). Sent again, it asks for
+        // what is left of it: the pause still ends `duration` after it was asked for.
+        Self.forget("a pause of \(duration)", on: client, keys, retryingFor: min(duration, .seconds(600))) { elapsed in
+            SharedThrottleCall(.pause(duration: (duration - elapsed).microsecondsRoundedUp))
+        }
     }
 
     /// The queue's answer for the script's decision on `request`.
@@ -196,21 +198,23 @@ final class RedisStartCoordinator: StartCoordinator {
         return .unavailable(consumed: consumed, retryIn: Self.retryAfterError)
     }
 
-    /// Sends `call` without waiting. One the client refuses at once (its breaker is open) was not
-    /// sent, so sending it again never runs it twice: it is sent again on ``TimerThread/shared``
-    /// when the breaker may let it through, for `retryingFor` from now (after that it would change
-    /// nothing), so that a lease handed back or a pause asked for while Redis is briefly out of
-    /// reach still reaches the other processes.
+    /// Sends `call(elapsed)` without waiting, `elapsed` the time since the first try. One the client
+    /// refuses at once (its breaker is open) was not sent, so sending it again never runs it twice:
+    /// it is sent again on ``TimerThread/shared`` when the breaker may let it through, for
+    /// `retryingFor` from the first try (after that it would change nothing), so that a lease
+    /// handed back or a pause asked for while Redis is briefly out of reach still reaches the other
+    /// processes.
     private static func forget(
-        _ call: SharedThrottleCall, _ what: String, on client: RedisClient, _ keys: RedisLimitKeys,
-        retryingFor window: Duration = .zero, firstTry: ContinuousClock.Instant = .now
+        _ what: String, on client: RedisClient, _ keys: RedisLimitKeys,
+        retryingFor window: Duration = .zero, firstTry: ContinuousClock.Instant = .now,
+        _ call: @escaping @Sendable (_ elapsed: Duration) -> SharedThrottleCall
     ) {
         do {
-            try call.runAndForget(on: client, keys: keys)
+            try call(firstTry.duration(to: .now)).runAndForget(on: client, keys: keys)
         } catch {
             let retryIn = if case .unavailable(let retryIn, _) = error { max(retryIn, .milliseconds(1)) } else { retryAfterFailure }
             let sentAgain = ContinuousClock.now + retryIn < firstTry + window && (try? TimerThread.shared.schedule(after: retryIn) {
-                forget(call, what, on: client, keys, retryingFor: window, firstTry: firstTry)
+                forget(what, on: client, keys, retryingFor: window, firstTry: firstTry, call)
             }) != nil
             if !sentAgain { Log.log(.redis, "\(keys): \(what) was not sent (\(error)); the other processes do not hear of it") }
         }

@@ -297,6 +297,43 @@ struct RedisCoordinationTests {
         }
     }
 
+    @Test("A pause refused by the client's breaker and sent again later asks for what is left of it: it ends when it would have")
+    func pauseSentAgainKeepsItsEnd() async throws {
+        try await withRedisServer { server async throws in
+            // Opens for 1-2 s (its jitter) on a failure.
+            let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .seconds(2), maxBackoff: .seconds(2))
+            let coordinator = RedisStartCoordinator(
+                client: makeClient(server.address, timeout: .milliseconds(200), breaker: breaker), keys: RedisLimitKeys("pause"))
+            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .concurrent, limit: nil, holding: nil)
+            guard case .reserved = await onNewThread({ coordinator.reserve(request) }) else {
+                Issue.record("not reserved")
+                return
+            }
+            server.pause()
+            let timedOut = await onNewThread { coordinator.reserve(request) }
+            #expect(timedOut == .unavailable(consumed: true, retryIn: RedisStartCoordinator.retryAfterFailure))
+            coordinator.pause(for: .seconds(5))   // refused: sent again in 1-2 s
+            server.resume()
+            let observer = makeClient(server.address)
+            let stateKey = SharedThrottleScript.keys(RedisLimitKeys("pause"))[0]
+            var pausedUntil: Int64?
+            let deadline = ContinuousClock.now + .seconds(10)
+            while pausedUntil == nil, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+                pausedUntil = try await observer.send("HGET", stateKey, "pausedUntil").string.flatMap { Int64($0) }
+            }
+            let time = try await observer.send("TIME").array?.compactMap { $0.string.flatMap { Int64($0) } } ?? []
+            guard let pausedUntil, time.count == 2 else {
+                Issue.record("no pause on Redis (\(String(describing: pausedUntil))) or no TIME (\(time))")
+                return
+            }
+            let remaining = Duration.microseconds(pausedUntil - (time[0] * 1_000_000 + time[1]))
+            // Sent 1-2 s after it was asked for: about 3-4 s are left (a pause re-timed from the
+            // retry would have 5 s left).
+            #expect(remaining < .milliseconds(4_500) && remaining > .milliseconds(500), "\(remaining) left")
+        }
+    }
+
     @Test("The public constructor: queues made with .redis(client, key:) share the key's limit, and one with another monitor is told so and falls back")
     func publicConstructor() async throws {
         try await withRedisServer { server async throws in
