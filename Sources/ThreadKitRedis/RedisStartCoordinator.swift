@@ -4,21 +4,26 @@
 /// of ``SharedThrottleScript`` (ThreadKit's `SharedThrottle` model, on Redis's clock), through the
 /// queue's ``RedisClient``; what `Coordination.redis(_:key:whenUnavailable:)` carries.
 ///
-/// - ``reserve(_:)`` blocks for one round trip (`EVALSHA`, then `EVAL` on `NOSCRIPT`), at most the
-///   client's command timeout: the queue calls it on its worker or on a blocked `sync` caller's
-///   thread, never on a cooperative thread, and never under its lock.
+/// - ``reserve(_:)`` blocks for one round trip, at most the client's command timeout plus a
+///   margin of 250 ms; on `NOSCRIPT`, two (`EVALSHA`, then `EVAL`, each with its own deadline),
+///   so twice that: the queue calls it on its worker or on a blocked `sync` caller's thread,
+///   never on a cooperative thread, and never under its lock.
 /// - ``finished(token:)`` and ``pause(for:)`` send their script run and return at once
 ///   (`RedisClient.evaluateAndForget`): they are called where blocking is not allowed. One the
 ///   client refuses (its breaker is open: not sent) is sent again on ``TimerThread/shared`` when
-///   the breaker may let it through, until the lease would have expired or the pause ended;
+///   the breaker may let it through (a pause with what is left of it), until the lease would have
+///   expired or the pause ended;
 ///   only then is it logged and given up (a lease runs to its expiry, a pause holds in this
 ///   process only). One lost after it was sent is not sent again: it may have run.
 ///
 /// **Long `.serial` tasks.** While this process holds a lease (from its reservation until the
 /// last start under it is handed back with ``finished(token:)``), ``TimerThread/shared`` renews it
 /// every third of the lease TTL, without waiting, so that another process cannot start while a
-/// task longer than the lease runs. A process that dies stops renewing, and its lease expires; a
-/// task that never ends holds the lease for as long as its process lives.
+/// task longer than the lease runs. A process that dies stops renewing, and its lease expires (up
+/// to the horizon plus the TTL after the reserve, for a start reserved ahead); a task that never
+/// ends holds the lease for as long as its process lives. A reserve that timed out after Redis
+/// ran it may leave a lease whose token this process never learned, and an end lost after it was
+/// sent is not sent again: such a lease lasts its TTL, holding the other processes back.
 ///
 /// Every failure is an answer, never a trap (see ``answer(to:)``): Redis that cannot decide now is
 /// ``CoordinatorAnswer/unavailable(consumed:retryIn:)``, consumed when the command may have run;
@@ -50,7 +55,8 @@ final class RedisStartCoordinator: StartCoordinator {
     /// The default horizon: one second.
     static let defaultHorizon = Duration.seconds(1)
     /// The default lease: 10 s, renewed every third of it while held, so a task may run longer;
-    /// what a process that died while holding it costs the others at most.
+    /// what a process that died while holding it costs the others after its last renewal (after
+    /// the reserve, plus up to the horizon, for a start reserved ahead).
     static let defaultLeaseTTL = Duration.seconds(10)
     /// When to ask again after a failure that is not the breaker's refusal: the next ask finds the
     /// breaker open (it opened on that failure) and is answered at once, with its exact back-off.
