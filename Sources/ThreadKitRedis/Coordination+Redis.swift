@@ -19,15 +19,20 @@ extension Coordination {
     /// a second ahead is declined and asked again nearer its time. `ThrottledQueue.pause(for:)`
     /// on any queue of the key pauses all of them, and a pause is never shortened. Every key the
     /// limit keeps has a TTL. The guarantee holds on the reservations, on Redis's clock: see
-    /// `Coordination`. A `.serial` lease lasts 10 s and is renewed every third of that while its
-    /// process holds it, so a task may run longer; a process that dies holding it keeps the others
-    /// waiting for 10 s at most.
+    /// `Coordination`. A `.serial` lease lasts 10 s after its start and is renewed every third of
+    /// that while its process holds it, so a task may run longer. A process that dies holding it
+    /// keeps the others waiting until it expires: up to the horizon (1 s, for a start reserved
+    /// ahead) plus 10 s. So does a lease whose holder never learns it (a reserve that timed out
+    /// after Redis ran it) or whose end was lost after it was sent: no process holds it, and it
+    /// lasts its 10 s.
     ///
     /// Given to a `URLDispatcher`'s `EndpointLimits(…, coordination:)`, the same value shares each
     /// endpoint's `maxRequests` across the fleet instead: a request runs while it holds one of the
     /// endpoint's leases, kept in a sorted set with expiries under `{key|endpoint}` (one set per
     /// endpoint, so one limits value used for several endpoints keeps them apart), renewed while a
-    /// long request runs and given back exactly once when it ends; a 429 or 503 with `Retry-After`
+    /// long request runs and given back once when it ends, to the coordination that granted it even
+    /// if `setLimits` changed the endpoint's since (a release lost after it was sent ends at the
+    /// lease's expiry, 10 s after its last renewal); a 429 or 503 with `Retry-After`
     /// pauses the endpoint in every process.
     ///
     /// Every queue of a key must be made with the same monitor and limit (their intervals may
@@ -42,7 +47,9 @@ extension Coordination {
     ///
     /// - Parameters:
     ///   - client: The client of the Redis server (or the master of a replicated setup) that every
-    ///     process of the fleet uses; its command timeout bounds each start decision. Configure
+    ///     process of the fleet uses. Its command timeout bounds each start decision, plus a
+    ///     margin of 250 ms; twice that when the server answers `NOSCRIPT` (`EVALSHA`, then `EVAL`,
+    ///     each with its own deadline). Configure
     ///     the server with `maxmemory-policy noeviction`: an evicted limit would let starts through.
     ///   - key: The limit's name, shared by every process that enforces it (`"api.example.com"`):
     ///     not empty, without `{` or `}` (its keys sit under the hash tag `{key}`, so that a Redis

@@ -12,16 +12,20 @@
 /// alone, is an error. An integer is an optional `-` and digits, within `Int64`;
 /// a length or count is `-1` (null) or a whole number up to its limit.
 ///
-/// Its limits: a bulk string of at most ``maxBulkLength`` bytes (512 MiB, as Redis's
-/// `proto-max-bulk-len`), arrays nested at most ``maxDepth`` deep, a line (type byte and text,
+/// Its limits: a bulk string of at most ``maxBulkLength`` bytes (8 MiB: a corrupt length header
+/// costs at most that much buffering before it fails), arrays nested at most ``maxDepth`` deep, a line (type byte and text,
 /// without the CR LF) of at most ``maxLineLength`` bytes, an array of at most ``maxArrayCount``
 /// elements.
 ///
 /// Once it throws, the parser stays failed: ``next()`` throws the same error again, since the bytes
 /// after a framing error cannot be trusted to start a value.
 struct RESPParser: Sendable {
-    /// The default of ``maxBulkLength``: 512 MiB, Redis's own bound.
-    static let defaultMaxBulkLength = 512 * 1024 * 1024
+    /// The default of ``maxBulkLength``: 8 MiB. Every reply the package asks for (a script's
+    /// answer, `PING`, `TIME`, a count) is a few hundred bytes; a user's `GET` of a value up to
+    /// 8 MiB is read too. A longer one fails its command (and ends the connection, whose next bytes
+    /// cannot be framed) with a `connectionLost` that names the limit, rather than buffer up to
+    /// Redis's own 512 MiB on one corrupt header.
+    static let defaultMaxBulkLength = 8 * 1024 * 1024
     /// The default of ``maxDepth``.
     static let defaultMaxDepth = 64
     /// The default of ``maxLineLength``: 64 KiB, Redis's bound on an inline command.

@@ -19,7 +19,8 @@ import Foundation
 ///   ``maxPendingReleases``, and sent again before this instance's next command and whenever one
 ///   of its commands is answered; one sent but lost
 ///   (a timeout, a dropped connection), or beyond that count, ends when the lease expires, at most
-///   ``leaseTTL`` after its last renewal. An acquire whose answer is lost after it was sent is
+///   ``leaseTTL`` after its last renewal. The first release dropped beyond that count is logged,
+///   once until Redis answers again. An acquire whose answer is lost after it was sent is
 ///   given back the same way, since it may have been granted.
 package final class RedisEndpointLeases: EndpointCoordinator {
     package let client: RedisClient
@@ -29,16 +30,19 @@ package final class RedisEndpointLeases: EndpointCoordinator {
     /// The longest a full endpoint waits before it asks again.
     package let pollInterval: Duration
     /// The most releases kept for sending again.
-    static let maxPendingReleases = 1024
+    let maxPendingReleases: Int
 
     private struct State: Sendable {
         var counter: UInt64 = 0
         var pendingReleases: [EndpointLease] = []
+        /// Whether a release was dropped (``maxPendingReleases`` were kept) since Redis last answered.
+        var isDropping = false
     }
 
     private let state = Locked(State())
-    /// The first part of every token: the process id and a random number drawn once.
-    private let tokenPrefix: String
+    /// The first part of every token: the process id and a 64-bit random number drawn once (every
+    /// replica may be pid 1 in its container).
+    let tokenPrefix: String
 
     /// Leases of the endpoints that share `key`, on `client`.
     ///
@@ -48,15 +52,19 @@ package final class RedisEndpointLeases: EndpointCoordinator {
     ///   - leaseTTL: How long a lease lives without renewal; at least 3 ms (the dispatcher renews
     ///     every third of it).
     ///   - pollInterval: The longest a full endpoint waits before asking again; more than zero.
-    package init(client: RedisClient, key: String, leaseTTL: Duration = .seconds(10), pollInterval: Duration = .milliseconds(20)) {
+    ///   - maxPendingReleases: The most releases kept for sending again; at least 1.
+    package init(client: RedisClient, key: String, leaseTTL: Duration = .seconds(10), pollInterval: Duration = .milliseconds(20),
+                 maxPendingReleases: Int = 1024) {
         precondition(!key.isEmpty, "RedisEndpointLeases: key must not be empty, got \"\"")
         precondition(leaseTTL >= .milliseconds(3), "RedisEndpointLeases: leaseTTL must be at least 3 ms, got \(leaseTTL)")
         precondition(pollInterval > .zero, "RedisEndpointLeases: pollInterval must be more than zero, got \(pollInterval)")
+        precondition(maxPendingReleases >= 1, "RedisEndpointLeases: maxPendingReleases must be at least 1, got \(maxPendingReleases)")
         self.client = client
         self.key = key
         self.leaseTTL = leaseTTL
         self.pollInterval = pollInterval
-        tokenPrefix = "\(ProcessInfo.processInfo.processIdentifier).\(String(UInt32.random(in: .min ... .max), radix: 36))"
+        self.maxPendingReleases = maxPendingReleases
+        tokenPrefix = "\(ProcessInfo.processInfo.processIdentifier).\(String(UInt64.random(in: .min ... .max), radix: 36))"
     }
 
     /// The keys of `endpoint`'s leases: `<key>|<endpoint>`, escaped.
@@ -140,7 +148,10 @@ package final class RedisEndpointLeases: EndpointCoordinator {
     private func run(_ call: EndpointLeaseCall, for endpoint: String, then: @escaping @Sendable (Result<EndpointLeaseCall.Reply, Failure>) -> Void) {
         client.evaluate(EndpointLeaseScript.script, keys: EndpointLeaseScript.keys(keys(for: endpoint)), arguments: call.arguments) { [self] result in
             // Redis answers: the releases it refused before go now.
-            if case .success = result { flushPendingReleases() }
+            if case .success = result {
+                state.withLock { $0.isDropping = false }
+                flushPendingReleases()
+            }
             switch result {
             case .success(.error(let message)):
                 then(.failure(Failure(mayHaveRun: true, retryIn: nil, description: message)))
@@ -158,15 +169,24 @@ package final class RedisEndpointLeases: EndpointCoordinator {
         }
     }
 
-    /// Sends the release of `lease` without waiting; keeps it for later if the client refuses it now.
+    /// Sends the release of `lease` without waiting; keeps it for later if the client refuses it now,
+    /// and drops it (logging the first one dropped until Redis answers again) when too many are kept.
     private func send(_ lease: EndpointLease) {
         let call = EndpointLeaseCall(.release(token: lease.token))
         do {
             try client.evaluateAndForget(EndpointLeaseScript.script, keys: EndpointLeaseScript.keys(keys(for: lease.endpoint)), arguments: call.arguments)
         } catch {
-            state.withLock { state in
-                if state.pendingReleases.count < Self.maxPendingReleases { state.pendingReleases.append(lease) }
+            let isFirstDrop = state.withLock { state -> Bool in
+                if state.pendingReleases.count < maxPendingReleases {
+                    state.pendingReleases.append(lease)
+                    return false
+                }
+                defer { state.isDropping = true }
+                return !state.isDropping
             }
+            guard isFirstDrop else { return }
+            client.core.log("endpoint leases: \(maxPendingReleases) releases wait for Redis (\(error)); more are dropped, "
+                + "their leases end at their TTL (\(leaseTTL) after their last renewal); logged once until Redis answers")
         }
     }
 

@@ -4,21 +4,26 @@
 /// of ``SharedThrottleScript`` (ThreadKit's `SharedThrottle` model, on Redis's clock), through the
 /// queue's ``RedisClient``; what `Coordination.redis(_:key:whenUnavailable:)` carries.
 ///
-/// - ``reserve(_:)`` blocks for one round trip (`EVALSHA`, then `EVAL` on `NOSCRIPT`), at most the
-///   client's command timeout: the queue calls it on its worker or on a blocked `sync` caller's
-///   thread, never on a cooperative thread, and never under its lock.
+/// - ``reserve(_:)`` blocks for one round trip, at most the client's command timeout plus a
+///   margin of 250 ms; on `NOSCRIPT`, two (`EVALSHA`, then `EVAL`, each with its own deadline),
+///   so twice that: the queue calls it on its worker or on a blocked `sync` caller's thread,
+///   never on a cooperative thread, and never under its lock.
 /// - ``finished(token:)`` and ``pause(for:)`` send their script run and return at once
 ///   (`RedisClient.evaluateAndForget`): they are called where blocking is not allowed. One the
 ///   client refuses (its breaker is open: not sent) is sent again on ``TimerThread/shared`` when
-///   the breaker may let it through, until the lease would have expired or the pause ended;
+///   the breaker may let it through (a pause with what is left of it), until the lease would have
+///   expired or the pause ended;
 ///   only then is it logged and given up (a lease runs to its expiry, a pause holds in this
 ///   process only). One lost after it was sent is not sent again: it may have run.
 ///
 /// **Long `.serial` tasks.** While this process holds a lease (from its reservation until the
 /// last start under it is handed back with ``finished(token:)``), ``TimerThread/shared`` renews it
 /// every third of the lease TTL, without waiting, so that another process cannot start while a
-/// task longer than the lease runs. A process that dies stops renewing, and its lease expires; a
-/// task that never ends holds the lease for as long as its process lives.
+/// task longer than the lease runs. A process that dies stops renewing, and its lease expires (up
+/// to the horizon plus the TTL after the reserve, for a start reserved ahead); a task that never
+/// ends holds the lease for as long as its process lives. A reserve that timed out after Redis
+/// ran it may leave a lease whose token this process never learned, and an end lost after it was
+/// sent is not sent again: such a lease lasts its TTL, holding the other processes back.
 ///
 /// Every failure is an answer, never a trap (see ``answer(to:)``): Redis that cannot decide now is
 /// ``CoordinatorAnswer/unavailable(consumed:retryIn:)``, consumed when the command may have run;
@@ -50,7 +55,8 @@ final class RedisStartCoordinator: StartCoordinator {
     /// The default horizon: one second.
     static let defaultHorizon = Duration.seconds(1)
     /// The default lease: 10 s, renewed every third of it while held, so a task may run longer;
-    /// what a process that died while holding it costs the others at most.
+    /// what a process that died while holding it costs the others after its last renewal (after
+    /// the reserve, plus up to the horizon, for a start reserved ahead).
     static let defaultLeaseTTL = Duration.seconds(10)
     /// When to ask again after a failure that is not the breaker's refusal: the next ask finds the
     /// breaker open (it opened on that failure) and is answered at once, with its exact back-off.
@@ -119,8 +125,8 @@ final class RedisStartCoordinator: StartCoordinator {
         }
         stopped?.cancel()
         // Until the lease would have expired anyway.
-        Self.forget(SharedThrottleCall(.finished(token: token)), "the end of lease \(token)", on: client, keys,
-                    retryingFor: .microseconds(leaseTTL))
+        let call = SharedThrottleCall(.finished(token: token))
+        Self.forget("the end of lease \(token)", on: client, keys, retryingFor: .microseconds(leaseTTL)) { _ in call }
     }
 
     /// One more reservation holds the lease `token`; the first starts its renewal.
@@ -136,7 +142,7 @@ final class RedisStartCoordinator: StartCoordinator {
             renewal = try TimerThread.shared.schedule(every: renewEvery, spacing: .fixedDelay) { [weak self] in
                 // Not sent again: the next renewal comes a third of the TTL later.
                 guard let self else { return }
-                Self.forget(call, "the renewal of lease \(token)", on: client, keys)
+                Self.forget("the renewal of lease \(token)", on: client, keys) { _ in call }
             }
         } catch {
             Log.log(.redis, "\(keys): lease \(token) cannot be renewed (\(error)); it lasts its TTL")
@@ -152,9 +158,11 @@ final class RedisStartCoordinator: StartCoordinator {
     }
 
     func pause(for duration: Duration) {
-        // Until the pause would have ended (at most 10 minutes of attempts).
-        Self.forget(SharedThrottleCall(.pause(duration: duration.microsecondsRoundedUp)), "a pause of \(duration)", on: client, keys,
-                    retryingFor: min(duration, .seconds(600)))
+        // Until the pause would have ended (at most 10 minutes of attempts). Sent again, it asks for
+        // what is left of it: the pause still ends `duration` after it was asked for.
+        Self.forget("a pause of \(duration)", on: client, keys, retryingFor: min(duration, .seconds(600))) { elapsed in
+            SharedThrottleCall(.pause(duration: (duration - elapsed).microsecondsRoundedUp))
+        }
     }
 
     /// The queue's answer for the script's decision on `request`.
@@ -196,24 +204,26 @@ final class RedisStartCoordinator: StartCoordinator {
         return .unavailable(consumed: consumed, retryIn: Self.retryAfterError)
     }
 
-    /// Sends `call` without waiting. One the client refuses at once (its breaker is open) was not
-    /// sent, so sending it again never runs it twice: it is sent again on ``TimerThread/shared``
-    /// when the breaker may let it through, for `retryingFor` from now (after that it would change
-    /// nothing), so that a lease handed back or a pause asked for while Redis is briefly out of
-    /// reach still reaches the other processes.
+    /// Sends `call(elapsed)` without waiting, `elapsed` the time since the first try. One the client
+    /// refuses at once (its breaker is open) was not sent, so sending it again never runs it twice:
+    /// it is sent again on ``TimerThread/shared`` when the breaker may let it through, for
+    /// `retryingFor` from the first try (after that it would change nothing), so that a lease
+    /// handed back or a pause asked for while Redis is briefly out of reach still reaches the other
+    /// processes.
     private static func forget(
-        _ call: SharedThrottleCall, _ what: String, on client: RedisClient, _ keys: RedisLimitKeys,
-        retryingFor window: Duration = .zero, firstTry: ContinuousClock.Instant = .now, followUp: UInt64? = nil
+        _ what: String, on client: RedisClient, _ keys: RedisLimitKeys,
+        retryingFor window: Duration = .zero, firstTry: ContinuousClock.Instant = .now, followUp: UInt64? = nil,
+        _ call: @escaping @Sendable (_ elapsed: Duration) -> SharedThrottleCall
     ) {
         // Held from the first try until sent or given up: `RedisClient.flush` waits for it.
         let followUp = followUp ?? client.beginFollowUp()
         do {
-            try call.runAndForget(on: client, keys: keys, followUp: followUp)
+            try call(firstTry.duration(to: .now)).runAndForget(on: client, keys: keys, followUp: followUp)
             client.endFollowUp(followUp)
         } catch {
             let retryIn = if case .unavailable(let retryIn, _) = error { max(retryIn, .milliseconds(1)) } else { retryAfterFailure }
             let sentAgain = ContinuousClock.now + retryIn < firstTry + window && (try? TimerThread.shared.schedule(after: retryIn) {
-                forget(call, what, on: client, keys, retryingFor: window, firstTry: firstTry, followUp: followUp)
+                forget(what, on: client, keys, retryingFor: window, firstTry: firstTry, followUp: followUp, call)
             }) != nil
             if !sentAgain {
                 client.endFollowUp(followUp)

@@ -113,8 +113,8 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     /// The counts ``URLDispatcher/statistics(for:)`` reports (its `pausedUntil` is the dispatcher's
     /// to fill in, from ``pausedUntil``).
     private(set) var counts = URLDispatcher.EndpointStatistics()
-    /// The fallback of slots shared by a fleet; `nil` for slots of this process alone.
-    private(set) var sharing: Fallback?
+    /// The coordinator and fallback of slots shared by a fleet; `nil` for slots of this process alone.
+    private(set) var sharing: EndpointSharing?
     private(set) var leaseAsk = LeaseAsk.idle
     /// Whether the coordinator's latest answer was "unavailable": its fallback applies.
     private(set) var isCoordinatorUnavailable = false
@@ -128,9 +128,9 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     ///   - maxRequests: At least 1.
     ///   - maxLongRequests: At least 0, less than `maxRequests`.
     ///   - rate: At most `rate.count` starts in any window of `rate.window`; `nil` for no cap.
-    ///   - sharing: For slots shared by a fleet, what a start does while the coordinator cannot
-    ///     decide; `nil` (the default) for slots of this process alone.
-    init(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?, sharing: Fallback? = nil) {
+    ///   - sharing: For slots shared by a fleet, their coordinator and what a start does while it
+    ///     cannot decide; `nil` (the default) for slots of this process alone.
+    init(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?, sharing: EndpointSharing? = nil) {
         Self.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
         self.maxRequests = maxRequests
         self.maxLongRequests = maxLongRequests
@@ -243,9 +243,10 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
 
     /// New limits from `now` on. Running requests over a lowered limit finish; no new one starts
     /// until the counts are below it. The rate limit's history starts afresh; a pause stays.
-    /// A change of `sharing` forgets the ask on its way (its lease, if one is granted, goes back
-    /// when it comes, as an answer no longer awaited); running requests keep their leases until they end.
-    mutating func setLimits(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?, sharing: Fallback? = nil,
+    /// A change of `sharing` (another coordinator, or another fallback) forgets the ask on its way (its
+    /// lease, if one is granted, goes back when it comes, as an answer no longer awaited); running
+    /// requests keep their leases until they end.
+    mutating func setLimits(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?, sharing: EndpointSharing? = nil,
                             now: Duration) -> Decision {
         Self.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
         self.maxRequests = maxRequests
@@ -306,7 +307,7 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
             }
             var lease: EndpointLease?
             if let sharing {
-                guard case .start(let granted) = shareStart(sharing, now: now, &decision) else { break }
+                guard case .start(let granted) = shareStart(sharing.fallback, now: now, &decision) else { break }
                 lease = granted
             }
             throttle.recordStart(at: now)

@@ -68,9 +68,9 @@ extension URLDispatcher {
             check(call: "URLDispatcher.EndpointLimits.init")
         }
 
-        /// The fallback of slots shared by a fleet; `nil` for this process alone.
-        var sharing: Fallback? {
-            coordination.endpoints == nil ? nil : coordination.whenUnavailable
+        /// The coordinator and fallback of slots shared by a fleet; `nil` for this process alone.
+        var sharing: EndpointSharing? {
+            coordination.endpoints.map { EndpointSharing(coordinator: ObjectIdentifier($0), fallback: coordination.whenUnavailable) }
         }
 
         /// Stops, naming `call`, the argument and its value, if these limits cannot work. The initializer
@@ -225,4 +225,14 @@ extension Duration {
         if milliseconds < 1_000 { return "\(String(format: "%g", milliseconds)) ms" }
         return "\(String(format: "%g", milliseconds / 1e3)) s"
     }
+}
+
+/// How an endpoint's slots are shared by a fleet: through which coordinator, and what a start does
+/// while it cannot decide. Another coordinator (another client, another key) is another sharing,
+/// whatever its fallback: an ask on its way to the old one is forgotten.
+struct EndpointSharing: Equatable, Sendable {
+    /// The identity of the endpoint's ``EndpointCoordinator``.
+    var coordinator: ObjectIdentifier
+    /// What a start does while the coordinator cannot decide.
+    var fallback: Fallback
 }

@@ -4,7 +4,7 @@ import Foundation
 /// The shared leases of endpoints whose limits are shared by a fleet (``URLDispatcher/EndpointLimits/coordination``):
 /// asking for them, giving them back, renewing them while their requests run, sharing a pause.
 /// The coordinator is called after the lock and returns at once; its answers come back through
-/// ``leaseAnswered(_:serial:at:)`` like any other event of the endpoint's slots.
+/// ``leaseAnswered(_:serial:at:from:)`` like any other event of the endpoint's slots.
 extension URLDispatcherCore {
     /// Gives leases back, shares a pause, arms renewals, and asks for leases: each call returns at once.
     func performSharing(_ effects: Effects) {
@@ -12,17 +12,20 @@ extension URLDispatcherCore {
         if let (coordinator, endpoint, duration) = effects.sharedPause { coordinator.pause(endpoint: endpoint.description, for: duration) }
         for (record, coordinator) in effects.renewals { armRenewal(record, coordinator) }
         for (endpoint, serial, request, coordinator) in effects.acquires {
-            coordinator.acquire(request) { [self] answer in leaseAnswered(answer, serial: serial, at: endpoint) }
+            coordinator.acquire(request) { [self] answer in leaseAnswered(answer, serial: serial, at: endpoint, from: coordinator) }
         }
     }
 
-    /// The coordinator answered an ask: on its client's thread, or at once on the asker's.
-    private func leaseAnswered(_ answer: EndpointLeaseAnswer, serial: Int, at endpoint: URLDispatcher.Endpoint) {
+    /// `coordinator` answered an ask: on its client's thread, or at once on the asker's. A lease it
+    /// grants is its to take back, whoever coordinates the endpoint by then.
+    private func leaseAnswered(_ answer: EndpointLeaseAnswer, serial: Int, at endpoint: URLDispatcher.Endpoint,
+                               from coordinator: any EndpointCoordinator) {
         let now = now()
         let (effects, change) = state.withLock { state -> (Effects, String?) in
             var effects = Effects()
             // Read, not copied: a copy of the slots held across their change would copy their queue.
             guard let wasUnavailable = state.endpoints[endpoint]?.slots.isCoordinatorUnavailable else { return (effects, nil) }
+            if case .granted(let lease) = answer { state.leaseOwners[lease] = coordinator }
             let decision = state.endpoints[endpoint]!.slots.leaseAnswered(answer, serial: serial, now: now)
             state.grant(decision, at: endpoint, now: now, into: &effects)
             let isUnavailable = state.endpoints[endpoint]!.slots.isCoordinatorUnavailable

@@ -40,6 +40,10 @@ extension URLDispatcherCore {
         var requests: [Int: Request] = [:]
         /// The request of each session task, by the task's identifier.
         var transfers: [Int: Int] = [:]
+        /// The coordinator that granted each shared lease the slots hold or hand on: the one it goes
+        /// back to and is renewed with, even after ``URLDispatcher/setLimits(_:for:)`` changed (or
+        /// turned off) the endpoint's coordination.
+        var leaseOwners: [EndpointLease: any EndpointCoordinator] = [:]
 
         /// The entry of `endpoint`, made with its limits (or `defaultLimits`) on first use.
         mutating func addEndpoint(_ endpoint: URLDispatcher.Endpoint, defaultLimits: URLDispatcher.EndpointLimits) {
@@ -79,10 +83,11 @@ extension URLDispatcherCore {
         }
 
         /// Marks the requests `decision` starts as starting, and collects them, the wake-up, and
-        /// the shared leases to ask for, give back and renew.
+        /// the shared leases to ask for, give back and renew. A lease goes back to, and is renewed
+        /// with, the coordinator that granted it (``leaseOwners``), whatever the limits say now;
+        /// a new ask goes to the endpoint's coordinator now.
         mutating func grant(_ decision: EndpointSlots<Int>.Decision, at endpoint: URLDispatcher.Endpoint,
                             now: Duration, into effects: inout Effects) {
-            let coordinator = endpoints[endpoint]?.limits.coordination.endpoints
             for id in decision.start {
                 guard let request = requests[id] else { continue }
                 switch requests[id]!.life.slotGranted(now: now) {
@@ -90,14 +95,15 @@ extension URLDispatcherCore {
                     effects.cancelTimers += [queueTimer].compactMap { $0 }
                     effects.start.append(request.record)
                 }
-                if let coordinator, endpoints[endpoint]?.slots.lease(of: id) != nil { effects.renewals.append((request.record, coordinator)) }
+                if let lease = endpoints[endpoint]?.slots.lease(of: id), let owner = leaseOwners[lease] {
+                    effects.renewals.append((request.record, owner))
+                }
             }
             if let wake = decision.wakeAt { effects.wakes.append((endpoint, wake)) }
-            guard let coordinator, let limit = endpoints[endpoint]?.limits.maxRequests else { return }
-            effects.releases += decision.releaseLeases.map { (coordinator, $0) }
-            if let serial = decision.acquireLease {
-                effects.acquires.append((endpoint, serial, EndpointLeaseRequest(endpoint: endpoint.description, limit: limit), coordinator))
-            }
+            effects.releases += decision.releaseLeases.compactMap { lease in leaseOwners.removeValue(forKey: lease).map { ($0, lease) } }
+            guard let serial = decision.acquireLease, let limits = endpoints[endpoint]?.limits,
+                  let coordinator = limits.coordination.endpoints else { return }
+            effects.acquires.append((endpoint, serial, EndpointLeaseRequest(endpoint: endpoint.description, limit: limits.maxRequests), coordinator))
         }
 
         /// Gives `record`'s slot (or queue place) back to its endpoint, and grants the freed slot.

@@ -208,6 +208,37 @@ struct RedisEndpointLeasesKeysTests {
     }
 }
 
+extension RedisEndpointLeasesKeysTests {
+    @Test("a token's random part is drawn from 64 bits, not 32: replicas that are all pid 1 still propose different tokens")
+    func tokenRandomIs64Bits() {
+        let client = RedisClient(.unixSocket(path: "/nonexistent"))
+        let randoms = (0..<64).compactMap { _ in
+            RedisEndpointLeases(client: client, key: "k").tokenPrefix.split(separator: ".").last.flatMap { UInt64($0, radix: 36) }
+        }
+        #expect(randoms.count == 64)
+        // 64 draws all below 2³² from 64 bits: a chance of 2⁻²⁰⁴⁸.
+        #expect(randoms.contains { $0 > UInt64(UInt32.max) })
+    }
+
+    @Test("a release dropped beyond maxPendingReleases is logged, once until Redis answers")
+    func droppedReleaseLogged() async {
+        let lines = LogLines()
+        let client = makeClient(.unixSocket(path: "/nonexistent/threadkit-no-redis.sock"), lines: lines, breaker: longBackoff)
+        _ = try? await client.send("PING")   // refused: the breaker opens for a minute
+        let leases = RedisEndpointLeases(client: client, key: "k", maxPendingReleases: 3)
+        func release(_ range: Range<Int>) {
+            for index in range { leases.release(EndpointLease(endpoint: "http://api.example.com:80", token: "t\(index)")) }
+        }
+        release(0..<3)
+        #expect(leases.pendingReleaseCount == 3)
+        #expect(lines.count(containing: "more are dropped") == 0)
+        release(3..<10)
+        #expect(leases.pendingReleaseCount == 3)
+        #expect(lines.count(containing: "3 releases wait for Redis") == 1)
+        #expect(lines.count(containing: "more are dropped") == 1)
+    }
+}
+
 @Suite("Coordination of endpoint limits: equality and arguments")
 struct EndpointCoordinationTests {
     @Test("coordinations are equal when they carry the same coordinator objects and fallback")

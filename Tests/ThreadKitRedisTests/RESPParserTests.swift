@@ -98,7 +98,7 @@ struct RESPParserTests {
             (":\r\n", "an integer must be digits"),
             (":-\r\n", "an integer must be digits"),
             (":+1\r\n", "an integer must be digits"),
-            ("$-2\r\n", "a bulk string's length must be -1 or 0 to 536870912, got -2"),
+            ("$-2\r\n", "a bulk string's length must be -1 or 0 to 8388608, got -2"),
             ("$3\r\nabcd\r\n", "a bulk string of 3 bytes is not followed by CR LF"),
             ("*-5\r\n", "an array's count must be -1 or 0 to 2147483647, got -5"),
             ("*1\r\n!\r\n", "a value starts with '!'"),
@@ -127,9 +127,10 @@ struct RESPParserTests {
             (":9223372036854775808\r\n", "an integer is out of the range of a 64-bit integer"),
             (":-9223372036854775809\r\n", "an integer is out of the range"),
             (":99999999999999999999999999\r\n", "an integer is out of the range"),
-            ("$9223372036854775807\r\n", "a bulk string's length must be -1 or 0 to 536870912"),
+            ("$9223372036854775807\r\n", "a bulk string's length must be -1 or 0 to 8388608"),
             ("$99999999999999999999\r\n", "a bulk string's length is out of the range"),
-            ("$536870913\r\n", "a bulk string's length must be -1 or 0 to 536870912, got 536870913"),
+            ("$8388609\r\n", "a bulk string's length must be -1 or 0 to 8388608, got 8388609"),
+            ("$536870912\r\n", "a bulk string's length must be -1 or 0 to 8388608, got 536870912"),
             ("*2147483648\r\n", "an array's count must be -1 or 0 to 2147483647, got 2147483648"),
             ("*-9223372036854775808\r\n", "an array's count must be -1 or 0"),
         ]
@@ -138,7 +139,7 @@ struct RESPParserTests {
             #expect(result.error?.reason.hasPrefix(reason) == true, "\(text.debugDescription): \(String(describing: result.error))")
         }
         // At the limit, a bulk string's header is accepted and the parser waits for its bytes.
-        let atLimit = parse(bytes("$536870912\r\n"))
+        let atLimit = parse(bytes("$8388608\r\n"))
         #expect(atLimit.error == nil && atLimit.values.isEmpty && atLimit.inside)
         // Leading zeros are digits like any other.
         #expect(parse(bytes(":0000000000000000000000042\r\n")).values == [.integer(42)])

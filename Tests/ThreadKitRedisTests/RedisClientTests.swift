@@ -394,3 +394,22 @@ struct RedisClientRefusedTests {
         }
     }
 }
+
+extension RedisClientTests {
+    @Test("a reply's bulk string of up to 8 MiB is read; a longer one fails its command with an error naming the limit")
+    func bulkLengthLimit() async throws {
+        try await withRedisServer { server async throws in
+            let client = makeClient(server.address)
+            let limit = RESPParser.defaultMaxBulkLength
+            #expect(limit == 8 << 20)
+            #expect(try await client.send("SET", "fits", String(repeating: "x", count: limit)) == .simpleString("OK"))
+            #expect(try await client.send("GET", "fits").string?.utf8.count == limit)
+            #expect(try await client.send("SET", "longer", String(repeating: "x", count: limit + 1)) == .simpleString("OK"))
+            let error = await #expect(throws: RedisError.self) { _ = try await client.send("GET", "longer") }
+            #expect(error?.description.contains("a bulk string's length must be -1 or 0 to \(limit), got \(limit + 1)") == true,
+                    "\(String(describing: error))")
+            // The connection that could not frame it is dropped; the next command gets a new one.
+            #expect(await pingUntilAnswered(client))
+        }
+    }
+}

@@ -199,7 +199,7 @@ struct RedisCoordinationTests {
             let answers = CoordinatorAnswers()
             let queues = ["long", "waiting"].map {
                 redisQueue($0, client: makeClient(server.address), key: "long", interval: .milliseconds(1), monitor: .serial,
-                           horizon: .milliseconds(50), leaseTTL: .milliseconds(300), answers: answers)
+                           horizon: .milliseconds(50), leaseTTL: .milliseconds(1_200), answers: answers)
             }
             let running = Counter(), overlaps = Counter()
             let longStarted = Latch(), release = Latch()
@@ -208,7 +208,7 @@ struct RedisCoordinationTests {
             try queues[0].async {
                 if running.increment() > 1 { overlaps.increment() }
                 longStarted.countDown()
-                _ = release.wait(timeout: .seconds(20))
+                _ = release.wait(timeout: .seconds(40))
                 longEnded.value = .now
                 running.increment(by: -1)
             }
@@ -221,17 +221,26 @@ struct RedisCoordinationTests {
             }
             // The long task runs for four lease TTLs at least, and until the waiting queue has been
             // declined twice: it asked while the lease would long have expired without renewal.
+            // Renewed every 400 ms, the 1.2 s lease survives a stall of the timer thread of 800 ms.
             func declines() -> Int {
                 answers.all.filter { if case .declined = $0.answer { $0.queue == "waiting" } else { false } }.count
             }
-            #expect(await eventually(timeout: .seconds(15)) { declines() >= 2 && ContinuousClock.now - longStartedAt >= .milliseconds(1_200) })
+            #expect(await eventually(timeout: .seconds(30)) { declines() >= 2 && ContinuousClock.now - longStartedAt >= .milliseconds(4 * 1_200) })
             release.countDown()
             #expect(await waitUntilIdle(queues))
             #expect(overlaps.value == 0)
             if let ended = longEnded.value, let started = otherStarted.value { #expect(started >= ended) }
             // Once handed back, the lease is no longer renewed: nothing holds the key's state but its TTL.
+            // The waiting queue's own `finished` may still be on its way: wait for it.
             let stateKey = SharedThrottleScript.keys(RedisLimitKeys("long"))[0]
-            #expect(try await makeClient(server.address).send("HGET", stateKey, "token") == .bulkString(nil))
+            let observer = makeClient(server.address)
+            var token = try await observer.send("HGET", stateKey, "token")
+            let deadline = ContinuousClock.now + .seconds(10)
+            while token != .bulkString(nil), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+                token = try await observer.send("HGET", stateKey, "token")
+            }
+            #expect(token == .bulkString(nil))
         }
     }
 
@@ -285,6 +294,47 @@ struct RedisCoordinationTests {
             let stateKey = SharedThrottleScript.keys(RedisLimitKeys("release"))[0]
             // Within 10 s, not the lease's 60.
             #expect(await eventually { (try? observer.sendSync("HGET", stateKey, "token")) == .bulkString(nil) })
+        }
+    }
+
+    @Test("A pause refused by the client's breaker and sent again later asks for what is left of it: it ends when it would have")
+    func pauseSentAgainKeepsItsEnd() async throws {
+        try await withRedisServer { server async throws in
+            // Opens for 1-2 s (its jitter) on a failure.
+            let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .seconds(2), maxBackoff: .seconds(2))
+            let coordinator = RedisStartCoordinator(
+                client: makeClient(server.address, timeout: .milliseconds(200), breaker: breaker), keys: RedisLimitKeys("pause"))
+            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .concurrent, limit: nil, holding: nil)
+            guard case .reserved = await onNewThread({ coordinator.reserve(request) }) else {
+                Issue.record("not reserved")
+                return
+            }
+            server.pause()
+            let timedOut = await onNewThread { coordinator.reserve(request) }
+            #expect(timedOut == .unavailable(consumed: true, retryIn: RedisStartCoordinator.retryAfterFailure))
+            let asked = ContinuousClock.now
+            coordinator.pause(for: .seconds(5))   // refused (the breaker is open): sent again in 1-2 s
+            server.resume()
+            let observer = makeClient(server.address)
+            let stateKey = SharedThrottleScript.keys(RedisLimitKeys("pause"))[0]
+            var pausedUntil: Int64?
+            let deadline = ContinuousClock.now + .seconds(10)
+            while pausedUntil == nil, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+                pausedUntil = try await observer.send("HGET", stateKey, "pausedUntil").string.flatMap { Int64($0) }
+            }
+            let time = try await observer.send("TIME").array?.compactMap { $0.string.flatMap { Int64($0) } } ?? []
+            guard let pausedUntil, time.count == 2 else {
+                Issue.record("no pause on Redis (\(String(describing: pausedUntil))) or no TIME (\(time))")
+                return
+            }
+            let sinceAsked = asked.duration(to: .now)
+            let remaining = Duration.microseconds(pausedUntil - (time[0] * 1_000_000 + time[1]))
+            // The pause ends 5 s after it was asked for, however late it was sent: what is left is
+            // 5 s less the time since (a pause re-timed from the retry, 1-2 s later, would have
+            // that much more left). 500 ms of slack for the round trips.
+            #expect(remaining > .zero && remaining <= .seconds(5) - sinceAsked + .milliseconds(500),
+                    "\(remaining) left, \(sinceAsked) after it was asked for")
         }
     }
 

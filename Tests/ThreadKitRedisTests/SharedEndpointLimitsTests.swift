@@ -57,7 +57,8 @@ private func bounded<T: Sendable>(_ body: @escaping @Sendable () async throws ->
     }
 }
 
-/// Waits up to 10 s for `condition`.
+/// Waits up to 10 s for `condition`. A release is sent after the request's caller resumes (and goes
+/// out on the dispatcher's own connection): read what it changed on Redis with this, never at once.
 private func waitFor(_ condition: @Sendable () async throws -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + .seconds(10)
     while ContinuousClock.now < deadline {
@@ -92,7 +93,7 @@ struct SharedEndpointLimitsTests {
                 #expect(http.total == 16)
                 #expect(a.statistics(for: http.endpoint).completed == 8)
                 #expect(b.statistics(for: http.endpoint).completed == 8)
-                #expect(try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0)
+                #expect(try await waitFor { try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0 })
             }
         }
     }
@@ -119,7 +120,7 @@ struct SharedEndpointLimitsTests {
             #expect(http.peak == 3)
             #expect(http.total == 60)
             #expect(dispatchers.map { $0.statistics(for: http.endpoint).completed } == [20, 20, 20])
-            #expect(try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0)
+            #expect(try await waitFor { try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0 })
         }
     }
 
@@ -206,7 +207,7 @@ struct SharedEndpointLimitsTests {
                 #expect(started.duration(to: .now) < .seconds(10))   // not the lease's 30 s TTL
                 await #expect(throws: URLDispatcherError.self) { _ = try await hanging.value }
                 #expect(a.statistics(for: http.endpoint).timedOut == 1)
-                #expect(try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0)
+                #expect(try await waitFor { try await heldLeases(makeClient(redis.address), endpoint: http.endpoint) == 0 })
             }
         }
     }
@@ -231,6 +232,54 @@ struct SharedEndpointLimitsTests {
             #expect(try await waitFor { try await heldLeases(observer, endpoint: http.endpoint) == 0 })
             let statistics = dispatcher.statistics(for: http.endpoint)
             #expect(statistics.completed == 1 && statistics.failed == 2)
+        }
+    }
+
+    @Test("a lease goes back to the coordinator that granted it after setLimits turns sharing off: long before its 10 min TTL")
+    func releasedAfterSharingTurnedOff() async throws {
+        try await withRedisServer { redis in
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            let observer = makeClient(redis.address)
+            let dispatcher = URLDispatcher(limits: sharedLimits(redis.address, maxRequests: 1, leaseTTL: .seconds(600)))
+            defer { dispatcher.dispose() }
+            try await bounded { () async throws -> Void in
+                let hanging = Task { try await dispatcher.data(for: URLRequest(url: http.url("/hang"))) }
+                #expect(await eventually { http.current == 1 })
+                #expect(try await heldLeases(observer, endpoint: http.endpoint) == 1)
+                dispatcher.setLimits(.init(maxRequests: 6), for: http.endpoint)
+                hanging.cancel()
+                _ = try? await hanging.value
+                #expect(try await waitFor { try await heldLeases(observer, endpoint: http.endpoint) == 0 })
+            }
+        }
+    }
+
+    @Test("after setLimits moves an endpoint from one Redis coordinator to another, each lease goes back to the one that granted it")
+    func releasedToItsCoordinatorAfterASwitch() async throws {
+        try await withRedisServer { redis in
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            let observer = makeClient(redis.address)
+            let ttl = Duration.seconds(600)
+            let dispatcher = URLDispatcher(limits: sharedLimits(redis.address, key: "a", maxRequests: 1, leaseTTL: ttl))
+            defer { dispatcher.dispose() }
+            try await bounded { () async throws -> Void in
+                let first = Task { try await dispatcher.data(for: URLRequest(url: http.url("/hang"))) }
+                #expect(await eventually { http.current == 1 })
+                #expect(try await heldLeases(observer, key: "a", endpoint: http.endpoint) == 1)
+                dispatcher.setLimits(sharedLimits(redis.address, key: "b", maxRequests: 2, leaseTTL: ttl), for: http.endpoint)
+                let second = Task { try await dispatcher.data(for: URLRequest(url: http.url("/hang"))) }
+                #expect(await eventually { http.current == 2 })
+                #expect(try await heldLeases(observer, key: "b", endpoint: http.endpoint) == 1)
+                first.cancel()
+                _ = try? await first.value
+                #expect(try await waitFor { try await heldLeases(observer, key: "a", endpoint: http.endpoint) == 0 })
+                #expect(try await heldLeases(observer, key: "b", endpoint: http.endpoint) == 1)
+                second.cancel()
+                _ = try? await second.value
+                #expect(try await waitFor { try await heldLeases(observer, key: "b", endpoint: http.endpoint) == 0 })
+            }
         }
     }
 

@@ -7,7 +7,7 @@ import ThreadKit
 /// go through the script on a real server and through ThreadKit's `SharedThrottle` itself, and every
 /// answer and the whole stored state (the hash, the log, the token counter) must be the same after
 /// every call.
-@Suite("The shared throttle script decides exactly as the Swift model", .enabled(if: RedisAvailability.isAvailable, RedisAvailability.skipMessage),
+@Suite("The shared throttle script decides exactly as the Swift model", .needsRedisServer,
        .timeLimit(.minutes(2)))
 struct SharedThrottleScriptDifferentialTests {
     /// A made-up process: when it acts next, the `.serial` tokens it holds (one per running start,
@@ -16,6 +16,15 @@ struct SharedThrottleScriptDifferentialTests {
         var next: Int64
         var held: [UInt64] = []
         var lost: [UInt64] = []
+    }
+
+    /// `limit` with another `field` ("count" or "window"; a limit where none is stored), or itself.
+    static func limit(_ limit: SharedThrottleCall.Limit?, changing field: String?) -> SharedThrottleCall.Limit? {
+        switch field {
+        case "count": SharedThrottleCall.Limit(count: (limit?.count ?? 0) + 1, window: limit?.window ?? 800)
+        case "window": SharedThrottleCall.Limit(count: limit?.count ?? 3, window: (limit?.window ?? 2_000) * 2)
+        default: limit
+        }
     }
 
     @Test("Several processes: reserves, nested starts, finishes, crashes and expiries, declines, pauses, consumed starts, mismatches, a clock stepping back",
@@ -34,6 +43,9 @@ struct SharedThrottleScriptDifferentialTests {
             var clients = (0..<random.weighted([2: 1, 3: 1, 5: 1])).map { _ in Client(next: 1_000_000 + Int64(random.next() % 500)) }
             var counts: [String: Int] = [:]
             var configured = false
+            // The largest count asked for: a call with other rules stores them when the state was dropped.
+            var mostAsked = limit?.count ?? 0
+            var mismatches = 0   // each kind in turn
             for event in 0..<600 {
                 // Now and then the whole fleet goes idle longer than anything binds: the state is dropped.
                 if random.chance(0.01) {
@@ -45,15 +57,22 @@ struct SharedThrottleScriptDifferentialTests {
                 // Now and then the process's clock reads behind the last one seen.
                 let now = random.chance(0.04) ? earliest - Int64(random.weighted([100: 1, 3_000: 1])) : earliest
                 let gap = Int64(random.weighted([0: 1, 100: 3, 700: 2]))
-                // A process with another monitor, once the limit's own has been stored by the first start.
-                let mismatched = configured && random.chance(0.03)
-                let askedMonitor: ThrottledQueue.Monitor = mismatched ? (monitor == .serial ? .concurrent : .serial) : monitor
+                // A process with other rules (another monitor, count or window: the three fields the
+                // script compares), once the limit's own have been stored by the first start.
+                let mismatch: String? = configured && random.chance(0.03) ? ["monitor", "count", "window"][mismatches % 3] : nil
+                let askedMonitor: ThrottledQueue.Monitor = mismatch == "monitor" ? (monitor == .serial ? .concurrent : .serial) : monitor
+                let askedLimit = Self.limit(limit, changing: mismatch)
+                mostAsked = max(mostAsked, askedLimit?.count ?? 0)
+                if let mismatch {
+                    mismatches += 1
+                    counts["asked with another \(mismatch)", default: 0] += 1
+                }
                 var client = clients[index]
                 let operation: SharedThrottleCall.Operation
                 if random.chance(0.04) {
                     operation = .pause(duration: Int64(random.weighted([-500: 1, 0: 1, 800: 2, 5_000: 1])))
                 } else if random.chance(0.03) {
-                    operation = .recordConsumed(gap: gap, monitor: askedMonitor, limit: limit)
+                    operation = .recordConsumed(gap: gap, monitor: askedMonitor, limit: askedLimit)
                 } else if !client.held.isEmpty && random.chance(0.1) {
                     operation = .renew(token: client.held.last!, leaseTTL: Int64(random.weighted([1_000: 1, 8_000: 1])))
                 } else if !client.held.isEmpty && random.chance(0.5) {
@@ -69,7 +88,7 @@ struct SharedThrottleScriptDifferentialTests {
                     operation = .finished(token: client.lost.randomElement(using: &random)!)
                 } else {
                     let holding = client.held.last.flatMap { random.chance(0.7) ? $0 : nil }
-                    operation = .reserve(gap: gap, monitor: askedMonitor, limit: limit, horizon: horizon, leaseTTL: leaseTTL, holding: holding)
+                    operation = .reserve(gap: gap, monitor: askedMonitor, limit: askedLimit, horizon: horizon, leaseTTL: leaseTTL, holding: holding)
                 }
                 switch operation {
                 case .reserve, .recordConsumed: configured = true
@@ -85,7 +104,7 @@ struct SharedThrottleScriptDifferentialTests {
                 #expect(stored.log == model.log, "seed \(seed) event \(event)")
                 #expect(stored.lastToken == (model.lastToken == 0 ? nil : model.lastToken), "seed \(seed) event \(event)")
                 #expect(stored.stateTTL > 0 && (stored.logTTL > 0 || stored.logTTL == -2), "seed \(seed) event \(event): \(stored)")
-                #expect(stored.log.count <= limit?.count ?? 0)
+                #expect(stored.log.count <= mostAsked)
                 guard answer == expected else { return }
 
                 var step = Int64(random.weighted([0: 2, 50: 1, 400: 1]))
@@ -123,6 +142,7 @@ struct SharedThrottleScriptDifferentialTests {
             }
             #expect(counts["declined", default: 0] > 0 || horizon == 100_000, "\(counts)")
             #expect(counts["state dropped", default: 0] > 0, "\(counts)")
+            #expect(["monitor", "count", "window"].allSatisfy { counts["asked with another \($0)", default: 0] > 0 }, "\(counts)")
             print("differential seed \(seed) (\(monitor), \(String(describing: limit)), horizon \(horizon)): \(counts.sorted { $0.key < $1.key })")
         }
     }

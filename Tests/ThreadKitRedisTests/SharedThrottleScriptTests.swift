@@ -6,7 +6,7 @@ import ThreadKitTestSupport
 /// The shared throttle's Lua script on a real redis-server, rule by rule with made-up times (the
 /// same cases as `SharedThrottleTests` drive the Swift model with), plus what only Redis has: the
 /// clock's high-water mark, TTLs, clamping to Lua's exact integers, `TIME`, and `SCRIPT FLUSH`.
-@Suite("The shared throttle script on a real redis-server", .enabled(if: RedisAvailability.isAvailable, RedisAvailability.skipMessage),
+@Suite("The shared throttle script on a real redis-server", .needsRedisServer,
        .timeLimit(.minutes(1)))
 struct SharedThrottleScriptTests {
     typealias Reply = SharedThrottleCall.Reply

@@ -29,3 +29,28 @@ extension LogDelegateTests {
         }
     }
 }
+
+extension LogDelegateTests {
+    @Test("a record logged on a module thread (a Redis connection thread) is delivered by the delivery thread: a delegate that blocks holds up nothing it owes")
+    func aModuleThreadNeverRunsTheDelegate() async throws {
+        let release = Latch()
+        let deliverers = Recorder<String>()
+        try await Self.withRecordingDelegate("moduleThreadRule", onRecord: { record in
+            guard record.message == "from the module thread" else { return }
+            deliverers.append(Thread.current.name ?? "")
+            release.wait(timeout: .seconds(30))
+        }) { source, delegate in
+            let wentOn = Latch()
+            try ModuleThreads.start(name: "LogModuleRule", kernelName: "LogModuleRule") {
+                Log.log(source, "from the module thread")
+                wentOn.countDown()
+            }
+            #expect(await eventually(timeout: .seconds(10)) { delegate.records.count == 1 })
+            let ran = wentOn.wait(timeout: .seconds(5))
+            release.countDown()
+            #expect(ran, "the module thread waited for the delegate")
+            #expect(deliverers.values == [LogDelivery.Limits.standard.workerName])
+            #expect(delegate.records.first?.threadName == "LogModuleRule")
+        }
+    }
+}

@@ -11,6 +11,16 @@ struct EndpointSlotsLeaseTests {
     func ms(_ value: Int) -> Duration { .milliseconds(value) }
     func lease(_ token: String) -> EndpointLease { EndpointLease(endpoint: "http://api.example.com:80", token: token) }
 
+    /// Two coordinators, known to the slots by identity only.
+    final class Coordinator: Sendable {}
+    static let first = Coordinator()
+    static let second = Coordinator()
+
+    /// Sharing through `coordinator` (the first one unless told) with `fallback`.
+    func shared(_ fallback: Fallback, by coordinator: Coordinator = first) -> EndpointSharing {
+        EndpointSharing(coordinator: ObjectIdentifier(coordinator), fallback: fallback)
+    }
+
     func decision(_ admission: Slots.Admission) -> Slots.Decision {
         guard case .accepted(let decision) = admission else {
             Issue.record("rejected")
@@ -29,7 +39,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("a request that may start asks for a lease, one ask at a time, and starts when it is granted")
     func asksThenStarts() {
-        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed))
         let first = decision(slots.submit(1, kind: .short, now: .zero))
         #expect(first.start.isEmpty)
         #expect(first.acquireLease == 1)
@@ -49,7 +59,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("FIFO within the process: leases go to the requests in their order of arrival")
     func fifo() {
-        var slots = Slots(maxRequests: 5, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        var slots = Slots(maxRequests: 5, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed))
         for id in 1...4 { _ = slots.submit(id, kind: .short, now: .zero) }
         var order: [Int] = []
         for serial in 1...4 {
@@ -60,7 +70,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("a lease goes back exactly once when its request ends, however often the end is reported")
     func releasedOnce() {
-        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed))
         _ = slots.submit(1, kind: .short, now: .zero)
         _ = slots.leaseAnswered(.granted(lease("a")), serial: 1, now: ms(1))
         #expect(released(slots.end(1, outcome: .timedOut, now: ms(2))).releaseLeases == [lease("a")])
@@ -71,7 +81,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("a lease granted when no request can take it any more (cancelled while asking) goes back at once")
     func unusedLeaseGoesBack() {
-        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed))
         _ = slots.submit(1, kind: .short, now: .zero)
         #expect(slots.end(1, outcome: .failed, now: ms(1)) == .dequeued)
         let answer = slots.leaseAnswered(.granted(lease("a")), serial: 1, now: ms(2))
@@ -83,7 +93,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("a full endpoint asks again at the time the answer says, or at once when a lease of this process goes back")
     func fullRetries() {
-        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed))
         _ = slots.submit(1, kind: .short, now: .zero)
         _ = slots.leaseAnswered(.granted(lease("a")), serial: 1, now: .zero)
         let full = decision(slots.submit(2, kind: .short, now: ms(1)))
@@ -103,7 +113,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("an answer paused pauses the endpoint (shown in its statistics) and asks again when the pause ends")
     func pausedAnswer() {
-        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed))
         _ = slots.submit(1, kind: .short, now: .zero)
         let paused = slots.leaseAnswered(.paused(remaining: ms(1_000)), serial: 1, now: ms(10))
         #expect(paused.start.isEmpty)
@@ -115,7 +125,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("unavailable and failClosed: nothing starts until the coordinator is asked again")
     func failClosed() {
-        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed))
         _ = slots.submit(1, kind: .short, now: .zero)
         #expect(!slots.isCoordinatorUnavailable)
         let answer = slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1))
@@ -131,7 +141,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("unavailable and failOpen: the local limits only, no lease held or given back")
     func failOpen() {
-        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: .failOpen)
+        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen))
         _ = slots.submit(1, kind: .short, now: .zero)
         #expect(slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1)).start == [1])
         #expect(decision(slots.submit(2, kind: .short, now: ms(2))).start == [2])
@@ -147,7 +157,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("unavailable and localFallback(share:): at most maxRequests × share run (at least 1)")
     func localFallback() {
-        var slots = Slots(maxRequests: 5, maxLongRequests: 1, rate: nil, sharing: .localFallback(share: 0.5))
+        var slots = Slots(maxRequests: 5, maxLongRequests: 1, rate: nil, sharing: shared(.localFallback(share: 0.5)))
         _ = slots.submit(1, kind: .short, now: .zero)
         #expect(slots.leaseAnswered(.unavailable(retryIn: ms(100)), serial: 1, now: ms(1)).start == [1])
         #expect(decision(slots.submit(2, kind: .short, now: ms(2))).start == [2])
@@ -156,7 +166,7 @@ struct EndpointSlotsLeaseTests {
         #expect(third.wakeAt == ms(101))
         #expect(released(slots.end(1, outcome: .completed, now: ms(4))).start == [3])
 
-        var tiny = Slots(maxRequests: 1, maxLongRequests: 0, rate: nil, sharing: .localFallback(share: 0.1))
+        var tiny = Slots(maxRequests: 1, maxLongRequests: 0, rate: nil, sharing: shared(.localFallback(share: 0.1)))
         _ = tiny.submit(1, kind: .short, now: .zero)
         #expect(tiny.leaseAnswered(.unavailable(retryIn: ms(100)), serial: 1, now: ms(1)).start == [1])   // at least 1
     }
@@ -171,7 +181,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("turning sharing off forgets the ask on its way: its lease, when it comes, goes back")
     func sharingTurnedOff() {
-        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed))
         _ = slots.submit(1, kind: .short, now: .zero)
         #expect(slots.setLimits(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: nil, now: ms(1)).start == [1])
         #expect(slots.leaseAnswered(.granted(lease("a")), serial: 1, now: ms(2)).releaseLeases == [lease("a")])
@@ -179,7 +189,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("a long request waiting for a long slot keeps its place; the short one behind it gets the lease")
     func longWaitsShortPasses() {
-        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: .failClosed)
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed))
         _ = slots.submit(1, kind: .long(waits: true), now: .zero)
         _ = slots.leaseAnswered(.granted(lease("a")), serial: 1, now: .zero)
         _ = slots.submit(2, kind: .long(waits: true), now: ms(1))
@@ -187,5 +197,17 @@ struct EndpointSlotsLeaseTests {
         #expect(short.acquireLease == 2)
         #expect(slots.leaseAnswered(.granted(lease("b")), serial: 2, now: ms(3)).start == [3])
         #expect(slots.isQueued(2))
+    }
+
+    @Test("another coordinator with the same fallback is another sharing: the ask on its way is forgotten, its lease goes back, and the new coordinator is asked")
+    func coordinatorSwitched() {
+        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed))
+        _ = slots.submit(1, kind: .short, now: .zero)
+        let switched = slots.setLimits(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: shared(.failClosed, by: Self.second), now: ms(1))
+        #expect(switched.acquireLease == 2)
+        let stale = slots.leaseAnswered(.granted(lease("old")), serial: 1, now: ms(2))
+        #expect(stale.start.isEmpty && stale.releaseLeases == [lease("old")])
+        #expect(slots.leaseAnswered(.granted(lease("new")), serial: 2, now: ms(3)).start == [1])
+        #expect(slots.lease(of: 1) == lease("new"))
     }
 }

@@ -17,10 +17,17 @@ package enum ModuleThreads {
     /// Starts a detached thread named `name` (`kernelName` for the kernel: at most 15 bytes) that
     /// runs `body` and exits.
     ///
+    /// The thread is one the package shares (as a timer thread is): what it logs is delivered by
+    /// `Log`'s delivery thread, so a slow delegate never holds up the calls it owes to others
+    /// (a Redis connection thread's commands).
+    ///
     /// - Throws: ``StartError``; `body` is then released unrun.
     package static func start(name: String, kernelName: String, _ body: @escaping @Sendable () -> Void) throws(StartError) {
         do {
-            try NamedThread.start(name: name, kernelName: kernelName, body)
+            try NamedThread.start(name: name, kernelName: kernelName) {
+                LogDelivery.markCurrentThreadShared()
+                body()
+            }
         } catch {
             throw StartError(errno: error.errno)
         }

@@ -11,7 +11,9 @@
 /// The guarantee across processes holds on the reservations the decider hands out, on its clock:
 /// no two reserved starts closer than the gap, never more than `count` in a window. A process
 /// starts a reservation no earlier than its time and gives it up (counted as consumed) if it
-/// reaches it more than a millisecond or a tenth of the gap late, whichever is longer. Every
+/// reaches it more than its allowance late: a millisecond or a tenth of the gap, whichever is
+/// longer, doubled for each reservation given up late in a row before it (up to 64 times), and
+/// back to one after a start on time. Every
 /// queue sharing a key must be made with the same monitor and limit: a queue with other ones is
 /// told so, logs it and applies its ``Fallback``, instead of weakening the shared rules.
 ///

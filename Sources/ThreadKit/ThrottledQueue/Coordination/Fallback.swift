@@ -1,10 +1,19 @@
 /// What a queue whose starts are shared by a fleet (see ``Coordination``) does while the shared
 /// decider (Redis) does not answer, or answers that the key is used with other rules.
 ///
-/// The decision is the queue's, start by start: each start asks the decider, whose circuit
-/// breaker answers "unavailable" at once while it is open, and the queue applies this policy to
-/// that one start. Once the decider answers again, the next start is coordinated again, and the
-/// change is logged both ways through ``Log`` (the `.throttle` source).
+/// For a ``ThrottledQueue`` the decision is the queue's, start by start: each start asks the
+/// decider, whose circuit breaker answers "unavailable" at once while it is open, and the queue
+/// applies this policy to that one start. Once the decider answers again, the next start is
+/// coordinated again, and the change is logged both ways through ``Log`` (the `.throttle` source).
+///
+/// For a `URLDispatcher` endpoint whose `maxRequests` is shared, an "unavailable" answer to a
+/// lease ask applies this policy to every start of the endpoint until the time the answer gives
+/// (the breaker's back-off, or the coordinator's poll interval), then a lease is asked for again;
+/// ``localFallback(share:)`` lets at most `maxRequests` × `share` (at least 1) requests of the
+/// endpoint run, ``failOpen`` its local `maxRequests`. The change is logged both ways under the
+/// `.urlDispatcher` source. A request started under the fallback holds no lease, and is not
+/// counted on Redis when the leases answer again: until it ends, the fleet may run more than
+/// `maxRequests`.
 public enum Fallback: Sendable, Equatable {
     /// The local throttle at `share` of the rate (the default, with a share of 0.5): the gap
     /// divided by `share`, a limit of n per w scaled to `share` × n per w. A command that timed
