@@ -66,16 +66,46 @@ struct ThrottleScriptHarness {
         let stateKey = SharedThrottleScript.keys(keys)[0]
         let logKey = SharedThrottleScript.keys(keys)[1]
         let tokenKey = SharedThrottleScript.keys(keys)[2]
-        let pairs = try await client.send("HGETALL", stateKey).array ?? []
-        var fields: [String: String] = [:]
-        for index in stride(from: 0, to: pairs.count - 1, by: 2) {
-            fields[pairs[index].string ?? "?"] = pairs[index + 1].string ?? "?"
-        }
+        let fields = try Self.fields(of: await client.send("GET", stateKey))
         let log = (try await client.send("LRANGE", logKey, "0", "-1").array ?? []).map { Int64($0.string ?? "") ?? -1 }
         let stateTTL = try await client.send("PTTL", stateKey).integer ?? 0
         let logTTL = try await client.send("PTTL", logKey).integer ?? 0
         let lastToken = try await client.send("GET", tokenKey).string.flatMap { UInt64($0) }
-        return StoredThrottle(fields: fields, log: log, stateTTL: stateTTL, logTTL: logTTL, lastToken: lastToken)
+        // `logged` is how many starts the log holds: checked here, and not a field of the model's.
+        var modelFields = fields
+        if let logged = modelFields.removeValue(forKey: "logged") {
+            #expect(logged == String(log.count), "the state says the log holds \(logged) starts, it holds \(log)")
+        }
+        return StoredThrottle(fields: modelFields, log: log, stateTTL: stateTTL, logTTL: logTTL, lastToken: lastToken)
+    }
+
+    struct BadState: Error { let reply: RESPValue }
+
+    /// The state key's fields (`SharedThrottleScript.stateFields`, twelve little-endian doubles,
+    /// -1 for none), numbers in decimal and the monitor by name; none for no key.
+    static func fields(of reply: RESPValue) throws -> [String: String] {
+        guard case .bulkString(let bytes?) = reply else {
+            guard reply.isNull else { throw BadState(reply: reply) }
+            return [:]
+        }
+        let names = SharedThrottleScript.stateFields
+        guard bytes.count == 8 * names.count else { throw BadState(reply: reply) }
+        var fields: [String: String] = [:]
+        for (index, name) in names.enumerated() {
+            let bits = bytes[(8 * index)..<(8 * index + 8)].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            let value = Double(bitPattern: bits)
+            guard value == value.rounded(), value >= -1, value <= Double(SharedThrottleCall.maxMicroseconds) else {
+                throw BadState(reply: reply)
+            }
+            guard value >= 0 else { continue }
+            switch (name, value) {
+            case ("monitor", 0): fields[name] = "concurrent"
+            case ("monitor", 1): fields[name] = "serial"
+            case ("monitor", _): throw BadState(reply: reply)
+            default: fields[name] = String(Int64(value))
+            }
+        }
+        return fields
     }
 
     /// Every key of the limit has a TTL (or does not exist), and the log holds at most `count` starts.
