@@ -65,7 +65,8 @@ enum SharedThrottleScript {
 
     /// The keys of the limit `keys`, in the order the script takes them.
     static func keys(_ keys: RedisLimitKeys) -> [String] {
-        [keys.key("throttle"), keys.key("throttle:log"), keys.key("throttle:token")]
+        let state = keys.key("throttle")
+        return [state, state + ":log", state + ":token"]
     }
 
     /// The Lua source.
@@ -77,7 +78,7 @@ enum SharedThrottleScript {
         local LAYOUT = '<dddddddddddd'
         local stateKey, logKey, tokenKey = KEYS[1], KEYS[2], KEYS[3]
         local op = ARGV[1]
-        local format, max, min = string.format, math.max, math.min
+        local tonumber, floor, format, max, min = tonumber, math.floor, string.format, math.max, math.min
 
         local function fail(message)
           error({err = 'ERR threadkit shared throttle: ' .. message})
@@ -86,9 +87,14 @@ enum SharedThrottleScript {
           if x > MAX then return MAX elseif x < -MAX then return -MAX end
           return x
         end
+        -- ARGV[index], a whole number of at least `least`, clamped to ±MAX.
         local function integer(index, name, least)
           local x = tonumber(ARGV[index])
-          if x == nil or x ~= x or x ~= math.floor(x) then
+          if x and x % 1 == 0 and x >= least then
+            if x > MAX then return MAX end
+            return x
+          end
+          if x == nil or x ~= x or x ~= floor(x) then
             fail(name .. ' must be an integer, got "' .. tostring(ARGV[index]) .. '"')
           end
           x = clamp(x)
@@ -155,7 +161,10 @@ enum SharedThrottleScript {
           local latest = clamp(from + lastGap)
           if pausedUntil and pausedUntil > latest then latest = pausedUntil end
           if leaseToken and leaseExpiry > latest then latest = leaseExpiry end
-          if rulesCount > 0 then latest = max(latest, clamp(lastStart + rulesWindow)) end
+          if rulesCount > 0 then
+            local windowEnd = clamp(lastStart + rulesWindow)
+            if windowEnd > latest then latest = windowEnd end
+          end
           return latest
         end
 
@@ -197,17 +206,22 @@ enum SharedThrottleScript {
           elseif monitor == 'serial' and leaseToken and leaseToken ~= holding then
             reply = {'declined', max(min(leaseExpiry - now, horizon), MIN_RETRY)}
           else
-            local at = max(now, pausedUntil or now)
+            local at = now
+            if pausedUntil and pausedUntil > at then at = pausedUntil end
             if lastStart then
               local from = lastStart
               if monitor == 'serial' then from = lastEnd or lastStart end
-              at = max(at, clamp(from + lastGap))
+              from = clamp(from + lastGap)
+              if from > at then at = from end
             end
             -- A full log (count starts): its oldest bounds this start, and leaves the log if it is recorded.
             local oldest
             if count > 0 and logged >= count then
               oldest = redis.call('LPOP', logKey)
-              if oldest then at = max(at, clamp(tonumber(oldest) + window)) end
+              if oldest then
+                local bound = clamp(tonumber(oldest) + window)
+                if bound > at then at = bound end
+              end
             end
             local wait = at - now
             if wait > horizon then
@@ -260,7 +274,8 @@ enum SharedThrottleScript {
         end
 
         -- Both keys live until the state's expiry, plus the grace.
-        local latest = max(expiry() or now, now)
+        local latest = expiry() or now
+        if latest < now then latest = now end
         local milliseconds = math.ceil((latest - now + GRACE) / 1000)
         local monitorCode = -1
         if rulesMonitor == 'serial' then monitorCode = 1 elseif rulesMonitor then monitorCode = 0 end
