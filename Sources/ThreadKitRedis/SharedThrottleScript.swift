@@ -5,12 +5,14 @@
 ///
 /// **Keys** (``keys(_:)``), all under the limit's hash tag, so that a Redis Cluster keeps them on
 /// one node:
-/// - `threadkit:{<key>}:throttle`, a string of twelve little-endian doubles (``stateFields``, in
-///   that order; Lua's `struct`, `<dddddddddddd`): `lastNow` (the clock's high-water mark),
+/// - `threadkit:{<key>}:throttle`, a string of thirteen little-endian doubles (``stateFields``, in
+///   that order; Lua's `struct`, `<ddddddddddddd`): `lastNow` (the clock's high-water mark),
 ///   `lastStart`, `lastGap`, `lastEnd`, the `.serial` lease (`token`, `expiry`, `running`),
 ///   `pausedUntil`, the rules every process must share (`monitor`: 0 `.concurrent`, 1 `.serial`;
-///   `count`, a count of 0 for no limit; `window`) and `logged`, how many starts the log holds.
-///   Every value is a whole number of 0 or more; -1 stands for none. One `GET` reads it and one
+///   `count`, a count of 0 for no limit; `window`), then what the script keeps of the log's key:
+///   `logged`, how many starts it holds, and `logUntil`, when its TTL ends (on the clock as read,
+///   before the high-water mark: the wall clock Redis expires keys by). Every value is a whole
+///   number of 0 or more; -1 stands for none. One `GET` reads it and one
 ///   `SET … PX` writes it with its TTL: the cheapest state Redis keeps (a hash costs a command per
 ///   read, write, deletion and TTL, and its fields go through text);
 /// - `threadkit:{<key>}:throttle:log`, a list of the latest starts, oldest first, trimmed to exactly
@@ -27,8 +29,11 @@
 ///
 /// Every run drops, as the model does, what no longer holds: an expired lease (its start taken to
 /// have ended at the expiry), a passed pause, and the whole state (rules and log too) once it
-/// decides nothing any more (the model's `expiry`). It then sets the state's and the log's TTL to
-/// that expiry plus one minute of grace, so a limit that nobody uses leaves nothing behind.
+/// decides nothing any more (the model's `expiry`). It then sets the state's TTL to that expiry
+/// plus one minute of grace, so a limit that nobody uses leaves nothing behind. The log's TTL is
+/// set the same way when the log is made, and again whenever less than half the grace would be
+/// left: the log outlives the state's expiry by half a minute to a minute, and a busy limit pays
+/// for one `PEXPIRE` every half minute or so rather than one per start.
 ///
 /// **Arguments.** `ARGV[1]` is the operation; `ARGV[2]` is `now` in microseconds, or empty, and
 /// production calls leave it empty: the script then reads Redis's `TIME`. An explicit `now` is for
@@ -60,7 +65,7 @@ enum SharedThrottleScript {
     /// The state's fields, in the order the state key holds them (see the discussion).
     static let stateFields = [
         "lastNow", "lastStart", "lastGap", "lastEnd", "token", "expiry", "running", "pausedUntil", "monitor", "count", "window",
-        "logged",
+        "logged", "logUntil",
     ]
 
     /// The keys of the limit `keys`, in the order the script takes them.
@@ -75,7 +80,7 @@ enum SharedThrottleScript {
         local MIN_RETRY = 1000
         local GRACE = 60000000
         local TOKEN_LIFE = 86400000
-        local LAYOUT = '<dddddddddddd'
+        local LAYOUT = '<ddddddddddddd'
         local stateKey, logKey, tokenKey = KEYS[1], KEYS[2], KEYS[3]
         local op = ARGV[1]
         local tonumber, floor, format, max, min = tonumber, math.floor, string.format, math.max, math.min
@@ -131,15 +136,17 @@ enum SharedThrottleScript {
         else
           now = integer(2, 'now', 0)
         end
+        -- The clock as read, before the high-water mark: the one keys' TTLs run on.
+        local clock = now
 
         -- The state, nil for what it does not hold (-1 stored).
         local lastNow, lastStart, lastGap, lastEnd, leaseToken, leaseExpiry, running, pausedUntil
-        local rulesMonitor, rulesCount, rulesWindow, logged = nil, nil, nil, 0
+        local rulesMonitor, rulesCount, rulesWindow, logged, logUntil = nil, nil, nil, 0, -1
         local stored = redis.call('GET', stateKey)
         if stored then
           local monitorCode
           lastNow, lastStart, lastGap, lastEnd, leaseToken, leaseExpiry, running, pausedUntil, monitorCode, rulesCount, rulesWindow,
-            logged = struct.unpack(LAYOUT, stored)
+            logged, logUntil = struct.unpack(LAYOUT, stored)
           if lastStart < 0 then lastStart = nil end
           if lastEnd < 0 then lastEnd = nil end
           if leaseToken < 0 then leaseToken, leaseExpiry, running = nil, nil, nil end
@@ -172,7 +179,7 @@ enum SharedThrottleScript {
         if dropAt and dropAt <= now then
           -- Nothing binds any more: the state goes, its rules and log with it (the token key stays).
           lastStart, lastGap, lastEnd, leaseToken, leaseExpiry, running, pausedUntil = nil, 0, nil, nil, nil, nil, nil
-          rulesMonitor, rulesCount, rulesWindow, logged = nil, nil, nil, 0
+          rulesMonitor, rulesCount, rulesWindow, logged, logUntil = nil, nil, nil, 0, -1
           redis.call('DEL', logKey)
         else
           -- An expired lease: its start is taken to have ended at the expiry.
@@ -192,6 +199,8 @@ enum SharedThrottleScript {
           lastStart, lastGap, lastEnd = at, gap, nil
           if count > 0 then
             logged = redis.call('RPUSH', logKey, format('%d', at))
+            -- A new log has no TTL yet.
+            if logged == 1 then logUntil = -1 end
             if logged > count then
               redis.call('LTRIM', logKey, format('%d', -count), '-1')
               logged = count
@@ -225,7 +234,8 @@ enum SharedThrottleScript {
             end
             local wait = at - now
             if wait > horizon then
-              if oldest then redis.call('LPUSH', logKey, oldest) end
+              -- A log emptied by the LPOP was deleted: the one made again has no TTL yet.
+              if oldest and redis.call('LPUSH', logKey, oldest) == 1 then logUntil = -1 end
               reply = {'declined', max(wait - horizon, MIN_RETRY)}
             else
               if oldest then logged = logged - 1 end
@@ -273,16 +283,19 @@ enum SharedThrottleScript {
           reply = pausedUntil or 0
         end
 
-        -- Both keys live until the state's expiry, plus the grace.
+        -- The state lives until its expiry plus the grace; so does the log when its TTL is set, which is
+        -- when less than half the grace would be left (every half minute or so under steady use).
         local latest = expiry() or now
         if latest < now then latest = now end
         local milliseconds = math.ceil((latest - now + GRACE) / 1000)
+        local logRefresh = logged > 0 and logUntil - clock < latest - now + GRACE / 2
+        if logRefresh then logUntil = clock + milliseconds * 1000 end
         local monitorCode = -1
         if rulesMonitor == 'serial' then monitorCode = 1 elseif rulesMonitor then monitorCode = 0 end
         redis.call('SET', stateKey, struct.pack(LAYOUT, lastNow, lastStart or -1, lastGap, lastEnd or -1, leaseToken or -1,
-          leaseExpiry or -1, running or -1, pausedUntil or -1, monitorCode, rulesCount or -1, rulesWindow or -1, logged),
+          leaseExpiry or -1, running or -1, pausedUntil or -1, monitorCode, rulesCount or -1, rulesWindow or -1, logged, logUntil),
           'PX', format('%d', milliseconds))
-        if logged > 0 then redis.call('PEXPIRE', logKey, format('%d', milliseconds)) end
+        if logRefresh then redis.call('PEXPIRE', logKey, format('%d', milliseconds)) end
         if newToken then
           redis.call('SET', tokenKey, format('%d', leaseToken), 'PX', format('%d', max(milliseconds, TOKEN_LIFE)))
         end

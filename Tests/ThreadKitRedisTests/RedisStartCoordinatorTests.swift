@@ -90,7 +90,7 @@ struct RedisCoordinationTests {
             // The pause goes without waiting, on the first queue's connection: wait until Redis has it.
             var pausedUntil: Int64?
             #expect(await eventually {
-                pausedUntil = (try? observer.sendSync("HGET", stateKey, "pausedUntil"))?.string.flatMap { Int64($0) }
+                pausedUntil = (try? observer.throttleStateFieldSync(stateKey, "pausedUntil"))?.string.flatMap { Int64($0) }
                 return pausedUntil != nil
             })
             let startedAt = LockedValue<ContinuousClock.Instant?>(nil)
@@ -231,7 +231,7 @@ struct RedisCoordinationTests {
             if let ended = longEnded.value, let started = otherStarted.value { #expect(started >= ended) }
             // Once handed back, the lease is no longer renewed: nothing holds the key's state but its TTL.
             let stateKey = SharedThrottleScript.keys(RedisLimitKeys("long"))[0]
-            #expect(try await makeClient(server.address).send("HGET", stateKey, "token") == .bulkString(nil))
+            #expect(try await makeClient(server.address).throttleStateField(stateKey, "token") == .bulkString(nil))
         }
     }
 
@@ -259,7 +259,7 @@ struct RedisCoordinationTests {
             let staleEnd = try await SharedThrottleCall(.finished(token: before)).run(on: observer, keys: RedisLimitKeys("tokens"))
             #expect(staleEnd == .finished(false))
             let stateKey = SharedThrottleScript.keys(RedisLimitKeys("tokens"))[0]
-            #expect(try await observer.send("HGET", stateKey, "token").string == after.map { String($0) })
+            #expect(try await observer.throttleStateField(stateKey, "token").string == after.map { String($0) })
         }
     }
 
@@ -284,7 +284,7 @@ struct RedisCoordinationTests {
             let observer = makeClient(server.address)
             let stateKey = SharedThrottleScript.keys(RedisLimitKeys("release"))[0]
             // Within 10 s, not the lease's 60.
-            #expect(await eventually { (try? observer.sendSync("HGET", stateKey, "token")) == .bulkString(nil) })
+            #expect(await eventually { (try? observer.throttleStateFieldSync(stateKey, "token")) == .bulkString(nil) })
         }
     }
 
