@@ -114,7 +114,7 @@ public final class RedisClient: Sendable {
 
     /// Sends the command `arguments` and returns the server's reply; see ``send(_:)-(String...)``.
     public func send(_ arguments: [String]) async throws(RedisError) -> RESPValue {
-        try await reply(to: arguments) { slot in await slot.result() }
+        try await reply(to: Self.encode(arguments)) { slot in await slot.result() }
     }
 
     /// Sends the command `arguments` and blocks the calling thread until the reply comes; the
@@ -131,12 +131,7 @@ public final class RedisClient: Sendable {
     /// Sends the command `arguments` and blocks until the reply comes; see ``sendSync(_:)-(String...)``.
     @available(*, noasync, message: "it blocks the thread; use 'try await send(_:)' in async code")
     public func sendSync(_ arguments: [String]) throws(RedisError) -> RESPValue {
-        let deadline = ContinuousClock.now + commandTimeout
-        let slot = submit(arguments)
-        // The connection's thread fails the command at its deadline, saying whether it was sent;
-        // the wait's own bound, a moment later, holds even if that thread cannot run.
-        let result = slot.blockingWaitForResult(until: deadline + Self.waitMargin, timeout: .timedOut(after: commandTimeout, sent: true))
-        return try Self.unwrap(result)
+        try wait(for: Self.encode(arguments))
     }
 
     /// How long past its deadline a blocked caller waits for the connection's thread to fail its command.
@@ -155,8 +150,7 @@ public final class RedisClient: Sendable {
 
     /// Sends the command `arguments` without waiting for its reply; see ``sendAndForget(_:)-(String...)``.
     public func sendAndForget(_ arguments: [String]) throws(RedisError) {
-        precondition(!arguments.isEmpty, "RedisClient: a command needs at least its name, got no arguments")
-        if let refused = core.submit(RESPValue.command(arguments).encoded, to: nil) { throw refused }
+        if let refused = core.submit(Self.encode(arguments), to: nil) { throw refused }
     }
 
     /// Runs `script` with `EVALSHA`, and with `EVAL` when the server answers `NOSCRIPT` (its script
@@ -170,10 +164,10 @@ public final class RedisClient: Sendable {
     /// - Throws: ``RedisError``, as ``send(_:)-(String...)``; a script's error as ``RedisError/server(_:)``.
     public func evaluate(_ script: RedisScript, keys: [String] = [], arguments: [String] = []) async throws(RedisError) -> RESPValue {
         do {
-            return try await send(Self.evaluation("EVALSHA", script.sha1, keys, arguments))
+            return try await reply(to: Self.evaluation("EVALSHA", script.sha1, keys, arguments)) { slot in await slot.result() }
         } catch .server(let message) where message.hasPrefix("NOSCRIPT") {
             core.log("\(script) is not in the server's cache (NOSCRIPT); sending its source with EVAL")
-            return try await send(Self.evaluation("EVAL", script.source, keys, arguments))
+            return try await reply(to: Self.evaluation("EVAL", script.source, keys, arguments)) { slot in await slot.result() }
         }
     }
 
@@ -189,10 +183,10 @@ public final class RedisClient: Sendable {
     @available(*, noasync, message: "it blocks the thread; use 'try await evaluate(_:keys:arguments:)' in async code")
     public func evaluateSync(_ script: RedisScript, keys: [String] = [], arguments: [String] = []) throws(RedisError) -> RESPValue {
         do {
-            return try sendSync(Self.evaluation("EVALSHA", script.sha1, keys, arguments))
+            return try wait(for: Self.evaluation("EVALSHA", script.sha1, keys, arguments))
         } catch .server(let message) where message.hasPrefix("NOSCRIPT") {
             core.log("\(script) is not in the server's cache (NOSCRIPT); sending its source with EVAL")
-            return try sendSync(Self.evaluation("EVAL", script.source, keys, arguments))
+            return try wait(for: Self.evaluation("EVAL", script.source, keys, arguments))
         }
     }
 
@@ -214,7 +208,7 @@ public final class RedisClient: Sendable {
     /// Runs `script` without waiting, as part of the follow-up `followUp` (see ``beginFollowUp()``):
     /// which the command holds until its reply, or its `EVAL` fallback's, is in.
     func evaluateAndForget(_ script: RedisScript, keys: [String], arguments: [String], followUp: UInt64) throws(RedisError) {
-        let fallback = RESPValue.command(Self.evaluation("EVAL", script.source, keys, arguments)).encoded
+        let fallback = Self.evaluation("EVAL", script.source, keys, arguments)
         followUps.withLock { $0.hold(followUp) }
         let slot = ReplySlot { [core, followUps] result in
             guard case .success(.error(let message)) = result, message.hasPrefix("NOSCRIPT") else {
@@ -224,7 +218,7 @@ public final class RedisClient: Sendable {
             core.submit(fallback, to: ReplySlot { _ in followUps.withLock { $0.release(followUp) } })
             core.log("\(script) was not in the server's cache (NOSCRIPT); sent its source with EVAL")
         }
-        if let refused = core.submit(RESPValue.command(Self.evaluation("EVALSHA", script.sha1, keys, arguments)).encoded, to: slot) {
+        if let refused = core.submit(Self.evaluation("EVALSHA", script.sha1, keys, arguments), to: slot) {
             throw refused
         }
     }
@@ -269,7 +263,7 @@ public final class RedisClient: Sendable {
         let (mark, deadline) = startFlush(timeout)
         while true {
             let settled = !followUps.withLock { $0.isOpen(through: mark) }
-            let ping = await submit(["PING"]).result()
+            let ping = await submit(Self.encode(["PING"])).result()
             guard let pause = try flushRound(ping, settled: settled, deadline: deadline, timeout: timeout) else { return }
             await withCheckedContinuation { (resumed: CheckedContinuation<Void, Never>) in
                 if (try? TimerThread.shared.schedule(after: pause) { resumed.resume() }) == nil { resumed.resume() }
@@ -287,7 +281,7 @@ public final class RedisClient: Sendable {
         let (mark, deadline) = startFlush(timeout)
         while true {
             let settled = !followUps.withLock { $0.isOpen(through: mark) }
-            let ping = submit(["PING"]).blockingWaitForResult(
+            let ping = submit(Self.encode(["PING"])).blockingWaitForResult(
                 until: .now + commandTimeout + Self.waitMargin, timeout: .timedOut(after: commandTimeout, sent: true))
             guard let pause = try flushRound(ping, settled: settled, deadline: deadline, timeout: timeout) else { return }
             usleep(UInt32(clamping: pause.microsecondsRoundedUp))
@@ -318,19 +312,69 @@ public final class RedisClient: Sendable {
         }
     }
 
-    private static func evaluation(_ command: String, _ script: String, _ keys: [String], _ arguments: [String]) -> [String] {
-        [command, script, String(keys.count)] + keys + arguments
+    /// `command script numkeys keys… arguments…`, encoded.
+    private static func evaluation(_ command: String, _ script: String, _ keys: [String], _ arguments: [String]) -> [UInt8] {
+        encode([command, script, String(keys.count)], keys, arguments)
     }
 
-    private func reply(to arguments: [String], _ wait: (ReplySlot) async -> Result<RESPValue, RedisError>) async throws(RedisError) -> RESPValue {
-        try Self.unwrap(await wait(submit(arguments)))
+    private func reply(to command: [UInt8], _ wait: (ReplySlot) async -> Result<RESPValue, RedisError>) async throws(RedisError) -> RESPValue {
+        try Self.unwrap(await wait(submit(command)))
     }
 
-    private func submit(_ arguments: [String]) -> ReplySlot {
-        precondition(!arguments.isEmpty, "RedisClient: a command needs at least its name, got no arguments")
+    /// Sends the encoded `command` and blocks until its reply comes, or its deadline and a margin pass.
+    private func wait(for command: [UInt8]) throws(RedisError) -> RESPValue {
+        let deadline = ContinuousClock.now + commandTimeout
+        let slot = submit(command)
+        // The connection's thread fails the command at its deadline, saying whether it was sent;
+        // the wait's own bound, a moment later, holds even if that thread cannot run.
+        let result = slot.blockingWaitForResult(until: deadline + Self.waitMargin, timeout: .timedOut(after: commandTimeout, sent: true))
+        return try Self.unwrap(result)
+    }
+
+    private func submit(_ command: [UInt8]) -> ReplySlot {
         let slot = ReplySlot()
-        core.submit(RESPValue.command(arguments).encoded, to: slot)
+        core.submit(command, to: slot)
         return slot
+    }
+
+    /// The command made of `parts`' strings, in order, as the server takes it: an array of bulk
+    /// strings, each the string's UTF-8 bytes (what `RESPValue.command(_:).encoded` gives), written
+    /// straight into one buffer of the right size.
+    static func encode(_ parts: [String]...) -> [UInt8] {
+        var count = 0
+        var size = 16
+        for part in parts {
+            count += part.count
+            for argument in part { size += argument.utf8.count + 16 }
+        }
+        precondition(count > 0, "RedisClient: a command needs at least its name, got no arguments")
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(size)
+        appendHeader(UInt8(ascii: "*"), count, to: &bytes)
+        for part in parts {
+            for argument in part {
+                appendHeader(UInt8(ascii: "$"), argument.utf8.count, to: &bytes)
+                bytes.append(contentsOf: argument.utf8)
+                bytes.append(13)
+                bytes.append(10)
+            }
+        }
+        return bytes
+    }
+
+    /// `type`, `count` in decimal, CR LF.
+    private static func appendHeader(_ type: UInt8, _ count: Int, to bytes: inout [UInt8]) {
+        bytes.append(type)
+        var divisor = 1
+        while divisor <= count / 10 { divisor *= 10 }
+        var rest = count
+        while divisor > 0 {
+            bytes.append(UInt8(ascii: "0") + UInt8(rest / divisor))
+            rest %= divisor
+            divisor /= 10
+        }
+        bytes.append(13)
+        bytes.append(10)
     }
 
     private static func unwrap(_ result: Result<RESPValue, RedisError>) throws(RedisError) -> RESPValue {

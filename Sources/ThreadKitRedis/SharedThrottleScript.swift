@@ -5,14 +5,23 @@
 ///
 /// **Keys** (``keys(_:)``), all under the limit's hash tag, so that a Redis Cluster keeps them on
 /// one node:
-/// - `threadkit:{<key>}:throttle`, a hash: `lastNow` (the clock's high-water mark), `lastStart`,
-///   `lastGap`, `lastEnd`, the `.serial` lease (`token`, `expiry`, `running`), `pausedUntil`, and
-///   the rules every process must share (`monitor`, `count`, `window`; a count of 0 for no limit);
+/// - `threadkit:{<key>}:throttle`, a string of thirteen little-endian doubles (``stateFields``, in
+///   that order; Lua's `struct`, `<ddddddddddddd`): `lastNow` (the clock's high-water mark),
+///   `lastStart`, `lastGap`, `lastEnd`, the `.serial` lease (`token`, `expiry`, `running`),
+///   `pausedUntil`, the rules every process must share (`monitor`: 0 `.concurrent`, 1 `.serial`;
+///   `count`, a count of 0 for no limit; `window`), then what the script keeps of the log's key:
+///   `logged`, how many starts it holds, and `logUntil`, when its TTL ends (on the clock as read,
+///   before the high-water mark: the wall clock Redis expires keys by). Every value is a whole
+///   number of 0 or more; -1 stands for none. One `GET` reads it and one
+///   `SET … PX` writes it with its TTL: the cheapest state Redis keeps (a hash costs a command per
+///   read, write, deletion and TTL, and its fields go through text);
 /// - `threadkit:{<key>}:throttle:log`, a list of the latest starts, oldest first, trimmed to exactly
 ///   `count` entries. A list rather than a sorted set: starts are recorded in time order (each at or
 ///   after the one before), several may share one microsecond (a sorted set would merge equal
-///   members), appending and trimming cost O(1) per start, and the oldest of the window is
-///   `LINDEX -count`;
+///   members), and appending and trimming cost O(1) per start. Once it holds `count` starts (the
+///   state's `logged` says so, with no `LLEN`), a reserve takes the oldest out (`LPOP`) to bound
+///   the start, and puts it back (`LPUSH`) only if it declines; each recorded start is one `RPUSH`
+///   of its time (what a fleet's `MONITOR` check reads). Its newest entry is always `lastStart`;
 /// - `threadkit:{<key>}:throttle:token`, the last lease token handed out. It outlives the state
 ///   (its TTL is a day at least, set at each new token), and when it is missing (a new limit, a
 ///   restarted server) the next token is the clock's `now + 1`: a token is never handed out again
@@ -20,8 +29,11 @@
 ///
 /// Every run drops, as the model does, what no longer holds: an expired lease (its start taken to
 /// have ended at the expiry), a passed pause, and the whole state (rules and log too) once it
-/// decides nothing any more (the model's `expiry`). It then sets the state's and the log's TTL to
-/// that expiry plus one minute of grace, so a limit that nobody uses leaves nothing behind.
+/// decides nothing any more (the model's `expiry`). It then sets the state's TTL to that expiry
+/// plus one minute of grace, so a limit that nobody uses leaves nothing behind. The log's TTL is
+/// set the same way when the log is made, and again whenever less than half the grace would be
+/// left: the log outlives the state's expiry by half a minute to a minute, and a busy limit pays
+/// for one `PEXPIRE` every half minute or so rather than one per start.
 ///
 /// **Arguments.** `ARGV[1]` is the operation; `ARGV[2]` is `now` in microseconds, or empty, and
 /// production calls leave it empty: the script then reads Redis's `TIME`. An explicit `now` is for
@@ -50,9 +62,16 @@ enum SharedThrottleScript {
     /// The script, by its SHA-1 (`EVALSHA`, falling back to `EVAL` on `NOSCRIPT`).
     static let script = RedisScript(source)
 
+    /// The state's fields, in the order the state key holds them (see the discussion).
+    static let stateFields = [
+        "lastNow", "lastStart", "lastGap", "lastEnd", "token", "expiry", "running", "pausedUntil", "monitor", "count", "window",
+        "logged", "logUntil",
+    ]
+
     /// The keys of the limit `keys`, in the order the script takes them.
     static func keys(_ keys: RedisLimitKeys) -> [String] {
-        [keys.key("throttle"), keys.key("throttle:log"), keys.key("throttle:token")]
+        let state = keys.key("throttle")
+        return [state, state + ":log", state + ":token"]
     }
 
     /// The Lua source.
@@ -61,9 +80,10 @@ enum SharedThrottleScript {
         local MIN_RETRY = 1000
         local GRACE = 60000000
         local TOKEN_LIFE = 86400000
+        local LAYOUT = '<ddddddddddddd'
         local stateKey, logKey, tokenKey = KEYS[1], KEYS[2], KEYS[3]
-        local fields = {'lastNow', 'lastStart', 'lastGap', 'lastEnd', 'token', 'expiry', 'running',
-          'pausedUntil', 'monitor', 'count', 'window'}
+        local op = ARGV[1]
+        local tonumber, floor, format, max, min = tonumber, math.floor, string.format, math.max, math.min
 
         local function fail(message)
           error({err = 'ERR threadkit shared throttle: ' .. message})
@@ -72,45 +92,42 @@ enum SharedThrottleScript {
           if x > MAX then return MAX elseif x < -MAX then return -MAX end
           return x
         end
-        local function fmt(x) return string.format('%d', x) end
+        -- ARGV[index], a whole number of at least `least`, clamped to ±MAX.
         local function integer(index, name, least)
           local x = tonumber(ARGV[index])
-          if x == nil or x ~= x or x ~= math.floor(x) then
+          if x and x % 1 == 0 and x >= least then
+            if x > MAX then return MAX end
+            return x
+          end
+          if x == nil or x ~= x or x ~= floor(x) then
             fail(name .. ' must be an integer, got "' .. tostring(ARGV[index]) .. '"')
           end
           x = clamp(x)
-          if x < least then fail(name .. ' must be at least ' .. fmt(least) .. ', got ' .. fmt(x)) end
+          if x < least then fail(name .. ' must be at least ' .. format('%d', least) .. ', got ' .. format('%d', x)) end
           return x
-        end
-        local function rulesArguments()
-          local gap, monitor = integer(3, 'gap', 0), ARGV[4]
-          if monitor ~= 'concurrent' and monitor ~= 'serial' then
-            fail('monitor must be concurrent or serial, got "' .. tostring(monitor) .. '"')
-          end
-          return gap, monitor, integer(5, 'count', 0), integer(6, 'window', 0)
         end
 
         -- Every argument is checked before anything is read or written.
-        local function rulesArgumentsTable()
-          local a = {}
-          a.gap, a.monitor, a.count, a.window = rulesArguments()
-          return a
+        local gap, monitor, count, window, horizon, leaseTTL, holding, token, duration
+        if op == 'reserve' or op == 'consume' then
+          gap, monitor = integer(3, 'gap', 0), ARGV[4]
+          if monitor ~= 'concurrent' and monitor ~= 'serial' then
+            fail('monitor must be concurrent or serial, got "' .. tostring(monitor) .. '"')
+          end
+          count, window = integer(5, 'count', 0), integer(6, 'window', 0)
+          if op == 'reserve' then
+            horizon, leaseTTL = integer(7, 'horizon', 1), integer(8, 'lease TTL', 1)
+            if ARGV[9] ~= nil and ARGV[9] ~= '' then holding = integer(9, 'holding token', 1) end
+          end
+        elseif op == 'finished' then
+          token = integer(3, 'token', 1)
+        elseif op == 'renew' then
+          token, leaseTTL = integer(3, 'token', 1), integer(4, 'lease TTL', 1)
+        elseif op == 'pause' then
+          duration = integer(3, 'duration', -MAX)
+        else
+          fail('unknown operation "' .. tostring(op) .. '"')
         end
-        local parsers = {
-          reserve = function()
-            local a = rulesArgumentsTable()
-            a.horizon, a.leaseTTL = integer(7, 'horizon', 1), integer(8, 'lease TTL', 1)
-            if ARGV[9] ~= nil and ARGV[9] ~= '' then a.holding = integer(9, 'holding token', 1) end
-            return a
-          end,
-          finished = function() return {token = integer(3, 'token', 1)} end,
-          renew = function() return {token = integer(3, 'token', 1), leaseTTL = integer(4, 'lease TTL', 1)} end,
-          pause = function() return {duration = integer(3, 'duration', -MAX)} end,
-          consume = rulesArgumentsTable,
-        }
-        local parse = parsers[ARGV[1]]
-        if parse == nil then fail('unknown operation "' .. tostring(ARGV[1]) .. '"') end
-        local a = parse()
 
         local now
         if ARGV[2] == nil or ARGV[2] == '' then
@@ -119,30 +136,41 @@ enum SharedThrottleScript {
         else
           now = integer(2, 'now', 0)
         end
+        -- The clock as read, before the high-water mark: the one keys' TTLs run on.
+        local clock = now
 
-        local s = {}
-        local stored = redis.call('HMGET', stateKey, unpack(fields))
-        for i, name in ipairs(fields) do
-          local value = stored[i]
-          if value then
-            if name == 'monitor' then s[name] = value else s[name] = tonumber(value) end
+        -- The state, nil for what it does not hold (-1 stored).
+        local lastNow, lastStart, lastGap, lastEnd, leaseToken, leaseExpiry, running, pausedUntil
+        local rulesMonitor, rulesCount, rulesWindow, logged, logUntil = nil, nil, nil, 0, -1
+        local stored = redis.call('GET', stateKey)
+        if stored then
+          local monitorCode
+          lastNow, lastStart, lastGap, lastEnd, leaseToken, leaseExpiry, running, pausedUntil, monitorCode, rulesCount, rulesWindow,
+            logged, logUntil = struct.unpack(LAYOUT, stored)
+          if lastStart < 0 then lastStart = nil end
+          if lastEnd < 0 then lastEnd = nil end
+          if leaseToken < 0 then leaseToken, leaseExpiry, running = nil, nil, nil end
+          if pausedUntil < 0 then pausedUntil = nil end
+          if monitorCode == 1 then rulesMonitor = 'serial' elseif monitorCode == 0 then rulesMonitor = 'concurrent' else
+            rulesCount, rulesWindow = nil, nil
           end
+          if lastNow > now then now = lastNow end
         end
-        if s.lastNow and s.lastNow > now then now = s.lastNow end
-        s.lastNow = now
-        s.lastGap = s.lastGap or 0
+        lastNow = now
+        lastGap = lastGap or 0
 
-        -- When the state stops deciding anything: the model's expiry.
+        -- When the state stops deciding anything: the model's expiry. The newest logged start is the last
+        -- start (record writes both).
         local function expiry()
-          if not s.lastStart then return s.pausedUntil end
-          local from = s.lastStart
-          if s.monitor == 'serial' then from = s.expiry or s.lastEnd or s.lastStart end
-          local latest = clamp(from + s.lastGap)
-          if s.pausedUntil and s.pausedUntil > latest then latest = s.pausedUntil end
-          if s.token and s.expiry > latest then latest = s.expiry end
-          if s.count and s.count > 0 then
-            local newest = redis.call('LINDEX', logKey, '-1')
-            if newest then latest = math.max(latest, clamp(tonumber(newest) + s.window)) end
+          if not lastStart then return pausedUntil end
+          local from = lastStart
+          if rulesMonitor == 'serial' then from = leaseExpiry or lastEnd or lastStart end
+          local latest = clamp(from + lastGap)
+          if pausedUntil and pausedUntil > latest then latest = pausedUntil end
+          if leaseToken and leaseExpiry > latest then latest = leaseExpiry end
+          if rulesCount > 0 then
+            local windowEnd = clamp(lastStart + rulesWindow)
+            if windowEnd > latest then latest = windowEnd end
           end
           return latest
         end
@@ -150,116 +178,127 @@ enum SharedThrottleScript {
         local dropAt = expiry()
         if dropAt and dropAt <= now then
           -- Nothing binds any more: the state goes, its rules and log with it (the token key stays).
-          s = {lastNow = now, lastGap = 0}
+          lastStart, lastGap, lastEnd, leaseToken, leaseExpiry, running, pausedUntil = nil, 0, nil, nil, nil, nil, nil
+          rulesMonitor, rulesCount, rulesWindow, logged, logUntil = nil, nil, nil, 0, -1
           redis.call('DEL', logKey)
         else
           -- An expired lease: its start is taken to have ended at the expiry.
-          if s.token and s.expiry <= now then
-            s.lastEnd = s.expiry
-            s.token, s.expiry, s.running = nil, nil, nil
+          if leaseToken and leaseExpiry <= now then
+            lastEnd = leaseExpiry
+            leaseToken, leaseExpiry, running = nil, nil, nil
           end
-          if s.pausedUntil and s.pausedUntil <= now then s.pausedUntil = nil end
+          if pausedUntil and pausedUntil <= now then pausedUntil = nil end
         end
 
-        local function sameRules(monitor, count, window)
-          return s.monitor == nil or (s.monitor == monitor and s.count == count and s.window == window)
+        local function sameRules()
+          return rulesMonitor == nil or (rulesMonitor == monitor and rulesCount == count and rulesWindow == window)
         end
-        local function record(at, gap, monitor, count, window)
-          s.monitor, s.count, s.window = monitor, count, window
-          s.lastStart, s.lastGap, s.lastEnd = at, gap, nil
+        -- Records a start at `at` under the request's rules; the log keeps the count latest.
+        local function record(at)
+          rulesMonitor, rulesCount, rulesWindow = monitor, count, window
+          lastStart, lastGap, lastEnd = at, gap, nil
           if count > 0 then
-            redis.call('RPUSH', logKey, fmt(at))
-            redis.call('LTRIM', logKey, fmt(-count), '-1')
-          end
-        end
-
-        local newToken = false
-        local function reserve()
-          local gap, monitor, count, window = a.gap, a.monitor, a.count, a.window
-          local horizon, leaseTTL, holding = a.horizon, a.leaseTTL, a.holding
-          if not sameRules(monitor, count, window) then return {'mismatch', s.monitor, s.count, s.window} end
-          local at = math.max(now, s.pausedUntil or now)
-          if monitor == 'serial' and s.token and s.token ~= holding then
-            return {'declined', math.max(math.min(s.expiry - now, horizon), MIN_RETRY)}
-          end
-          if s.lastStart then
-            local from = s.lastStart
-            if monitor == 'serial' then from = s.lastEnd or s.lastStart end
-            at = math.max(at, clamp(from + s.lastGap))
-          end
-          if count > 0 and redis.call('LLEN', logKey) >= count then
-            at = math.max(at, clamp(tonumber(redis.call('LINDEX', logKey, fmt(-count))) + window))
-          end
-          local wait = at - now
-          if wait > horizon then return {'declined', math.max(wait - horizon, MIN_RETRY)} end
-          record(at, gap, monitor, count, window)
-          if monitor ~= 'serial' then return {'reserved', at, wait} end
-          local leaseExpiry = clamp(at + leaseTTL)
-          if s.token then
-            s.running = s.running + 1
-            s.expiry = math.max(s.expiry, leaseExpiry)
-          else
-            local last = tonumber(redis.call('GET', tokenKey) or '0')
-            if last == 0 then last = math.max(0, now) end
-            s.token, s.expiry, s.running = last + 1, leaseExpiry, 1
-            newToken = true
-          end
-          return {'reserved', at, wait, s.token}
-        end
-
-        local function finished()
-          local token = a.token
-          if s.token ~= token then return 0 end
-          s.lastEnd = math.max(now, s.lastStart or now)
-          s.running = s.running - 1
-          if s.running <= 0 then s.token, s.expiry, s.running = nil, nil, nil end
-          return 1
-        end
-
-        local function renew()
-          if s.token ~= a.token then return 0 end
-          s.expiry = math.max(s.expiry, clamp(now + a.leaseTTL))
-          return 1
-        end
-
-        local function pause()
-          local untilTime = clamp(now + a.duration)
-          if untilTime > now then s.pausedUntil = math.max(s.pausedUntil or untilTime, untilTime) end
-          return s.pausedUntil or 0
-        end
-
-        local function consume()
-          local gap, monitor, count, window = a.gap, a.monitor, a.count, a.window
-          if not sameRules(monitor, count, window) then return 0 end
-          record(math.max(now, s.lastStart or now), gap, monitor, count, window)
-          s.lastEnd = s.lastStart
-          return 1
-        end
-
-        local function save()
-          local latest = expiry() or now
-          if latest < now then latest = now end
-          local milliseconds = math.ceil((latest - now + GRACE) / 1000)
-          local values = {}
-          for _, name in ipairs(fields) do
-            local value = s[name]
-            if value ~= nil then
-              values[#values + 1] = name
-              if type(value) == 'string' then values[#values + 1] = value else values[#values + 1] = fmt(value) end
+            logged = redis.call('RPUSH', logKey, format('%d', at))
+            -- A new log has no TTL yet.
+            if logged == 1 then logUntil = -1 end
+            if logged > count then
+              redis.call('LTRIM', logKey, format('%d', -count), '-1')
+              logged = count
             end
           end
-          redis.call('DEL', stateKey)
-          redis.call('HSET', stateKey, unpack(values))
-          redis.call('PEXPIRE', stateKey, fmt(milliseconds))
-          if redis.call('EXISTS', logKey) == 1 then redis.call('PEXPIRE', logKey, fmt(milliseconds)) end
-          if newToken then
-            redis.call('SET', tokenKey, fmt(s.token), 'PX', fmt(math.max(milliseconds, TOKEN_LIFE)))
-          end
         end
 
-        local operations = {reserve = reserve, finished = finished, renew = renew, pause = pause, consume = consume}
-        local reply = operations[ARGV[1]]()
-        save()
+        local reply, newToken = nil, false
+        if op == 'reserve' then
+          if not sameRules() then
+            reply = {'mismatch', rulesMonitor, rulesCount, rulesWindow}
+          elseif monitor == 'serial' and leaseToken and leaseToken ~= holding then
+            reply = {'declined', max(min(leaseExpiry - now, horizon), MIN_RETRY)}
+          else
+            local at = now
+            if pausedUntil and pausedUntil > at then at = pausedUntil end
+            if lastStart then
+              local from = lastStart
+              if monitor == 'serial' then from = lastEnd or lastStart end
+              from = clamp(from + lastGap)
+              if from > at then at = from end
+            end
+            -- A full log (count starts): its oldest bounds this start, and leaves the log if it is recorded.
+            local oldest
+            if count > 0 and logged >= count then
+              oldest = redis.call('LPOP', logKey)
+              if oldest then
+                local bound = clamp(tonumber(oldest) + window)
+                if bound > at then at = bound end
+              end
+            end
+            local wait = at - now
+            if wait > horizon then
+              -- A log emptied by the LPOP was deleted: the one made again has no TTL yet.
+              if oldest and redis.call('LPUSH', logKey, oldest) == 1 then logUntil = -1 end
+              reply = {'declined', max(wait - horizon, MIN_RETRY)}
+            else
+              if oldest then logged = logged - 1 end
+              record(at)
+              reply = {'reserved', at, wait}
+              if monitor == 'serial' then
+                local leaseEnd = clamp(at + leaseTTL)
+                if leaseToken then
+                  running = running + 1
+                  leaseExpiry = max(leaseExpiry, leaseEnd)
+                else
+                  local last = tonumber(redis.call('GET', tokenKey) or '0')
+                  if last == 0 then last = max(0, now) end
+                  leaseToken, leaseExpiry, running = last + 1, leaseEnd, 1
+                  newToken = true
+                end
+                reply[4] = leaseToken
+              end
+            end
+          end
+        elseif op == 'consume' then
+          reply = 0
+          if sameRules() then
+            record(max(now, lastStart or now))
+            lastEnd = lastStart
+            reply = 1
+          end
+        elseif op == 'finished' then
+          reply = 0
+          if leaseToken == token then
+            lastEnd = max(now, lastStart or now)
+            running = running - 1
+            if running <= 0 then leaseToken, leaseExpiry, running = nil, nil, nil end
+            reply = 1
+          end
+        elseif op == 'renew' then
+          reply = 0
+          if leaseToken == token then
+            leaseExpiry = max(leaseExpiry, clamp(now + leaseTTL))
+            reply = 1
+          end
+        else
+          local untilTime = clamp(now + duration)
+          if untilTime > now then pausedUntil = max(pausedUntil or untilTime, untilTime) end
+          reply = pausedUntil or 0
+        end
+
+        -- The state lives until its expiry plus the grace; so does the log when its TTL is set, which is
+        -- when less than half the grace would be left (every half minute or so under steady use).
+        local latest = expiry() or now
+        if latest < now then latest = now end
+        local milliseconds = math.ceil((latest - now + GRACE) / 1000)
+        local logRefresh = logged > 0 and logUntil - clock < latest - now + GRACE / 2
+        if logRefresh then logUntil = clock + milliseconds * 1000 end
+        local monitorCode = -1
+        if rulesMonitor == 'serial' then monitorCode = 1 elseif rulesMonitor then monitorCode = 0 end
+        redis.call('SET', stateKey, struct.pack(LAYOUT, lastNow, lastStart or -1, lastGap, lastEnd or -1, leaseToken or -1,
+          leaseExpiry or -1, running or -1, pausedUntil or -1, monitorCode, rulesCount or -1, rulesWindow or -1, logged, logUntil),
+          'PX', format('%d', milliseconds))
+        if logRefresh then redis.call('PEXPIRE', logKey, format('%d', milliseconds)) end
+        if newToken then
+          redis.call('SET', tokenKey, format('%d', leaseToken), 'PX', format('%d', max(milliseconds, TOKEN_LIFE)))
+        end
         return reply
         """#
 }

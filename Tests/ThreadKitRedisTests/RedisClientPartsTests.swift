@@ -1,4 +1,5 @@
 import Foundation
+import SeededRandom
 import Testing
 @testable import ThreadKitRedis
 import ThreadKitTestSupport
@@ -28,6 +29,30 @@ struct RedisClientPartsTests {
         #expect(await eventually { waiting.value == 1 })
         slot.complete(.success(.integer(7)))
         #expect(try await result == .success(.integer(7)))
+    }
+
+    @Test("a command is encoded straight into bytes exactly as RESPValue.command encodes it: every length's digits, empty and multi-byte arguments, parts joined in order")
+    func commandEncoding() {
+        #expect(RedisClient.encode(["PING"]) == Array("*1\r\n$4\r\nPING\r\n".utf8))
+        var random = SplitMix64(seed: 0xE4C0_DE24)
+        for _ in 0..<300 {
+            let parts = (0..<Int(random.next() % 4)).map { _ in
+                (0..<Int(random.next() % 13)).map { _ -> String in
+                    let length = [0, 1, 9, 10, 11, 99, 100, 101, 999, 1_000, 12_345][Int(random.next() % 11)]
+                    return String((0..<length).map { _ in ["a", "é", "\r", "\n", "0", "€", " "][Int(random.next() % 7)] as Character })
+                }
+            }
+            let all = parts.flatMap { $0 }
+            guard !all.isEmpty else { continue }
+            // Compared apart from the expectation, so that a failure names the arguments' lengths, not megabytes.
+            let lengths = parts.map { $0.map(\.utf8.count) }
+            if !parts[0].isEmpty {
+                let same = RedisClient.encode(parts[0]) == RESPValue.command(parts[0]).encoded
+                #expect(same, "one part of arguments of \(lengths[0]) bytes")
+            }
+            let same = RedisClient.encode(parts[0], parts[1...].flatMap { $0 }) == RESPValue.command(all).encoded
+            #expect(same, "parts of arguments of \(lengths) bytes")
+        }
     }
 
     @Test("poll's timeout is whole milliseconds rounded up, zero for a past deadline, -1 for none, and saturates instead of overflowing")

@@ -90,7 +90,7 @@ struct RedisCoordinationTests {
             // The pause goes without waiting, on the first queue's connection: wait until Redis has it.
             var pausedUntil: Int64?
             #expect(await eventually {
-                pausedUntil = (try? observer.sendSync("HGET", stateKey, "pausedUntil"))?.string.flatMap { Int64($0) }
+                pausedUntil = (try? observer.throttleStateFieldSync(stateKey, "pausedUntil"))?.string.flatMap { Int64($0) }
                 return pausedUntil != nil
             })
             let startedAt = LockedValue<ContinuousClock.Instant?>(nil)
@@ -234,11 +234,11 @@ struct RedisCoordinationTests {
             // The waiting queue's own `finished` may still be on its way: wait for it.
             let stateKey = SharedThrottleScript.keys(RedisLimitKeys("long"))[0]
             let observer = makeClient(server.address)
-            var token = try await observer.send("HGET", stateKey, "token")
+            var token = try await observer.throttleStateField(stateKey, "token")
             let deadline = ContinuousClock.now + .seconds(10)
             while token != .bulkString(nil), ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(5))
-                token = try await observer.send("HGET", stateKey, "token")
+                token = try await observer.throttleStateField(stateKey, "token")
             }
             #expect(token == .bulkString(nil))
         }
@@ -268,7 +268,7 @@ struct RedisCoordinationTests {
             let staleEnd = try await SharedThrottleCall(.finished(token: before)).run(on: observer, keys: RedisLimitKeys("tokens"))
             #expect(staleEnd == .finished(false))
             let stateKey = SharedThrottleScript.keys(RedisLimitKeys("tokens"))[0]
-            #expect(try await observer.send("HGET", stateKey, "token").string == after.map { String($0) })
+            #expect(try await observer.throttleStateField(stateKey, "token").string == after.map { String($0) })
         }
     }
 
@@ -293,7 +293,7 @@ struct RedisCoordinationTests {
             let observer = makeClient(server.address)
             let stateKey = SharedThrottleScript.keys(RedisLimitKeys("release"))[0]
             // Within 10 s, not the lease's 60.
-            #expect(await eventually { (try? observer.sendSync("HGET", stateKey, "token")) == .bulkString(nil) })
+            #expect(await eventually { (try? observer.throttleStateFieldSync(stateKey, "token")) == .bulkString(nil) })
         }
     }
 
@@ -321,7 +321,7 @@ struct RedisCoordinationTests {
             let deadline = ContinuousClock.now + .seconds(10)
             while pausedUntil == nil, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(5))
-                pausedUntil = try await observer.send("HGET", stateKey, "pausedUntil").string.flatMap { Int64($0) }
+                pausedUntil = try await observer.throttleStateField(stateKey, "pausedUntil").string.flatMap { Int64($0) }
             }
             let time = try await observer.send("TIME").array?.compactMap { $0.string.flatMap { Int64($0) } } ?? []
             guard let pausedUntil, time.count == 2 else {

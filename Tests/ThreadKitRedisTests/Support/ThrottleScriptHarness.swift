@@ -66,16 +66,50 @@ struct ThrottleScriptHarness {
         let stateKey = SharedThrottleScript.keys(keys)[0]
         let logKey = SharedThrottleScript.keys(keys)[1]
         let tokenKey = SharedThrottleScript.keys(keys)[2]
-        let pairs = try await client.send("HGETALL", stateKey).array ?? []
-        var fields: [String: String] = [:]
-        for index in stride(from: 0, to: pairs.count - 1, by: 2) {
-            fields[pairs[index].string ?? "?"] = pairs[index + 1].string ?? "?"
-        }
+        let fields = try Self.fields(of: await client.send("GET", stateKey))
         let log = (try await client.send("LRANGE", logKey, "0", "-1").array ?? []).map { Int64($0.string ?? "") ?? -1 }
         let stateTTL = try await client.send("PTTL", stateKey).integer ?? 0
         let logTTL = try await client.send("PTTL", logKey).integer ?? 0
         let lastToken = try await client.send("GET", tokenKey).string.flatMap { UInt64($0) }
-        return StoredThrottle(fields: fields, log: log, stateTTL: stateTTL, logTTL: logTTL, lastToken: lastToken)
+        // What the script keeps of the log's key is not the model's: `logged`, how many starts the
+        // log holds, is checked here; `logUntil` is the log's TTL, which the callers check.
+        var modelFields = fields
+        if let logged = modelFields.removeValue(forKey: "logged") {
+            #expect(logged == String(log.count), "the state says the log holds \(logged) starts, it holds \(log)")
+        }
+        modelFields["logUntil"] = nil
+        return StoredThrottle(fields: modelFields, log: log, stateTTL: stateTTL, logTTL: logTTL, lastToken: lastToken)
+    }
+
+    struct BadState: Error { let reply: RESPValue }
+
+    /// The state key's fields (`SharedThrottleScript.stateFields`, thirteen little-endian doubles,
+    /// -1 for none), numbers in decimal and the monitor by name; none for no key.
+    static func fields(of reply: RESPValue) throws -> [String: String] {
+        guard case .bulkString(let bytes?) = reply else {
+            guard reply.isNull else { throw BadState(reply: reply) }
+            return [:]
+        }
+        let names = SharedThrottleScript.stateFields
+        guard bytes.count == 8 * names.count else { throw BadState(reply: reply) }
+        var fields: [String: String] = [:]
+        for (index, name) in names.enumerated() {
+            let bits = bytes[(8 * index)..<(8 * index + 8)].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            let value = Double(bitPattern: bits)
+            // `logUntil` is a time plus a TTL, which may pass 2^53 µs for a state that lasts "never".
+            let largest = name == "logUntil" ? 2 * Double(SharedThrottleCall.maxMicroseconds) : Double(SharedThrottleCall.maxMicroseconds)
+            guard value == value.rounded(), value >= -1, value <= largest else {
+                throw BadState(reply: reply)
+            }
+            guard value >= 0 else { continue }
+            switch (name, value) {
+            case ("monitor", 0): fields[name] = "concurrent"
+            case ("monitor", 1): fields[name] = "serial"
+            case ("monitor", _): throw BadState(reply: reply)
+            default: fields[name] = String(Int64(value))
+            }
+        }
+        return fields
     }
 
     /// Every key of the limit has a TTL (or does not exist), and the log holds at most `count` starts.
@@ -127,5 +161,24 @@ extension SharedThrottle {
         fields["count"] = rules.map { String($0.limit?.count ?? 0) }
         fields["window"] = rules.map { String($0.limit?.window ?? 0) }
         return fields
+    }
+}
+
+extension RedisClient {
+    /// One field of the shared throttle's state under `stateKey`, as `HGET` would answer it: the
+    /// field in decimal (the monitor by name) as a bulk string, the null bulk string when the state
+    /// does not hold it.
+    func throttleStateField(_ stateKey: String, _ name: String) async throws -> RESPValue {
+        Self.field(name, of: try ThrottleScriptHarness.fields(of: await send("GET", stateKey)))
+    }
+
+    /// ``throttleStateField(_:_:)``, blocking the calling thread.
+    @available(*, noasync, message: "it blocks the thread; use 'try await throttleStateField(_:_:)' in async code")
+    func throttleStateFieldSync(_ stateKey: String, _ name: String) throws -> RESPValue {
+        Self.field(name, of: try ThrottleScriptHarness.fields(of: sendSync("GET", stateKey)))
+    }
+
+    private static func field(_ name: String, of fields: [String: String]) -> RESPValue {
+        .bulkString(fields[name].map { Array($0.utf8) })
     }
 }
