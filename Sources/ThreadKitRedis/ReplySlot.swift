@@ -7,12 +7,15 @@ import ThreadKit
 /// wakes the caller: it resumes a continuation or signals a condition, never runs user code, so the
 /// connection's thread may do it.
 final class ReplySlot: @unchecked Sendable {
-    // Sendable: `result` and `continuation` are guarded by `condition`'s mutex.
+    // Sendable: `result`, `continuation` and `then` are guarded by `condition`'s mutex.
     private let condition = ModuleCondition()
     private var result: Result<RESPValue, RedisError>?
     private var continuation: CheckedContinuation<Result<RESPValue, RedisError>, Never>?
     /// The client's own follow-up (never user code), called once with the result, after the lock.
-    private let then: (@Sendable (Result<RESPValue, RedisError>) -> Void)?
+    /// Taken out when the slot completes, so a completed slot holds nothing: the pipeline drops
+    /// slots under the client's lock, and what a follow-up captures (a coordinator, the last
+    /// reference to a client) must not be released there.
+    private var then: (@Sendable (Result<RESPValue, RedisError>) -> Void)?
 
     /// A slot; `then`, if any, is the client's follow-up to the result (run by whoever completes it).
     init(then: (@Sendable (Result<RESPValue, RedisError>) -> Void)? = nil) {
@@ -28,6 +31,7 @@ final class ReplySlot: @unchecked Sendable {
         }
         self.result = result
         let continuation = self.continuation.take()
+        let then = self.then.take()
         condition.broadcast()
         condition.unlock()
         continuation?.resume(returning: result)

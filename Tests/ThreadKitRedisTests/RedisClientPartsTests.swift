@@ -7,6 +7,23 @@ import ThreadKit
 
 @Suite("RedisClient's parts: a blocked wait's own bound, poll's timeout, what counts as unavailable")
 struct RedisClientPartsTests {
+    @Test("a completed reply slot holds nothing of its follow-up: what the follow-up captured is released when it has run, not when the pipeline drops the slot under the client's lock")
+    func completedSlotReleasesItsFollowUp() {
+        final class Captured: Sendable {}
+        weak var released: Captured?
+        let ran = Counter()
+        let slot: ReplySlot = {
+            let captured = Captured()
+            released = captured
+            let slot = ReplySlot { _ in withExtendedLifetime(captured) { _ = ran.increment() } }
+            slot.complete(.success(.simpleString("OK")))
+            return slot
+        }()
+        #expect(ran.value == 1)
+        #expect(released == nil, "the completed slot still holds its follow-up's captures")
+        withExtendedLifetime(slot) {}
+    }
+
     @Test("a blocked wait that nobody completes ends at its own deadline with the given error, and a later completion changes nothing")
     func blockedWaitEndsAtDeadline() async throws {
         let slot = ReplySlot()
