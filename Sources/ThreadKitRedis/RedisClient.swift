@@ -95,7 +95,18 @@ public final class RedisClient: Sendable {
         }
         precondition(commandTimeout > .zero, "RedisClient: commandTimeout must be more than zero, got \(commandTimeout)")
         let pipeline = ReplyPipeline<ReplySlot?>(maxAbandoned: maxAbandoned, connectionTimeout: connectionTimeout ?? max(.seconds(1), commandTimeout * 10))
-        core = RedisClientCore(address: address, commandTimeout: commandTimeout, breaker: breaker, pipeline: pipeline, observeLog: observeLog)
+        core = RedisClientCore(
+            address: address, commandTimeout: commandTimeout, breaker: Self.breaker(breaker, commandTimeout: commandTimeout),
+            pipeline: pipeline, observeLog: observeLog)
+    }
+
+    /// `breaker`, waiting for a probe's outcome at least one command timeout and the wait margin:
+    /// the connection's thread reports it by then at the latest. A shorter wait would count a
+    /// probe still on its way as failed and let the next command probe too.
+    static func breaker(_ breaker: CircuitBreaker, commandTimeout: Duration) -> CircuitBreaker {
+        CircuitBreaker(
+            failureThreshold: breaker.failureThreshold, baseBackoff: breaker.baseBackoff, maxBackoff: breaker.maxBackoff,
+            probeTimeout: max(breaker.probeTimeout, commandTimeout + waitMargin))
     }
 
     deinit {

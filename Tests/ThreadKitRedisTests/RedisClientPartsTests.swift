@@ -7,6 +7,23 @@ import ThreadKit
 
 @Suite("RedisClient's parts: a blocked wait's own bound, poll's timeout, what counts as unavailable")
 struct RedisClientPartsTests {
+    @Test("the breaker waits for a probe's outcome at least one command timeout and the wait margin: with a 1 s timeout, a command 300 ms after the probe is refused, not a second probe")
+    func probeOutlivesTheCommandTimeout() {
+        let breaker = RedisClient.breaker(RedisClient.defaultBreaker, commandTimeout: .seconds(1))
+        #expect(breaker.probeTimeout == .seconds(1) + RedisClient.waitMargin)
+        var state = breaker
+        _ = state.failed(now: .zero, timedOut: true, jitter: 0)
+        guard case .open(let until, _) = state.state else { Issue.record("\(state.state)"); return }
+        #expect(state.permit(now: until) == .probe)
+        guard case .refused = state.permit(now: until + .milliseconds(300)) else {
+            Issue.record("a second probe while the first may still be answered")
+            return
+        }
+        // A short timeout keeps the breaker's own (longer) wait.
+        #expect(RedisClient.breaker(RedisClient.defaultBreaker, commandTimeout: .milliseconds(1)).probeTimeout
+            == max(RedisClient.defaultBreaker.probeTimeout, .milliseconds(1) + RedisClient.waitMargin))
+    }
+
     @Test("a completed reply slot holds nothing of its follow-up: what the follow-up captured is released when it has run, not when the pipeline drops the slot under the client's lock")
     func completedSlotReleasesItsFollowUp() {
         final class Captured: Sendable {}
