@@ -219,19 +219,33 @@ public final class RedisClient: Sendable {
     /// Runs `script` without waiting, as part of the follow-up `followUp` (see ``beginFollowUp()``):
     /// which the command holds until its reply, or its `EVAL` fallback's, is in.
     func evaluateAndForget(_ script: RedisScript, keys: [String], arguments: [String], followUp: UInt64) throws(RedisError) {
-        let fallback = Self.evaluation("EVAL", script.source, keys, arguments)
         followUps.withLock { $0.hold(followUp) }
-        let slot = ReplySlot { [core, followUps] result in
-            guard case .success(.error(let message)) = result, message.hasPrefix("NOSCRIPT") else {
-                followUps.withLock { $0.release(followUp) }
-                return
-            }
-            core.submit(fallback, to: ReplySlot { _ in followUps.withLock { $0.release(followUp) } })
+        let refused = submitEvaluation(script, keys, arguments) { [followUps] _ in followUps.withLock { $0.release(followUp) } }
+        if let refused { throw refused }
+    }
+
+    /// Runs `script` as ``evaluate(_:keys:arguments:)`` does, without blocking or suspending: `then`
+    /// gets the reply (an error reply as ``RESPValue/error(_:)``) or the failure, once, on the
+    /// connection's thread, or at once on the caller's when the client refuses the command.
+    func evaluate(_ script: RedisScript, keys: [String], arguments: [String],
+                  then: @escaping @Sendable (Result<RESPValue, RedisError>) -> Void) {
+        submitEvaluation(script, keys, arguments, then: then)
+    }
+
+    /// Sends `script` by its SHA-1 and, if the server answers `NOSCRIPT`, by its source with `EVAL`
+    /// (encoded only then: a script's source is kilobytes); `then` gets the last reply or failure,
+    /// once. Returns the client's refusal at once, which `then` gets too.
+    @discardableResult
+    private func submitEvaluation(
+        _ script: RedisScript, _ keys: [String], _ arguments: [String],
+        then: @escaping @Sendable (Result<RESPValue, RedisError>) -> Void
+    ) -> RedisError? {
+        let slot = ReplySlot { [core] result in
+            guard case .success(.error(let message)) = result, message.hasPrefix("NOSCRIPT") else { return then(result) }
             core.log("\(script) was not in the server's cache (NOSCRIPT); sent its source with EVAL")
+            core.submit(Self.evaluation("EVAL", script.source, keys, arguments), to: ReplySlot(then: then))
         }
-        if let refused = core.submit(Self.evaluation("EVALSHA", script.sha1, keys, arguments), to: slot) {
-            throw refused
-        }
+        return core.submit(Self.evaluation("EVALSHA", script.sha1, keys, arguments), to: slot)
     }
 
     /// Begins a follow-up that ``flush(timeout:)`` waits for until ``endFollowUp(_:)``: for a

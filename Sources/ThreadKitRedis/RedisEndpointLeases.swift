@@ -199,19 +199,3 @@ package final class RedisEndpointLeases: EndpointCoordinator {
         for lease in pending { send(lease) }
     }
 }
-
-extension RedisClient {
-    /// Runs `script` as ``evaluate(_:keys:arguments:)`` does, without blocking or suspending: `then`
-    /// gets the reply (an error reply as ``RESPValue/error(_:)``) or the failure, once, on the
-    /// connection's thread, or at once on the caller's when the client refuses the command.
-    func evaluate(_ script: RedisScript, keys: [String], arguments: [String],
-                  then: @escaping @Sendable (Result<RESPValue, RedisError>) -> Void) {
-        let eval = RESPValue.command(["EVAL", script.source, String(keys.count)] + keys + arguments).encoded
-        let slot = ReplySlot { [core] result in
-            guard case .success(.error(let message)) = result, message.hasPrefix("NOSCRIPT") else { return then(result) }
-            core.log("\(script) is not in the server's cache (NOSCRIPT); sending its source with EVAL")
-            core.submit(eval, to: ReplySlot(then: then))
-        }
-        core.submit(RESPValue.command(["EVALSHA", script.sha1, String(keys.count)] + keys + arguments).encoded, to: slot)
-    }
-}
