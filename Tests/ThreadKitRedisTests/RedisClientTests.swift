@@ -371,7 +371,8 @@ struct RedisClientRefusedTests {
             Issue.record("nothing listens")
         } catch {
             guard case .unavailable(let retryIn, let lastFailure) = error else { Issue.record("expected a back-off, got \(error)"); return }
-            #expect(retryIn > .seconds(20) && retryIn <= .seconds(60))
+            // What is left of the 30-60 s back-off (less, if a loaded machine ran this call late).
+            #expect(retryIn > .zero && retryIn <= .seconds(60))
             #expect(lastFailure.contains("No such file or directory"))
         }
     }

@@ -268,7 +268,8 @@ struct DocsExamplesTests {
         }
         // end snippet
 
-        #expect(await eventually { polls.value == 1 })
+        // At least one: a check that a loaded machine runs more than 5 s late sees the second poll too.
+        #expect(await eventually { polls.value >= 1 })
         #expect(heartbeat.cancel())
         #expect(poll.cancel())
         // The timer runs its calls in deadline order: the poll, due now, ran before the first beat,
