@@ -7,7 +7,7 @@ import ThreadKit
 /// computes); a reply that is not one the script gives is a ``BadReply``, never a trap.
 struct EndpointLeaseCall: Sendable, Equatable {
     /// The largest microsecond value the script keeps: 2⁵³−1 (about 285 years), "never".
-    static let maxMicroseconds: Int64 = (1 << 53) - 1
+    static let maxMicroseconds = LimitScript.maxMicroseconds
 
     /// What the script is asked to do.
     enum Operation: Sendable, Equatable {
@@ -38,10 +38,7 @@ struct EndpointLeaseCall: Sendable, Equatable {
     }
 
     /// A reply the script never gives.
-    struct BadReply: Error, Equatable, CustomStringConvertible {
-        /// What was expected, and what came.
-        let description: String
-    }
+    typealias BadReply = LimitScript.BadReply
 
     var operation: Operation
     /// The script's clock for this call, in microseconds: for tests with made-up times only. `nil`
@@ -74,22 +71,17 @@ struct EndpointLeaseCall: Sendable, Equatable {
 
     /// `ARGV`: the operation, `now` (empty: `TIME`), then the operation's arguments.
     var arguments: [String] {
-        let clock = now.map { Self.clamped($0) } ?? ""
+        let clamped = LimitScript.clamped
         switch operation {
         case .acquire(let limit, let token, let ttl):
-            return ["acquire", clock, String(limit), token, Self.clamped(ttl)]
+            return LimitScript.arguments("acquire", now: now) + [String(limit), token, clamped(ttl)]
         case .release(let token):
-            return ["release", clock, token]
+            return LimitScript.arguments("release", now: now) + [token]
         case .renew(let token, let ttl):
-            return ["renew", clock, token, Self.clamped(ttl)]
+            return LimitScript.arguments("renew", now: now) + [token, clamped(ttl)]
         case .pause(let duration):
-            return ["pause", clock, Self.clamped(duration)]
+            return LimitScript.arguments("pause", now: now) + [clamped(duration)]
         }
-    }
-
-    /// `value` clamped to ±``maxMicroseconds``, as text.
-    static func clamped(_ value: Int64) -> String {
-        String(min(max(value, -maxMicroseconds), maxMicroseconds))
     }
 
     /// Runs the call on `client`, for the leases `keys`.
@@ -127,6 +119,6 @@ struct EndpointLeaseCall: Sendable, Equatable {
     }
 
     private static func bad(_ expected: String, _ reply: RESPValue) -> BadReply {
-        BadReply(description: "endpoint lease script: expected \(expected), got \(reply)")
+        BadReply("endpoint lease", expected: expected, got: reply)
     }
 }

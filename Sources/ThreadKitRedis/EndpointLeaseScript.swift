@@ -38,42 +38,16 @@ enum EndpointLeaseScript {
     }
 
     /// The Lua source.
-    static let source = #"""
-        local MAX = 9007199254740991
-        local MIN_RETRY = 1000
-        local GRACE = 60000000
+    static let source = LimitScript.prelude(named: "endpoint leases") + #"""
         local leaseKey, stateKey = KEYS[1], KEYS[2]
 
-        local function fail(message)
-          error({err = 'ERR threadkit endpoint leases: ' .. message})
-        end
-        local function clamp(x)
-          if x > MAX then return MAX elseif x < -MAX then return -MAX end
-          return x
-        end
-        local function fmt(x) return string.format('%d', x) end
-        local function integer(index, name, least)
-          local x = tonumber(ARGV[index])
-          if x == nil or x ~= x or x ~= math.floor(x) then
-            fail(name .. ' must be an integer, got "' .. tostring(ARGV[index]) .. '"')
-          end
-          x = clamp(x)
-          if x < least then fail(name .. ' must be at least ' .. fmt(least) .. ', got ' .. fmt(x)) end
-          return x
-        end
         local function token(index)
           local t = ARGV[index]
           if t == nil or t == '' then fail('a token must not be empty') end
           return t
         end
 
-        local now
-        if ARGV[2] == nil or ARGV[2] == '' then
-          local time = redis.call('TIME')
-          now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-        else
-          now = integer(2, 'now', 0)
-        end
+        local now = readNow()
         local operation, args = ARGV[1], nil
         if operation == 'acquire' then args = {integer(3, 'limit', 1), token(4), integer(5, 'lease TTL', 1)}
         elseif operation == 'release' then args = {token(3)}

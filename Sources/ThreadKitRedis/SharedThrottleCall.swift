@@ -9,7 +9,7 @@ import ThreadKit
 /// ``BadReply``, never a trap.
 struct SharedThrottleCall: Sendable, Equatable {
     /// The largest microsecond value the script keeps: 2⁵³−1 (about 285 years), "never".
-    static let maxMicroseconds = SharedThrottle.microsecondLimit
+    static let maxMicroseconds = LimitScript.maxMicroseconds
 
     /// At most `count` starts in any sliding window of `window` microseconds.
     typealias Limit = SharedThrottle.Limit
@@ -47,10 +47,7 @@ struct SharedThrottleCall: Sendable, Equatable {
     }
 
     /// A reply the script never gives.
-    struct BadReply: Error, Equatable, CustomStringConvertible {
-        /// What was expected, and what came.
-        let description: String
-    }
+    typealias BadReply = LimitScript.BadReply
 
     var operation: Operation
     /// The script's clock for this call, in microseconds: for tests with made-up times only. `nil`
@@ -82,19 +79,19 @@ struct SharedThrottleCall: Sendable, Equatable {
 
     /// `ARGV`: the operation, `now` (empty: `TIME`), then the operation's arguments.
     var arguments: [String] {
-        let clock = now.map { Self.clamped($0) } ?? ""
+        let clamped = LimitScript.clamped
         switch operation {
         case .reserve(let gap, let monitor, let limit, let horizon, let leaseTTL, let holding):
-            return ["reserve", clock] + Self.rulesArguments(gap, monitor, limit)
-                + [Self.clamped(horizon), Self.clamped(leaseTTL), holding.map { String($0) } ?? ""]
+            return LimitScript.arguments("reserve", now: now) + Self.rulesArguments(gap, monitor, limit)
+                + [clamped(horizon), clamped(leaseTTL), holding.map { String($0) } ?? ""]
         case .finished(let token):
-            return ["finished", clock, String(token)]
+            return LimitScript.arguments("finished", now: now) + [String(token)]
         case .renew(let token, let leaseTTL):
-            return ["renew", clock, String(token), Self.clamped(leaseTTL)]
+            return LimitScript.arguments("renew", now: now) + [String(token), clamped(leaseTTL)]
         case .pause(let duration):
-            return ["pause", clock, Self.clamped(duration)]
+            return LimitScript.arguments("pause", now: now) + [clamped(duration)]
         case .recordConsumed(let gap, let monitor, let limit):
-            return ["consume", clock] + Self.rulesArguments(gap, monitor, limit)
+            return LimitScript.arguments("consume", now: now) + Self.rulesArguments(gap, monitor, limit)
         }
     }
 
@@ -173,16 +170,12 @@ struct SharedThrottleCall: Sendable, Equatable {
     }
 
     private static func bad(_ expected: String, _ reply: RESPValue) -> BadReply {
-        BadReply(description: "the shared throttle script answered \(reply), not \(expected)")
+        BadReply("shared throttle", expected: expected, got: reply)
     }
 
     private static func rulesArguments(_ gap: Int64, _ monitor: ThrottledQueue.Monitor, _ limit: Limit?) -> [String] {
-        [clamped(gap), monitor == .serial ? "serial" : "concurrent", String(limit?.count ?? 0), clamped(limit?.window ?? 0)]
-    }
-
-    /// `value` clamped to ±(2⁵³−1), in decimal.
-    private static func clamped(_ value: Int64) -> String {
-        String(value.clampedToMicrosecondLimit)
+        [LimitScript.clamped(gap), monitor == .serial ? "serial" : "concurrent", String(limit?.count ?? 0),
+         LimitScript.clamped(limit?.window ?? 0)]
     }
 
     private static func check(gap: Int64, limit: Limit?) {

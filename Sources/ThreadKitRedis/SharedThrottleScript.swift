@@ -75,37 +75,11 @@ enum SharedThrottleScript {
     }
 
     /// The Lua source.
-    static let source = #"""
-        local MAX = 9007199254740991
-        local MIN_RETRY = 1000
-        local GRACE = 60000000
+    static let source = LimitScript.prelude(named: "shared throttle") + #"""
         local TOKEN_LIFE = 86400000
         local LAYOUT = '<ddddddddddddd'
         local stateKey, logKey, tokenKey = KEYS[1], KEYS[2], KEYS[3]
         local op = ARGV[1]
-        local tonumber, floor, format, max, min = tonumber, math.floor, string.format, math.max, math.min
-
-        local function fail(message)
-          error({err = 'ERR threadkit shared throttle: ' .. message})
-        end
-        local function clamp(x)
-          if x > MAX then return MAX elseif x < -MAX then return -MAX end
-          return x
-        end
-        -- ARGV[index], a whole number of at least `least`, clamped to ±MAX.
-        local function integer(index, name, least)
-          local x = tonumber(ARGV[index])
-          if x and x % 1 == 0 and x >= least then
-            if x > MAX then return MAX end
-            return x
-          end
-          if x == nil or x ~= x or x ~= floor(x) then
-            fail(name .. ' must be an integer, got "' .. tostring(ARGV[index]) .. '"')
-          end
-          x = clamp(x)
-          if x < least then fail(name .. ' must be at least ' .. format('%d', least) .. ', got ' .. format('%d', x)) end
-          return x
-        end
 
         -- Every argument is checked before anything is read or written.
         local gap, monitor, count, window, horizon, leaseTTL, holding, token, duration
@@ -129,13 +103,7 @@ enum SharedThrottleScript {
           fail('unknown operation "' .. tostring(op) .. '"')
         end
 
-        local now
-        if ARGV[2] == nil or ARGV[2] == '' then
-          local time = redis.call('TIME')
-          now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-        else
-          now = integer(2, 'now', 0)
-        end
+        local now = readNow()
         -- The clock as read, before the high-water mark: the one keys' TTLs run on.
         local clock = now
 
