@@ -114,13 +114,13 @@ struct RedisClientFlushTests {
             let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .seconds(3), maxBackoff: .seconds(3))
             let client = makeClient(server.address, timeout: .milliseconds(300), breaker: breaker)
             _ = try await client.send("PING")
-            server.kill()
+            await server.killed()
             // The first loses the connection that was answering, the second is refused: the breaker opens.
             for _ in 0..<2 { _ = try? await client.send("PING") }
             let coordinator = RedisStartCoordinator(client: client, keys: RedisLimitKeys("resent"))
             coordinator.pause(for: .seconds(30))
             #expect(client.followUps.withLock { $0.openCount } == 1, "the pause was not kept to send again")
-            try server.start()
+            try await server.startedAgain()
             try await client.flush(timeout: .seconds(10))
             #expect(client.followUps.withLock { $0.openCount } == 0)
             let probe = SharedThrottleProbe(client: makeClient(server.address), key: "resent")

@@ -208,7 +208,7 @@ struct RedisClientTests {
             let lines = LogLines()
             let client = makeClient(server.address, lines: lines)
             #expect(try await client.send("SET", "k", "before") == .simpleString("OK"))
-            server.kill()
+            await server.killed()
             var seen: [RedisError] = []
             func sawRefusalAndBackoff() -> Bool {
                 seen.contains { if case .connectionRefused = $0 { true } else { false } }
@@ -231,7 +231,7 @@ struct RedisClientTests {
             #expect(seen.allSatisfy { $0.isUnavailable })
             #expect(await eventually { lines.count(containing: "could not connect") >= 1 })
 
-            try server.start()
+            try await server.startedAgain()
             #expect(await pingUntilAnswered(client))
             // A new server, empty: the key written before is gone.
             #expect(try await client.send("GET", "k") == .bulkString(nil))
