@@ -226,7 +226,7 @@ final class RedisClientCore: Sendable {
                 }
                 do {
                     while let value = try parser.next() {
-                        if let (reason, isFailure) = deliver(value) { return end(reason, countsAsFailure: isFailure) }
+                        if let reason = deliver(value) { return end(reason, countsAsFailure: true) }
                     }
                 } catch {
                     return end(error.description, countsAsFailure: true)
@@ -235,14 +235,19 @@ final class RedisClientCore: Sendable {
         }
     }
 
-    /// Hands a reply to its command; returns why the connection must end, if it must, and whether
-    /// that is a failure (a reply nobody asked for) or not (a read-only replica: connect again).
-    private func deliver(_ value: RESPValue) -> (reason: String, isFailure: Bool)? {
+    /// Hands a reply to its command; returns why the connection must end, if it must: a reply
+    /// nobody asked for, or a read-only replica's READONLY. Both are failures the breaker counts, so
+    /// that its back-off spaces the connections made again to a replica (which would answer each
+    /// write with READONLY again) instead of one per command.
+    private func deliver(_ value: RESPValue) -> String? {
         let now = now
+        var readOnly: String?
+        if case .error(let message) = value, message.hasPrefix("READONLY") { readOnly = message }
         let (outcome, recovered) = state.withLock { state in
             let outcome = state.pipeline.reply(at: now)
             if case .unexpected = outcome { return (outcome, false) }
             state.phase = .connected(answered: true)
+            if readOnly != nil, case .answers = outcome { return (outcome, false) }
             state.lastFailure = nil
             return (outcome, state.breaker.succeeded())
         }
@@ -250,14 +255,14 @@ final class RedisClientCore: Sendable {
         switch outcome {
         case .answers(let entry):
             entry.waiter?.complete(.success(value))
-            if case .error(let message) = value, message.hasPrefix("READONLY") {
-                return ("the server is a read-only replica (\(message)); connecting again", false)
+            if let readOnly {
+                return "the server is a read-only replica (\(readOnly)); connecting again"
             }
             return nil
         case .discarded:
             return nil
         case .unexpected:
-            return ("a reply came with no command waiting for it: \(value)", true)
+            return "a reply came with no command waiting for it: \(value)"
         }
     }
 
