@@ -11,7 +11,8 @@ import Foundation
 /// A caller never touches the network: it asks the breaker, appends its encoded command to the
 /// pipeline under the lock, wakes the connection's thread (or starts one when there is none) and
 /// waits on its slot. The connection's thread ("Redis connection …") does all the rest: it resolves
-/// the host and connects (bounded by the first command's deadline), writes the commands' bytes as
+/// the host (on a thread of its own, see ``HostLookup``) and connects, both bounded by the first
+/// command's deadline, writes the commands' bytes as
 /// the socket takes them, reads and frames the replies, and fails each command at its deadline: its
 /// `poll` wakes at the earliest deadline in flight, one rolling timer per connection. When the
 /// connection ends, the thread fails what was in flight and exits; the next command starts another.
@@ -61,9 +62,13 @@ final class RedisClientCore: Sendable {
     /// Also receives every log line (tests watch reconnects through it; `Log`'s delegate is process-wide).
     private let observeLog: (@Sendable (String) -> Void)?
 
+    /// How the connection's thread resolves a host name (bounded by the connect's deadline).
+    private let lookup: HostLookup.Lookup
+
     init(address: RedisClient.Address, commandTimeout: Duration, breaker: CircuitBreaker, pipeline: ReplyPipeline<ReplySlot?>,
-         observeLog: (@Sendable (String) -> Void)?) {
+         lookup: @escaping HostLookup.Lookup = HostLookup.system, observeLog: (@Sendable (String) -> Void)?) {
         self.address = address
+        self.lookup = lookup
         self.commandTimeout = commandTimeout
         self.state = Locked(State(pipeline: pipeline, breaker: breaker))
         self.observeLog = observeLog
@@ -139,7 +144,7 @@ final class RedisClientCore: Sendable {
         let deadline = state.withLock { $0.pipeline.nextDeadline } ?? now + commandTimeout
         let socket: RedisConnection
         do {
-            socket = try RedisConnection.open(address, deadline: origin + deadline, timeout: commandTimeout)
+            socket = try RedisConnection.open(address, deadline: origin + deadline, timeout: commandTimeout, lookup: lookup)
         } catch {
             end(error.description, connectError: error, countsAsFailure: true)
             return
