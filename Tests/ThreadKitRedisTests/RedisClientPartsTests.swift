@@ -262,7 +262,10 @@ struct HostLookupTests {
         }
         let waited = ContinuousClock.now - started
         #expect(outcomes == Array(repeating: RedisError.timedOut(after: .milliseconds(300), sent: false), count: 3), "\(outcomes)")
-        #expect(waited >= .milliseconds(300) && waited < .seconds(10), "waited \(waited)")
+        // Timed out, not sent: a command that waited for the lookup (which ends only when the test
+        // lets it go, or after 20 s) would fail with its answer instead, refused. No upper bound on
+        // the wait: a loaded machine may resume these tasks late.
+        #expect(waited >= .milliseconds(300), "waited \(waited)")
         #expect(lookups.value == 1)
         #expect(await eventually { lines.count(containing: "could not connect to redis.hangs.invalid:6379") == 1 }, "\(lines.all)")
     }
