@@ -10,8 +10,10 @@ import Testing
 /// other test of the process stops for as long as the child runs, seconds on a loaded machine. The
 /// handler's child tasks inherit this trait's executor preference, so they block threads of their own.
 public struct ExitTestOnOwnThreads: TestTrait, SuiteTrait, TestScoping {
+    /// On a suite, it applies to every test in it.
     public var isRecursive: Bool { true }
 
+    /// Runs the test with a preference for ``ThreadPerJobExecutor``, which its child tasks inherit.
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
