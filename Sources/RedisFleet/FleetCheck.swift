@@ -36,7 +36,15 @@ package struct FleetCheck: CustomStringConvertible {
     /// that reservation was its own; a reservation given up unused makes no start look later.
     package let startDelays: [Int64]
     /// For `.serial`: consecutive runs (by start) that overlap, or whose start follows the previous
-    /// end by less than the gap.
+    /// end by less than the gap, as measured.
+    ///
+    /// The check errs toward passing: a measured run lies inside the real one (its start is read
+    /// after the real start, its end before the real end), so a measured end-to-start gap is larger
+    /// than the real one by the two readings' delays, up to two round trips to Redis. A violation
+    /// found is always a real one; a real gap short by less than those delays goes unseen. The
+    /// check compares with the gap itself rather than with the gap plus two round trips: no bound
+    /// on a round trip holds on a loaded machine, and a check that could fail a correct run would
+    /// be worse than one that can miss a violation smaller than the readings' delays.
     package let serialViolations: [(Run, Run)]
     /// How many reservations and runs there were.
     package let reservationCount: Int
@@ -47,7 +55,8 @@ package struct FleetCheck: CustomStringConvertible {
     /// - Parameters:
     ///   - gap: The gap every start asked for, from the previous start (`.concurrent`).
     ///   - window: The limit's window, `nil` without a limit.
-    ///   - serialGap: For `.serial`: the gap from the previous task's end.
+    ///   - serialGap: For `.serial`: the gap from the previous task's end, compared with the measured
+    ///     runs as they are (see ``serialViolations``: this errs toward passing by up to two round trips).
     package init(reservations: [Int64], runs: [Run], gap: Int64, window: Int64?, serialGap: Int64? = nil) {
         let reserved = reservations.sorted()
         var close: [(Int64, Int64)] = []

@@ -15,7 +15,8 @@ import Foundation
 /// another on the one connection without waiting for earlier replies; the server answers them in
 /// order, and each reply goes to the command it answers.
 ///
-/// **Where the work happens.** One thread per connection ("Redis connection …") resolves the host,
+/// **Where the work happens.** One thread per connection ("Redis connection …") resolves the host
+/// (a name on a short-lived thread of its own, waited for no longer than the connect),
 /// connects, writes the queued commands and reads the replies; it blocks in `poll` while there is
 /// nothing to do, so an idle client uses no CPU. A caller only appends its encoded command under a
 /// short lock: ``send(_:)-(String...)`` then suspends, ``sendSync(_:)-(String...)`` blocks its
@@ -23,7 +24,7 @@ import Foundation
 ///
 /// **Timeouts.** A command with no reply ``commandTimeout`` after it was called fails with
 /// ``RedisError/timedOut(after:sent:)``, which says whether it was sent (then the server may have
-/// run it). Its reply, when it comes, is discarded, and the connection stays up; it is dropped only
+/// run it); that holds while the client resolves the host name and connects too. Its reply, when it comes, is discarded, and the connection stays up; it is dropped only
 /// when more than 64 replies are overdue at once, or when nothing at all has been read for
 /// `max(1 s, 10 × commandTimeout)` while replies are due. Neither wait ends early when its task is
 /// cancelled: the command may be on its way, and the timeout bounds the wait.
@@ -88,8 +89,10 @@ public final class RedisClient: Sendable {
     ///   - maxAbandoned: How many timed-out commands may wait for their replies before the connection is dropped.
     ///   - connectionTimeout: How long nothing may be read while replies are due before the
     ///     connection is dropped; `nil` for `max(1 s, 10 × commandTimeout)`.
+    ///   - lookup: How a host name is resolved (tests give a slow one).
     init(_ address: Address, commandTimeout: Duration, breaker: CircuitBreaker, maxAbandoned: Int = 64,
-         connectionTimeout: Duration? = nil, observeLog: (@Sendable (String) -> Void)?) {
+         connectionTimeout: Duration? = nil, lookup: @escaping HostLookup.Lookup = HostLookup.system,
+         observeLog: (@Sendable (String) -> Void)?) {
         if case .tcp(_, let port) = address {
             precondition((1...65535).contains(port), "RedisClient: the port must be in 1...65535, got \(port)")
         }
@@ -97,7 +100,7 @@ public final class RedisClient: Sendable {
         let pipeline = ReplyPipeline<ReplySlot?>(maxAbandoned: maxAbandoned, connectionTimeout: connectionTimeout ?? max(.seconds(1), commandTimeout * 10))
         core = RedisClientCore(
             address: address, commandTimeout: commandTimeout, breaker: Self.breaker(breaker, commandTimeout: commandTimeout),
-            pipeline: pipeline, observeLog: observeLog)
+            pipeline: pipeline, lookup: lookup, observeLog: observeLog)
     }
 
     /// `breaker`, waiting for a probe's outcome at least one command timeout and the wait margin:

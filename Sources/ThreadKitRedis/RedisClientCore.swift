@@ -11,7 +11,8 @@ import Foundation
 /// A caller never touches the network: it asks the breaker, appends its encoded command to the
 /// pipeline under the lock, wakes the connection's thread (or starts one when there is none) and
 /// waits on its slot. The connection's thread ("Redis connection …") does all the rest: it resolves
-/// the host and connects (bounded by the first command's deadline), writes the commands' bytes as
+/// the host (on a thread of its own, see ``HostLookup``) and connects, both bounded by the first
+/// command's deadline, writes the commands' bytes as
 /// the socket takes them, reads and frames the replies, and fails each command at its deadline: its
 /// `poll` wakes at the earliest deadline in flight, one rolling timer per connection. When the
 /// connection ends, the thread fails what was in flight and exits; the next command starts another.
@@ -61,9 +62,13 @@ final class RedisClientCore: Sendable {
     /// Also receives every log line (tests watch reconnects through it; `Log`'s delegate is process-wide).
     private let observeLog: (@Sendable (String) -> Void)?
 
+    /// How the connection's thread resolves a host name (bounded by the connect's deadline).
+    private let lookup: HostLookup.Lookup
+
     init(address: RedisClient.Address, commandTimeout: Duration, breaker: CircuitBreaker, pipeline: ReplyPipeline<ReplySlot?>,
-         observeLog: (@Sendable (String) -> Void)?) {
+         lookup: @escaping HostLookup.Lookup = HostLookup.system, observeLog: (@Sendable (String) -> Void)?) {
         self.address = address
+        self.lookup = lookup
         self.commandTimeout = commandTimeout
         self.state = Locked(State(pipeline: pipeline, breaker: breaker))
         self.observeLog = observeLog
@@ -139,7 +144,7 @@ final class RedisClientCore: Sendable {
         let deadline = state.withLock { $0.pipeline.nextDeadline } ?? now + commandTimeout
         let socket: RedisConnection
         do {
-            socket = try RedisConnection.open(address, deadline: origin + deadline, timeout: commandTimeout)
+            socket = try RedisConnection.open(address, deadline: origin + deadline, timeout: commandTimeout, lookup: lookup)
         } catch {
             end(error.description, connectError: error, countsAsFailure: true)
             return
@@ -226,7 +231,7 @@ final class RedisClientCore: Sendable {
                 }
                 do {
                     while let value = try parser.next() {
-                        if let (reason, isFailure) = deliver(value) { return end(reason, countsAsFailure: isFailure) }
+                        if let reason = deliver(value) { return end(reason, countsAsFailure: true) }
                     }
                 } catch {
                     return end(error.description, countsAsFailure: true)
@@ -235,14 +240,19 @@ final class RedisClientCore: Sendable {
         }
     }
 
-    /// Hands a reply to its command; returns why the connection must end, if it must, and whether
-    /// that is a failure (a reply nobody asked for) or not (a read-only replica: connect again).
-    private func deliver(_ value: RESPValue) -> (reason: String, isFailure: Bool)? {
+    /// Hands a reply to its command; returns why the connection must end, if it must: a reply
+    /// nobody asked for, or a read-only replica's READONLY. Both are failures the breaker counts, so
+    /// that its back-off spaces the connections made again to a replica (which would answer each
+    /// write with READONLY again) instead of one per command.
+    private func deliver(_ value: RESPValue) -> String? {
         let now = now
+        var readOnly: String?
+        if case .error(let message) = value, message.hasPrefix("READONLY") { readOnly = message }
         let (outcome, recovered) = state.withLock { state in
             let outcome = state.pipeline.reply(at: now)
             if case .unexpected = outcome { return (outcome, false) }
             state.phase = .connected(answered: true)
+            if readOnly != nil, case .answers = outcome { return (outcome, false) }
             state.lastFailure = nil
             return (outcome, state.breaker.succeeded())
         }
@@ -250,14 +260,14 @@ final class RedisClientCore: Sendable {
         switch outcome {
         case .answers(let entry):
             entry.waiter?.complete(.success(value))
-            if case .error(let message) = value, message.hasPrefix("READONLY") {
-                return ("the server is a read-only replica (\(message)); connecting again", false)
+            if let readOnly {
+                return "the server is a read-only replica (\(readOnly)); connecting again"
             }
             return nil
         case .discarded:
             return nil
         case .unexpected:
-            return ("a reply came with no command waiting for it: \(value)", true)
+            return "a reply came with no command waiting for it: \(value)"
         }
     }
 

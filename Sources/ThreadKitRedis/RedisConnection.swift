@@ -7,7 +7,7 @@ import Darwin
 #endif
 
 /// One open, non-blocking socket to a Redis server: connecting with a deadline (resolving the host
-/// name first), writing what the socket takes, reading what has come.
+/// name first, within the same deadline), writing what the socket takes, reading what has come.
 ///
 /// Only the connection's own thread uses it; the socket is closed when that thread lets it go.
 final class RedisConnection: Sendable {
@@ -21,11 +21,14 @@ final class RedisConnection: Sendable {
         close(descriptor)
     }
 
-    /// Connects to `address`, giving up at `deadline`.
+    /// Connects to `address`, giving up at `deadline`: resolving a host name (with `lookup`, on a
+    /// thread of its own unless the host is a numeric address) counts against it too.
     ///
     /// - Throws: ``RedisError/connectionRefused(address:reason:)`` when the server cannot be reached,
-    ///   ``RedisError/timedOut(after:sent:)`` (not sent) when connecting takes past the deadline.
-    static func open(_ address: RedisClient.Address, deadline: ContinuousClock.Instant, timeout: Duration) throws(RedisError) -> RedisConnection {
+    ///   ``RedisError/timedOut(after:sent:)`` (not sent) when resolving and connecting take past the deadline.
+    static func open(
+        _ address: RedisClient.Address, deadline: ContinuousClock.Instant, timeout: Duration, lookup: @escaping HostLookup.Lookup = HostLookup.system
+    ) throws(RedisError) -> RedisConnection {
         switch address {
         case .unixSocket(let path):
             var socketAddress = sockaddr_un()
@@ -40,28 +43,29 @@ final class RedisConnection: Sendable {
                 try connectSocket(family: AF_UNIX, raw, length: socklen_t(MemoryLayout<sockaddr_un>.size), address, deadline, timeout)
             }
         case .tcp(let host, let port):
-            var hints = addrinfo()
-            hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-            hints.ai_family = AF_UNSPEC
-            var list: UnsafeMutablePointer<addrinfo>?
-            let status = getaddrinfo(host, String(port), &hints, &list)
-            guard status == 0, let list else {
-                throw .connectionRefused(address: address.description, reason: String(cString: gai_strerror(status)))
+            let addresses: [HostLookup.Address]
+            do {
+                addresses = try HostLookup.resolve(host, port, with: lookup, until: deadline).get()
+            } catch HostLookup.Failure.pastDeadline {
+                throw .timedOut(after: timeout, sent: false)
+            } catch {
+                throw .connectionRefused(address: address.description, reason: error.reason)
             }
-            defer { freeaddrinfo(list) }
             var lastError = RedisError.connectionRefused(address: address.description, reason: "no address for the host")
-            var entry: UnsafeMutablePointer<addrinfo>? = list
-            while let current = entry {
-                do {
-                    let raw = UnsafeRawBufferPointer(start: current.pointee.ai_addr, count: Int(current.pointee.ai_addrlen))
-                    let connection = try connectSocket(family: current.pointee.ai_family, raw, length: current.pointee.ai_addrlen, address, deadline, timeout)
+            for resolved in addresses {
+                let connected = resolved.bytes.withUnsafeBytes { raw in
+                    Result { () throws(RedisError) in
+                        try connectSocket(family: resolved.family, raw, length: socklen_t(raw.count), address, deadline, timeout)
+                    }
+                }
+                switch connected {
+                case .success(let connection):
                     var on: Int32 = 1
                     setsockopt(connection.descriptor, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
                     return connection
-                } catch {
+                case .failure(let error):
                     lastError = error
                 }
-                entry = current.pointee.ai_next
             }
             throw lastError
         }

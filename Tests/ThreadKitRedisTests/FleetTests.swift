@@ -162,7 +162,7 @@ struct FleetCheckTests {
 /// A fleet's plan refuses what no run could mean, naming the argument and its value.
 @Suite("A fleet's plan: bad arguments stop the process", .serialized)
 struct FleetPlanExitTests {
-    @Test("members, tasks, a negative gap and a count without a window each stop with a message naming them",
+    @Test("members, tasks, a negative gap and a count without a window each stop with a message naming them", .exitTestOnOwnThreads,
           arguments: ["members", "tasks", "gap", "count"])
     func stops(_ argument: String) async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [argument] in
@@ -191,3 +191,32 @@ struct FleetRecordsTests {
     }
 }
 
+
+@Suite("The fleet's MONITOR reader", .needsRedisServer, .timeLimit(.minutes(1)))
+struct RedisMonitorTests {
+    @Test("every command sent after the constructor returns is seen, in order, also when thousands come in one read; stop ends the reader at once")
+    func seesEveryCommandAndStops() async throws {
+        try await withRedisServer { server in
+            let outcome = try await onNewThread(limit: .seconds(20)) { () -> Result<(lines: [String], stopTook: Duration), any Error> in
+                Result {
+                    let monitor = try RedisMonitor(socketPath: server.socketPath)
+                    let client = RedisClient(server.address, commandTimeout: .seconds(5))
+                    // Sent without waiting: the server runs them back to back, and their MONITOR lines
+                    // reach the reader many to a read.
+                    for index in 0..<3_000 { try client.sendAndForget("SET", "k", String(index)) }
+                    try client.flushSync(timeout: .seconds(10))
+                    let deadline = ContinuousClock.now + .seconds(10)
+                    while monitor.all.filter({ $0.contains("\"SET\"") }).count < 3_000, ContinuousClock.now < deadline { usleep(1_000) }
+                    let lines = monitor.all
+                    let started = ContinuousClock.now
+                    monitor.stop()
+                    return (lines, ContinuousClock.now - started)
+                }
+            }.get()
+            let values = outcome.lines.filter { $0.contains("\"SET\"") }.compactMap { $0.split(separator: "\"").last.map(String.init) }
+            #expect(outcome.lines.first == "+OK")
+            #expect(values == (0..<3_000).map(String.init))
+            #expect(outcome.stopTook < .seconds(1), "stop took \(outcome.stopTook)")
+        }
+    }
+}

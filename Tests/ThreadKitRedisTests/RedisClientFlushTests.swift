@@ -80,7 +80,7 @@ struct RedisClientFlushTests {
         }
     }
 
-    @Test("a process that ends its last .serial task, flushes and exits at once hands its lease back: a queue of another process on the key starts within 2 s, not the lease's 10 s")
+    @Test("a process that ends its last .serial task, flushes and exits at once hands its lease back: a queue of another process on the key starts within 2 s, not the lease's 10 s", .exitTestOnOwnThreads)
     func leaseHandedBackBeforeExit() async throws {
         try await withRedisServer { (server: RedisServer) async throws -> Void in
             let path: String = server.socketPath
@@ -105,22 +105,30 @@ struct RedisClientFlushTests {
         }
     }
 
-    @Test("a pause the breaker refused, kept by the coordinator to send again, is on Redis once flush returns after the server is back")
+    @Test("a pause the breaker refused, kept by the coordinator to send again, is on Redis once flush returns, though the flush's PING was answered a second before the pause was sent again")
     func flushWaitsForQueuedResend() async throws {
         try await withRedisServer { (server: RedisServer) async throws -> Void in
-            // A back-off (1.5 to 3 s) that outlasts the server's restart even on a loaded machine: the
-            // coordinator sends the pause again once, when the breaker lets it through, and a send
-            // that finds the server still down is not sent again.
-            let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .seconds(3), maxBackoff: .seconds(3))
-            let client = makeClient(server.address, timeout: .milliseconds(300), breaker: breaker)
+            let lines = LogLines()
+            // A timeout opens the breaker; its back-off (1-2 s) ends in a probe, and a command refused
+            // while the probe is out is told to come back when the probe's wait ends (the command
+            // timeout, 1 s, and a margin), not sooner.
+            let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .seconds(2), maxBackoff: .seconds(2))
+            let client = makeClient(server.address, timeout: .seconds(1), lines: lines, breaker: breaker)
             _ = try await client.send("PING")
-            server.kill()
-            // The first loses the connection that was answering, the second is refused: the breaker opens.
-            for _ in 0..<2 { _ = try? await client.send("PING") }
+            server.pause()
+            await #expect(throws: RedisError.timedOut(after: .seconds(1), sent: true)) { try await client.send("PING") }
+            // The first command the back-off lets through is the probe: it waits on the stopped server.
+            let deadline = ContinuousClock.now + .seconds(10)
+            while (try? client.sendAndForget("PING")) == nil, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
             let coordinator = RedisStartCoordinator(client: client, keys: RedisLimitKeys("resent"))
             coordinator.pause(for: .seconds(30))
             #expect(client.followUps.withLock { $0.openCount } == 1, "the pause was not kept to send again")
-            try server.start()
+            server.resume()
+            // The probe is answered and the breaker closes: the flush's PING goes at once and is
+            // answered at once, while the pause waits on TimerThread for the probe's wait to end.
+            #expect(await eventually { lines.count(containing: "answers again") == 1 }, "\(lines.all)")
             try await client.flush(timeout: .seconds(10))
             #expect(client.followUps.withLock { $0.openCount } == 0)
             let probe = SharedThrottleProbe(client: makeClient(server.address), key: "resent")
@@ -133,7 +141,7 @@ struct RedisClientFlushTests {
         }
     }
 
-    @Test("flush with a timeout of zero stops, naming it")
+    @Test("flush with a timeout of zero stops, naming it", .exitTestOnOwnThreads)
     func zeroTimeout() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try? await RedisClient(.unixSocket(path: "/nonexistent")).flush(timeout: .zero)

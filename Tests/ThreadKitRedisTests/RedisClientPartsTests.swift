@@ -188,3 +188,85 @@ struct RedisClientForgetTests {
         }
     }
 }
+
+@Suite("RedisClient's host lookup: bounded by the deadline of the command that connects")
+struct HostLookupTests {
+    @Test("a numeric address is converted at once, without asking the lookup")
+    func numericAddressSkipsTheLookup() {
+        let asked = Counter()
+        let lookup: HostLookup.Lookup = { _, _ in
+            asked.increment()
+            return .failure(.failed("asked"))
+        }
+        let v4 = HostLookup.resolve("127.0.0.1", 6379, with: lookup, until: .now + .seconds(10))
+        #expect((try? v4.get())?.map(\.family) == [AF_INET])
+        let v6 = HostLookup.resolve("::1", 6379, with: lookup, until: .now + .seconds(10))
+        #expect((try? v6.get())?.map(\.family) == [AF_INET6])
+        #expect(asked.value == 0)
+    }
+
+    @Test("a name's lookup answers through its own thread: its addresses, or its failure's reason")
+    func lookupAnswers() {
+        let address = HostLookup.Address(family: AF_INET, bytes: [1, 2, 3])
+        let found = HostLookup.resolve("redis.example.invalid", 6379, with: { _, _ in .success([address]) }, until: .now + .seconds(10))
+        #expect(found == .success([address]))
+        let failed = HostLookup.resolve("redis.example.invalid", 6379, with: { _, _ in .failure(.failed("no such host")) }, until: .now + .seconds(10))
+        #expect(failed == .failure(.failed("no such host")))
+    }
+
+    @Test("a lookup that hangs is given up at the deadline")
+    func hangingLookupEndsAtTheDeadline() async throws {
+        let release = Latch()
+        defer { release.countDown() }
+        let (result, waited) = try await onNewThread(limit: .seconds(20)) { () -> (Result<[HostLookup.Address], HostLookup.Failure>, Duration) in
+            let started = ContinuousClock.now
+            let result = HostLookup.resolve("redis.hangs.invalid", 6379, with: { _, _ in
+                release.wait(timeout: .seconds(20))
+                return .failure(.failed("released"))
+            }, until: started + .milliseconds(300))
+            return (result, ContinuousClock.now - started)
+        }
+        #expect(result == .failure(.pastDeadline))
+        #expect(waited >= .milliseconds(300) && waited < .seconds(10), "waited \(waited)")
+    }
+
+    @Test("commands waiting on a connect whose name lookup hangs fail at the first one's deadline, not sent, not when the lookup ends")
+    func hangingLookupFailsTheCommands() async throws {
+        let release = Latch()
+        defer { release.countDown() }
+        let lookups = Counter()
+        let lines = LogLines()
+        let client = RedisClient(
+            .tcp(host: "redis.hangs.invalid", port: 6379), commandTimeout: .milliseconds(300), breaker: longBackoff,
+            lookup: { _, _ in
+                lookups.increment()
+                release.wait(timeout: .seconds(20))
+                return .failure(.failed("released"))
+            },
+            observeLog: { lines.append($0) })
+        let started = ContinuousClock.now
+        let outcomes = await withTaskGroup(of: RedisError?.self) { group in
+            for _ in 0..<3 {
+                group.addTask {
+                    do {
+                        _ = try await client.send("PING")
+                        return nil
+                    } catch let error as RedisError {
+                        return error
+                    } catch {
+                        return nil
+                    }
+                }
+            }
+            return await group.reduce(into: [RedisError?]()) { $0.append($1) }
+        }
+        let waited = ContinuousClock.now - started
+        #expect(outcomes == Array(repeating: RedisError.timedOut(after: .milliseconds(300), sent: false), count: 3), "\(outcomes)")
+        // Timed out, not sent: a command that waited for the lookup (which ends only when the test
+        // lets it go, or after 20 s) would fail with its answer instead, refused. No upper bound on
+        // the wait: a loaded machine may resume these tasks late.
+        #expect(waited >= .milliseconds(300), "waited \(waited)")
+        #expect(lookups.value == 1)
+        #expect(await eventually { lines.count(containing: "could not connect to redis.hangs.invalid:6379") == 1 }, "\(lines.all)")
+    }
+}

@@ -208,7 +208,7 @@ struct RedisClientTests {
             let lines = LogLines()
             let client = makeClient(server.address, lines: lines)
             #expect(try await client.send("SET", "k", "before") == .simpleString("OK"))
-            server.kill()
+            await server.killed()
             var seen: [RedisError] = []
             func sawRefusalAndBackoff() -> Bool {
                 seen.contains { if case .connectionRefused = $0 { true } else { false } }
@@ -231,7 +231,7 @@ struct RedisClientTests {
             #expect(seen.allSatisfy { $0.isUnavailable })
             #expect(await eventually { lines.count(containing: "could not connect") >= 1 })
 
-            try server.start()
+            try await server.startedAgain()
             #expect(await pingUntilAnswered(client))
             // A new server, empty: the key written before is gone.
             #expect(try await client.send("GET", "k") == .bulkString(nil))
@@ -265,13 +265,15 @@ struct RedisClientTests {
         }
     }
 
-    @Test("a read-only replica's READONLY is an unavailable server, and the client connects again")
-    func readOnlyReconnects() async throws {
+    @Test("a read-only replica's READONLY is an unavailable server and a breaker failure: the back-off refuses the next command instead of connecting again at once")
+    func readOnlyCountsAsFailure() async throws {
         try await withRedisServer { server in
             let lines = LogLines()
-            let client = makeClient(server.address, lines: lines)
+            let client = makeClient(server.address, lines: lines, breaker: longBackoff)
+            #expect(try await client.send("PING") == .simpleString("PONG"))
             // A replica of a master that does not exist: it refuses writes with READONLY.
-            #expect(try await client.send("REPLICAOF", "127.0.0.1", "1") == .simpleString("OK"))
+            let admin = makeClient(server.address)
+            #expect(try await admin.send("REPLICAOF", "127.0.0.1", "1") == .simpleString("OK"))
             do {
                 _ = try await client.send("SET", "k", "v")
                 Issue.record("a replica refuses writes")
@@ -280,9 +282,38 @@ struct RedisClientTests {
                 #expect(message.hasPrefix("READONLY"))
                 #expect(error.isUnavailable)
             }
+            // With a 30-60 s back-off, a reconnect at once would reach the replica again.
+            do {
+                _ = try await client.send("SET", "k", "v")
+                Issue.record("the client connected again at once after READONLY")
+            } catch let error as RedisError {
+                guard case .unavailable(_, let lastFailure) = error else { Issue.record("expected the back-off, got \(error)"); return }
+                #expect(lastFailure.contains("read-only replica"), "\(lastFailure)")
+            }
             #expect(await eventually(timeout: .seconds(10)) { lines.count(containing: "read-only replica") == 1 })
-            #expect(try await client.send("REPLICAOF", "NO", "ONE") == .simpleString("OK"))
-            #expect(try await client.send("SET", "k", "v") == .simpleString("OK"))
+            #expect(lines.count(containing: "connected to") == 1, "\(lines.all)")
+            #expect(lines.count(containing: "next attempt in") == 1, "\(lines.all)")
+        }
+    }
+
+    @Test("after READONLY the client connects again once its back-off allows, and writes once the server is a master again")
+    func readOnlyReconnects() async throws {
+        try await withRedisServer { server in
+            let lines = LogLines()
+            let client = makeClient(server.address, lines: lines)
+            #expect(try await client.send("PING") == .simpleString("PONG"))
+            let admin = makeClient(server.address)
+            #expect(try await admin.send("REPLICAOF", "127.0.0.1", "1") == .simpleString("OK"))
+            await #expect(throws: RedisError.self) { try await client.send("SET", "k", "v") }
+            #expect(try await admin.send("REPLICAOF", "NO", "ONE") == .simpleString("OK"))
+            // Refused by the back-off (20-200 ms) until it has passed: bounded.
+            var written: RESPValue?
+            let deadline = ContinuousClock.now + .seconds(10)
+            while written == nil, ContinuousClock.now < deadline {
+                written = try? await client.send("SET", "k", "v")
+                if written == nil { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            #expect(written == .simpleString("OK"))
             #expect(await eventually { lines.count(containing: "connected to") == 2 }, "\(lines.all)")
         }
     }

@@ -4,7 +4,7 @@ import ThreadKitTestSupport
 
 @Suite("The tests' redis-server harness", .needsRedisServer, .timeLimit(.minutes(1)))
 struct RedisServerHarnessTests {
-    @Test("a test process that dies without stopping its server takes the server with it (the watchdog kills it)")
+    @Test("a test process that dies without stopping its server takes the server with it (the watchdog kills it)", .exitTestOnOwnThreads)
     func serverDiesWithTheTestProcess() async throws {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let server = try RedisServer()
@@ -22,11 +22,11 @@ struct RedisServerHarnessTests {
     }
 
     @Test("stop() ends the server and its watchdog; the server's socket stops answering")
-    func stopEndsServer() throws {
-        let server = try RedisServer()
+    func stopEndsServer() async throws {
+        let server = try await RedisServer.started()
         let pid = server.pid
         #expect(server.answersPing())
-        server.stop()
+        await server.stopped()
         #expect(server.pid == 0 && !server.answersPing())
         #expect(kill(pid, 0) != 0 && errno == ESRCH)
     }

@@ -290,7 +290,7 @@ struct DedicatedThreadAwaitTerminationTests {
         #expect(thread.exitWaiterCount == 0)
     }
 
-    @Test("Awaited from an actor whose executor is the thread, it stops instead of resuming onto the dead thread")
+    @Test("Awaited from an actor whose executor is the thread, it stops instead of resuming onto the dead thread", .exitTestOnOwnThreads)
     func fromTheThreadsActorStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             DeadlockScenario.watchdog()  // a hang exits with success, which fails the test
@@ -300,7 +300,7 @@ struct DedicatedThreadAwaitTerminationTests {
         #expect(stopped(result, saying: "DedicatedThread 'DT exit own actor'.awaitTermination()", "from a task on that thread"))
     }
 
-    @Test("Awaited from a task that prefers the thread as its executor, it stops instead of resuming onto the dead thread")
+    @Test("Awaited from a task that prefers the thread as its executor, it stops instead of resuming onto the dead thread", .exitTestOnOwnThreads)
     func fromATaskPreferringTheThreadStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             DeadlockScenario.watchdog()  // a hang exits with success, which fails the test
@@ -508,7 +508,7 @@ struct ThrottledQueueAsyncIdleTests {
         #expect(notCancelled > 0 && cancelledBefore > 0)
     }
 
-    @Test("The async waitUntilIdle() from inside run's work on the same queue stops instead of waiting forever")
+    @Test("The async waitUntilIdle() from inside run's work on the same queue stops instead of waiting forever", .exitTestOnOwnThreads)
     func fromInsideRunStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = ThrottledQueue(label: "TQ exit async idle", interval: .zero)

@@ -307,7 +307,7 @@ struct DocsExamplesTests {
 
     // MARK: Docs/Log.md (in child processes: they enable logging and set the delegate for the whole process)
 
-    @Test func logIntroduction() async {
+    @Test(.exitTestOnOwnThreads) func logIntroduction() async {
         await #expect(processExitsWith: .success) {
             let changes = [1, 2, 3]
 
@@ -321,7 +321,7 @@ struct DocsExamplesTests {
         }
     }
 
-    @Test func logOwnSources() async {
+    @Test(.exitTestOnOwnThreads) func logOwnSources() async {
         await #expect(processExitsWith: .success) {
             let amount = 42
 
@@ -336,7 +336,7 @@ struct DocsExamplesTests {
         }
     }
 
-    @Test func logSwiftLogAdapter() async {
+    @Test(.exitTestOnOwnThreads) func logSwiftLogAdapter() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
             // snippet: Docs/Log.md#3
             final class SwiftLogDelegate: LogDelegate {

@@ -124,7 +124,7 @@ struct ExecutionChainSelfWaitExitTests {
 
     static let message = "deadlock: ExecutionChain.wait() from inside a step of the same chain"
 
-    @Test("wait() from inside a step for its own link stops with a deadlock message instead of hanging")
+    @Test("wait() from inside a step for its own link stops with a deadlock message instead of hanging", .exitTestOnOwnThreads)
     func waitForOwnLink() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             Self.stepWaitsForItsOwnChain(waitingForLaterLink: false)
@@ -132,7 +132,7 @@ struct ExecutionChainSelfWaitExitTests {
         #expect(stopped(result, saying: Self.message))
     }
 
-    @Test("wait() from inside a step for a link after it stops with a deadlock message instead of hanging")
+    @Test("wait() from inside a step for a link after it stops with a deadlock message instead of hanging", .exitTestOnOwnThreads)
     func waitForLaterLink() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             Self.stepWaitsForItsOwnChain(waitingForLaterLink: true)

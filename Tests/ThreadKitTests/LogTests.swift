@@ -93,7 +93,7 @@ private func uniqueSource(_ label: String) -> Log.Source {
         #expect(ConsoleLog.line(for: empty) == "main TimerThread: \n")
     }
 
-    @Test("with no delegate, an enabled source writes its console line to standard error")
+    @Test("with no delegate, an enabled source writes its console line to standard error", .exitTestOnOwnThreads)
     func consoleWritesToStandardError() async throws {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             let source = Log.Source("LogConsoleChild")
@@ -113,7 +113,7 @@ private func uniqueSource(_ label: String) -> Log.Source {
         #expect(!output.contains("not shown"))
     }
 
-    @Test("enableAll turns on every source, also sources created later; disableAll turns all off")
+    @Test("enableAll turns on every source, also sources created later; disableAll turns all off", .exitTestOnOwnThreads)
     func enableAllAndDisableAll() async {
         // In a child process: the switches are process-wide, and tests run in parallel.
         await #expect(processExitsWith: .success) {
@@ -405,7 +405,7 @@ extension LogSourceTests {
         #expect(ConsoleLog.line(for: plain) == #"main Billing: C:\new "quoted" ünïcödé 🧵"# + "\n")
     }
 
-    @Test("On standard error, a message with newlines stays one line")
+    @Test("On standard error, a message with newlines stays one line", .exitTestOnOwnThreads)
     func consoleWritesOneLinePerRecord() async throws {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             let source = Log.Source("LogForgeChild")
@@ -457,7 +457,7 @@ extension LogDelegateTests {
         }
     }
 
-    @Test("The console writer retries a write interrupted by a signal (EINTR) instead of dropping the line")
+    @Test("The console writer retries a write interrupted by a signal (EINTR) instead of dropping the line", .exitTestOnOwnThreads)
     func consoleWriterRetriesEINTR() async {
         // In a child process: it installs a signal handler.
         await #expect(processExitsWith: .success) {
@@ -745,7 +745,7 @@ final class LogsInDeinit: LogDelegate {
 }
 
 extension LogDelegateTests {
-    @Test("Replacing a delegate whose deinit logs hangs neither the setter nor other loggers")
+    @Test("Replacing a delegate whose deinit logs hangs neither the setter nor other loggers", .exitTestOnOwnThreads)
     func replacingADelegateWhoseDeinitLogs() async {
         // In a child process: on failure the log's lock stays taken for good.
         await #expect(processExitsWith: .success) {

@@ -116,7 +116,7 @@ struct MonotonicInstantTests {
 /// the fix, `Duration.components` trapped on them (SIGILL), so each runs in a child process.
 @Suite("MonotonicInstant and Duration, far out", .serialized)
 struct FarOutConversionTests {
-    @Test("Duration.nanosecondsSaturated saturates past Int64.max seconds instead of trapping")
+    @Test("Duration.nanosecondsSaturated saturates past Int64.max seconds instead of trapping", .exitTestOnOwnThreads)
     func nanosecondsSaturatedPastInt64Seconds() async {
         await #expect(processExitsWith: .success) {
             let huge = Duration.seconds(Int64.max)
@@ -132,7 +132,7 @@ struct FarOutConversionTests {
         }
     }
 
-    @Test("A ContinuousClock instant past either end of the time line saturates, in an aged process")
+    @Test("A ContinuousClock instant past either end of the time line saturates, in an aged process", .exitTestOnOwnThreads)
     func continuousInstantsSaturate() async {
         await #expect(processExitsWith: .success) {
             // The conversion's reference is taken at the first conversion; let it grow old, so that

@@ -116,7 +116,7 @@ import SeededRandom
         #expect(cancelledThenDisposed.submit(now: .zero, dispatcherDisposed: true) == .refuse(.cancelled, countAsFailed: true))
     }
 
-    @Test func aSecondSubmissionStops() async {
+    @Test(.exitTestOnOwnThreads) func aSecondSubmissionStops() async {
         await #expect(processExitsWith: .failure) {
             var machine = RequestStateMachineTests.machine(.queued)
             _ = machine.submit(now: .zero, dispatcherDisposed: false)
@@ -170,7 +170,7 @@ import SeededRandom
         Stage.allCases.filter(event.stages.contains).map { (event, $0) }
     }
 
-    @Test(arguments: stoppingEvents)
+    @Test(.exitTestOnOwnThreads, arguments: stoppingEvents)
     func anEventThatCannotComeInAStageStops(_ event: Stopping, in stage: Stage) async {
         await #expect(processExitsWith: .failure) { [event, stage] in
             var machine = RequestStateMachineTests.machine(stage)
@@ -197,7 +197,7 @@ import SeededRandom
         #expect(timed.state == .starting(since: Self.ms(20)))
     }
 
-    @Test func aSlotGrantedToARequestThatDoesNotWaitStops() async {
+    @Test(.exitTestOnOwnThreads) func aSlotGrantedToARequestThatDoesNotWaitStops() async {
         await #expect(processExitsWith: .failure) {
             var machine = RequestStateMachineTests.machine(.running)
             _ = machine.slotGranted(now: .zero)
@@ -212,7 +212,7 @@ import SeededRandom
         #expect(long.transferCreated("task") == .init(deadline: Self.ms(310), phase: .headers))
     }
 
-    @Test func aTransferMadeWhenNoneIsAwaitedStops() async {
+    @Test(.exitTestOnOwnThreads) func aTransferMadeWhenNoneIsAwaitedStops() async {
         await #expect(processExitsWith: .failure) {
             var machine = RequestStateMachineTests.machine(.finished)
             _ = machine.transferCreated("task")

@@ -4,6 +4,7 @@
 import Foundation
 import RedisFleet
 import Testing
+import ThreadKitTestSupport
 
 /// The shared launcher, under the name the tests use.
 typealias RedisServer = RedisFleet.RedisServer
@@ -30,9 +31,42 @@ extension Trait where Self == ConditionTrait {
     }
 }
 
-/// Runs `body` with a server of its own, and stops the server however `body` ends.
+/// Runs `body` with a server of its own, and stops the server however `body` ends. The server's
+/// start (which waits for PING) and stop (which waits for the process) run on a thread of their own.
 func withRedisServer<Result>(tcp: Bool = false, _ body: (RedisServer) async throws -> Result) async throws -> Result {
-    let server = try RedisServer(tcp: tcp)
-    defer { server.stop() }
-    return try await body(server)
+    let server = try await RedisServer.started(tcp: tcp)
+    do {
+        let result = try await body(server)
+        await server.stopped()
+        return result
+    } catch {
+        await server.stopped()
+        throw error
+    }
+}
+
+/// The launcher's blocking steps, each on a new thread that the test awaits: starting waits for the
+/// server to answer PING and stopping waits for its process, for milliseconds on an idle machine and
+/// far longer on a loaded one, which must never hold one of Swift concurrency's few threads (every
+/// other test's tasks wait for them).
+extension RedisServer {
+    /// A new server, started (as `RedisServer(tcp:)` does).
+    static func started(tcp: Bool = false) async throws -> RedisServer {
+        try await onNewThread { Swift.Result { try RedisServer(tcp: tcp) } }.get()
+    }
+
+    /// Starts the server again on the same path, after ``RedisServer/kill()``.
+    func startedAgain() async throws {
+        try await onNewThread { [self] in Swift.Result { try start() } }.get()
+    }
+
+    /// Kills the server (SIGKILL) and waits for its process.
+    func killed() async {
+        await onNewThread { [self] in kill() }
+    }
+
+    /// Stops the server and waits for its process.
+    func stopped() async {
+        await onNewThread { [self] in stop() }
+    }
 }
