@@ -220,6 +220,21 @@ extension RedisEndpointLeasesKeysTests {
         #expect(randoms.contains { $0 > UInt64(UInt32.max) })
     }
 
+    @Test("a release that keeps failing is kept only until its lease has expired anyway (leaseTTL after it), then ends its follow-up")
+    func failedReleaseEndsAtItsExpiry() async throws {
+        let client = makeClient(.unixSocket(path: "/nonexistent/threadkit-no-redis.sock"), breaker: longBackoff)
+        _ = try? await client.send("PING")   // refused: the breaker opens for a minute
+        let leases = RedisEndpointLeases(client: client, key: "k", leaseTTL: .milliseconds(3))
+        leases.release(EndpointLease(endpoint: "http://api.example.com:80", token: "first"))
+        #expect(leases.pendingReleaseCount == 1)
+        #expect(client.followUps.withLock { $0.openCount } == 1)
+        try await Task.sleep(for: .milliseconds(20))
+        // The next command sends the kept one again first: refused, and past its lease's expiry, it ends.
+        leases.release(EndpointLease(endpoint: "http://api.example.com:80", token: "second"))
+        #expect(leases.pendingReleaseCount == 1)
+        #expect(client.followUps.withLock { $0.openCount } == 1)
+    }
+
     @Test("a release dropped beyond maxPendingReleases is logged, once until Redis answers")
     func droppedReleaseLogged() async {
         let lines = LogLines()
@@ -305,6 +320,68 @@ struct RedisEndpointLeasesReleaseTests {
                 return
             }
             #expect(remaining > .seconds(29) && remaining <= .seconds(30))
+        }
+    }
+
+    @Test("a release lost after it was sent (its connection dropped while Redis was paused) is sent again: the lease is gone long before its TTL, and a flush waits for it")
+    func lostReleaseIsSentAgain() async throws {
+        try await withRedisServer { server in
+            // The release times out after 100 ms and its connection is dropped after 300 ms, while
+            // Redis holds it unrun (CLIENT PAUSE): dropped with its connection, it never runs.
+            let client = makeClient(server.address, timeout: .milliseconds(100), connectionTimeout: .milliseconds(300))
+            let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .seconds(600))
+            guard case .granted(let held) = await acquire(leases) else {
+                Issue.record("the first acquire was not granted")
+                return
+            }
+            let observer = makeClient(server.address)
+            #expect(try await tokens(observer, leases) == [held.token])
+            #expect(try await observer.send("CLIENT", "PAUSE", "1500", "ALL") == .simpleString("OK"))
+            let paused = ContinuousClock.now
+            leases.release(held)
+            // Once a flush succeeds, every release begun before it is answered.
+            var flushed = false
+            while !flushed, paused.duration(to: .now) < .seconds(10) {
+                do {
+                    try await client.flush(timeout: .seconds(5))
+                    flushed = true
+                } catch {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            #expect(flushed)
+            #expect(try await tokens(observer, leases) == [])
+            #expect(paused.duration(to: .now) < .seconds(10))   // not the lease's 10 min
+            #expect(leases.pendingReleaseCount == 0)
+        }
+    }
+
+    @Test("a release Redis answers with an error is sent again until it is answered, and a flush waits for it meanwhile")
+    func failedReleaseHoldsFlush() async throws {
+        try await withRedisServer { server in
+            let client = makeClient(server.address)
+            let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .seconds(600))
+            guard case .granted(let held) = await acquire(leases) else {
+                Issue.record("the first acquire was not granted")
+                return
+            }
+            // The leases' set replaced by a string: the script fails (WRONGTYPE) while PING works.
+            let observer = makeClient(server.address)
+            let key = EndpointLeaseScript.keys(leases.keys(for: Self.endpoint))[0]
+            _ = try await observer.send("RENAME", key, key + ":aside")
+            _ = try await observer.send("SET", key, "not a sorted set")
+            leases.release(held)
+            let flushed = LockedValue(false)
+            let flush = Task {
+                try await client.flush(timeout: .seconds(10))
+                flushed.value = true
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(!flushed.value)   // the release is still to be answered
+            _ = try await observer.send("DEL", key)
+            _ = try await observer.send("RENAME", key + ":aside", key)
+            try await flush.value
+            #expect(try await tokens(observer, leases) == [])   // at once: the flush waited for it
         }
     }
 

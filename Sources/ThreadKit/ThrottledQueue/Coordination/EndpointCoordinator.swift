@@ -9,9 +9,9 @@
 ///   thread (the client's), or at once on the caller's thread when it can tell at once (a breaker
 ///   that refuses). `answer` is the dispatcher's own code, which never blocks.
 /// - ``release(_:)``, ``renew(_:)`` and ``pause(endpoint:for:)`` send their command and do not wait
-///   for its reply. A release that cannot be sent now is kept and sent again before the next
-///   command (see the implementation for how many it keeps); one lost on the way ends when the
-///   lease expires, ``leaseTTL`` after its last renewal.
+///   for its reply. A release that fails, before it is sent or after (its reply lost), is kept and
+///   sent again until the coordinator answers it, or until the lease has expired anyway,
+///   ``leaseTTL`` after the release (see the implementation for how many it keeps).
 package protocol EndpointCoordinator: AnyObject, Sendable {
     /// How long a lease lives unless renewed; the dispatcher renews a running request's lease every
     /// third of it.
