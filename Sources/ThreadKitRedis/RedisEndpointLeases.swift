@@ -15,6 +15,12 @@ import Foundation
 /// - A full endpoint is asked again when its earliest lease expires, or after ``pollInterval`` if
 ///   that is sooner: a release in another process is seen at the next ask, at most that late (one
 ///   in this process, at once, by the dispatcher).
+/// - **Turns.** The instance is one asker in the script's line (its name: ``tokenPrefix``): while
+///   it waits, a lease freed by a process with a backlog goes to the askers that waited longer
+///   first (see ``EndpointLeaseScript``), so processes that all have a backlog take turns. The cost:
+///   a lease freed while others wait stays free until the next of them asks, a ``pollInterval`` at
+///   most; and an asker that stopped asking (its requests timed out, its process died) holds free
+///   leases back from newer askers for ten poll intervals.
 /// - **Releases are never lost.** A release is sent with its reply awaited; one that fails (the
 ///   breaker refuses it, it times out, its connection drops, Redis answers an error) is kept, up
 ///   to ``maxPendingReleases``, and sent again: after the client's back-off (or ``pollInterval``),
@@ -54,7 +60,7 @@ package final class RedisEndpointLeases: EndpointCoordinator {
 
     private let state = Locked(State())
     /// The first part of every token: the process id and a 64-bit random number drawn once (every
-    /// replica may be pid 1 in its container).
+    /// replica may be pid 1 in its container). Also this instance's name in the script's line.
     let tokenPrefix: String
 
     /// Leases of the endpoints that share `key`, on `client`.
@@ -101,7 +107,8 @@ package final class RedisEndpointLeases: EndpointCoordinator {
             return "\(tokenPrefix).\(state.counter)"
         }
         let lease = EndpointLease(endpoint: request.endpoint, token: token)
-        let call = EndpointLeaseCall(.acquire(limit: request.limit, token: token, ttl: ttlMicroseconds))
+        let call = EndpointLeaseCall(.acquire(limit: request.limit, token: token, ttl: ttlMicroseconds, asker: tokenPrefix,
+                                              poll: pollInterval.microsecondsRoundedUp))
         run(call, for: request.endpoint) { [self] result in
             switch result {
             case .success(.granted):

@@ -20,8 +20,15 @@ private struct LeaseHarness {
         try await EndpointLeaseCall(operation, now: now).run(on: client, keys: keys)
     }
 
-    func acquire(_ token: String, limit: Int = 2, ttl: Int64 = 1_000, now: Int64?) async throws -> EndpointLeaseCall.Reply {
-        try await run(.acquire(limit: limit, token: token, ttl: ttl), now: now)
+    /// An acquire of `token` by `asker` (by default, an asker of its own: the token's first letter).
+    func acquire(_ token: String, limit: Int = 2, ttl: Int64 = 1_000, asker: String? = nil, poll: Int64 = 1_000,
+                 now: Int64?) async throws -> EndpointLeaseCall.Reply {
+        try await run(.acquire(limit: limit, token: token, ttl: ttl, asker: asker ?? String(token.prefix(1)), poll: poll), now: now)
+    }
+
+    /// The askers in line, oldest first.
+    func line() async throws -> [String] {
+        (try await client.send("ZRANGE", EndpointLeaseScript.keys(keys)[2], "0", "-1").array ?? []).compactMap(\.string)
     }
 
     /// The leases held, by token, with their expiries.
@@ -94,6 +101,112 @@ struct EndpointLeaseScriptTests {
             #expect(try await leases.acquire("c", now: 10_200) == .granted(expiry: 11_200))
             #expect(try await leases.acquire("d", now: 10_700) == .full(retryIn: 1_000))   // 500 µs to c's expiry, floored to 1 ms
             try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
+    @Test("while nobody waits, an acquire writes no line: no line key and no waiting count")
+    func noLineWhileNobodyWaits() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a1", now: 10_000)
+            _ = try await leases.acquire("b1", now: 10_000)
+            _ = try await leases.run(.release(token: "a1"), now: 10_100)
+            _ = try await leases.acquire("c1", now: 10_200)
+            let keys = EndpointLeaseScript.keys(leases.keys)
+            #expect(try await leases.client.send("EXISTS", keys[2], keys[3]) == .integer(0))
+            #expect(try await leases.client.send("HEXISTS", keys[1], "waiting") == .integer(0))
+        }
+    }
+
+    @Test("two askers with a backlog and limit 1 take turns: the one that releases and asks at once is declined while the other waits")
+    func lineAlternates() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            func ask(_ token: String, at now: Int64) async throws -> EndpointLeaseCall.Reply {
+                try await leases.acquire(token, limit: 1, ttl: 100_000, poll: 1_000, now: now)
+            }
+            #expect(try await ask("a1", at: 10_000) == .granted(expiry: 110_000))
+            #expect(try await ask("b1", at: 10_500) == .full(retryIn: 99_500))   // full: in line
+            #expect(try await leases.line() == ["b"])
+            var (holder, waiter) = ("a", "b")
+            var (held, waiting) = ("a1", "b1")   // the holder's lease, the waiter's proposed token
+            for round in 0..<4 {
+                let t = Int64(15_000 + round * 5_000)
+                let asked = "\(holder)\(round + 2)"
+                // The holder releases and asks again at once: the waiter is older in line.
+                #expect(try await leases.run(.release(token: held), now: t) == .released(true))
+                #expect(try await ask(asked, at: t + 1) == .full(retryIn: 1_000))
+                #expect(try await leases.line() == [waiter, holder])
+                // The waiter asks at its next poll and gets the lease; it leaves the line.
+                #expect(try await ask(waiting, at: t + 900) == .granted(expiry: t + 100_900))
+                #expect(try await leases.line() == [holder])
+                #expect(try await ask(asked, at: t + 1_800) == .full(retryIn: 99_100))
+                (holder, waiter, held, waiting) = (waiter, holder, waiting, asked)
+            }
+            try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
+    @Test("an asker that has not asked for ten poll intervals leaves the line: free leases go to the others")
+    func goneAskerDropped() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a1", limit: 1, ttl: 100_000, now: 10_000)
+            // b asks once, with a poll of 1 ms, then never again: it counts as gone at 20 000.
+            #expect(try await leases.acquire("b1", limit: 1, poll: 1_000, now: 10_000) == .full(retryIn: 100_000))
+            _ = try await leases.run(.release(token: "a1"), now: 11_000)
+            #expect(try await leases.acquire("a2", limit: 1, now: 19_999) == .full(retryIn: 1_000))
+            #expect(try await leases.acquire("a2", limit: 1, ttl: 1_000, now: 20_000) == .granted(expiry: 21_000))
+            #expect(try await leases.line() == [])
+            let keys = EndpointLeaseScript.keys(leases.keys)
+            #expect(try await leases.client.send("EXISTS", keys[2], keys[3]) == .integer(0))
+            #expect(try await leases.client.send("HEXISTS", keys[1], "waiting") == .integer(0))
+        }
+    }
+
+    @Test("with limit 3, free leases go by rank in line: as many oldest askers as leases are free, newcomers after them")
+    func freeLeasesByRank() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            func ask(_ token: String, at now: Int64) async throws -> EndpointLeaseCall.Reply {
+                try await leases.acquire(token, limit: 3, ttl: 1_000_000, poll: 100_000, now: now)
+            }
+            for token in ["x1", "x2", "x3"] { #expect(try await ask(token, at: 1_000) == .granted(expiry: 1_001_000)) }
+            for (token, time) in [("u1", 2_000), ("v1", 3_000), ("w1", 4_000)] {
+                #expect(try await ask(token, at: Int64(time)) == .full(retryIn: 1_001_000 - Int64(time)))
+            }
+            #expect(try await leases.line() == ["u", "v", "w"])
+            _ = try await leases.run(.release(token: "x1"), now: 5_000)
+            _ = try await leases.run(.release(token: "x2"), now: 5_000)
+            // Two free, three older askers: a newcomer and the third in line wait.
+            #expect(try await ask("n1", at: 6_000) == .full(retryIn: 100_000))
+            #expect(try await ask("w1", at: 6_000) == .full(retryIn: 100_000))
+            // The second in line is among the first two: granted.
+            #expect(try await ask("v1", at: 6_000) == .granted(expiry: 1_006_000))
+            // One free: only the first in line may take it.
+            #expect(try await ask("w1", at: 7_000) == .full(retryIn: 100_000))
+            #expect(try await ask("u1", at: 7_000) == .granted(expiry: 1_007_000))
+            #expect(try await ask("w1", at: 8_000) == .full(retryIn: 993_000))
+            #expect(try await leases.line() == ["w", "n"])
+            #expect(try await leases.leases().count == 3)
+            try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
+    @Test("adopt grants a lease whatever the limit, the line or a pause, and it counts toward the limit")
+    func adopt() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a1", limit: 1, ttl: 100_000, now: 10_000)
+            _ = try await leases.acquire("b1", limit: 1, now: 10_000)   // in line
+            #expect(try await leases.run(.adopt(token: "c1", ttl: 50_000), now: 11_000) == .granted(expiry: 61_000))
+            _ = try await leases.run(.pause(duration: 100_000), now: 12_000)
+            #expect(try await leases.run(.adopt(token: "c2", ttl: 50_000), now: 12_000) == .granted(expiry: 62_000))
+            #expect(try await leases.leases() == ["a1": 110_000, "c1": 61_000, "c2": 62_000])
+            #expect(try await leases.line() == ["b"])
+            _ = try await leases.run(.release(token: "a1"), now: 200_000)
+            // After the pause: c1 and c2 expired; b's liveness (10 polls) too.
+            #expect(try await leases.acquire("d1", limit: 1, now: 200_000) == .granted(expiry: 201_000))
         }
     }
 
@@ -179,7 +292,9 @@ struct EndpointLeaseScriptTests {
         try await withRedisServer { server in
             let leases = LeaseHarness(server)
             let keys = EndpointLeaseScript.keys(leases.keys)
-            for arguments in [["acquire", "10", "0", "t", "5"], ["acquire", "10", "1", "", "5"], ["renew", "x"], ["nope", ""]] {
+            for arguments in [["acquire", "10", "0", "t", "5", "a", "1"], ["acquire", "10", "1", "", "5", "a", "1"],
+                              ["acquire", "10", "1", "t", "5", "", "1"], ["acquire", "10", "1", "t", "5", "a", "0"],
+                              ["adopt", "10", "t", "0"], ["renew", "x"], ["nope", ""]] {
                 await #expect(throws: RedisError.self) {
                     _ = try await leases.client.evaluate(EndpointLeaseScript.script, keys: keys, arguments: arguments)
                 }
@@ -204,7 +319,9 @@ struct RedisEndpointLeasesKeysTests {
         #expect(first.key == "a%7Bb%7D%25|http://one.example:80")
         #expect(first != second)
         #expect(EndpointLeaseScript.keys(first) == ["threadkit:{a%7Bb%7D%25|http://one.example:80}:leases",
-                                                    "threadkit:{a%7Bb%7D%25|http://one.example:80}:leases:state"])
+                                                    "threadkit:{a%7Bb%7D%25|http://one.example:80}:leases:state",
+                                                    "threadkit:{a%7Bb%7D%25|http://one.example:80}:leases:line",
+                                                    "threadkit:{a%7Bb%7D%25|http://one.example:80}:leases:alive"])
     }
 }
 

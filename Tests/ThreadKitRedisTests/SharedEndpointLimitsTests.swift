@@ -283,6 +283,30 @@ struct SharedEndpointLimitsTests {
         }
     }
 
+    @Test("a dispatcher with a backlog does not keep the lease: the other dispatcher's one request is served in turn, long before the backlog is done")
+    func backlogTakesTurns() async throws {
+        try await withRedisServer { redis in
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            try await withTwoDispatchers(sharedLimits(redis.address, maxRequests: 1), sharedLimits(redis.address, maxRequests: 1)) { a, b in
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for _ in 0..<20 {
+                        group.addTask { _ = try await a.data(for: URLRequest(url: http.url("/?delay=50")), queueTimeout: .seconds(20)) }
+                    }
+                    #expect(await eventually { http.current == 1 })
+                    _ = try await b.data(for: URLRequest(url: http.url("/other")), queueTimeout: .seconds(20))
+                    // In turn: after the request running when it asked, or the next (a waiter
+                    // that stalls ten poll intervals loses its place); not after all twenty.
+                    let before = a.statistics(for: http.endpoint).completed
+                    #expect(before <= 10, "the other dispatcher's request waited for \(before) of the 20")
+                    try await group.waitForAll()
+                }
+                #expect(http.peak == 1)
+                #expect(a.statistics(for: http.endpoint).completed == 20)
+            }
+        }
+    }
+
     @Test("a request running longer than its lease's TTL renews it: the other dispatcher waits for its end")
     func longRequestRenews() async throws {
         try await withRedisServer { redis in

@@ -1,0 +1,82 @@
+// Processes that all have a backlog take turns at an endpoint's leases (the script's line), on a
+// server of the test's own, with Redis's own clock.
+
+import Testing
+@_spi(ThreadKitURL) import ThreadKit
+@testable import ThreadKitRedis
+import ThreadKitTestSupport
+
+@Suite("RedisEndpointLeases: processes with a backlog take turns", .needsRedisServer)
+struct EndpointLeaseTurnsTests {
+    static let endpoint = "http://api.example.com:80"
+
+    func acquire(_ leases: RedisEndpointLeases, limit: Int) async -> EndpointLeaseAnswer {
+        await withCheckedContinuation { continuation in
+            leases.acquire(EndpointLeaseRequest(endpoint: Self.endpoint, limit: limit)) { continuation.resume(returning: $0) }
+        }
+    }
+
+    /// One "process": until `grants` holds `total` grants (or 20 s pass), it asks for a lease; each
+    /// one it gets it holds `hold`, gives back, and asks again at once, as a dispatcher with a
+    /// backlog does; a decline it waits out as the answer says.
+    func runBacklog(_ name: String, _ leases: RedisEndpointLeases, limit: Int, hold: Duration, total: Int,
+                    grants: Recorder<String>) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while grants.values.count < total, ContinuousClock.now < deadline {
+            switch await acquire(leases, limit: limit) {
+            case .granted(let lease):
+                grants.append(name)
+                try await Task.sleep(for: hold)
+                leases.release(lease)
+            case .full(let wait), .paused(let wait), .unavailable(let wait):
+                try await Task.sleep(for: wait)
+            }
+        }
+    }
+
+    @Test("two instances (two processes) with a backlog on one endpoint of limit 1: grants alternate, ten each of twenty")
+    func twoProcessesAlternate() async throws {
+        try await withRedisServer { server in
+            // A poll of 100 ms: a waiter stays in line 1 s without asking, however loaded the machine.
+            let instances = ["a", "b"].map { name in
+                (name, RedisEndpointLeases(client: makeClient(server.address), key: "api", leaseTTL: .seconds(600),
+                                           pollInterval: .milliseconds(100)))
+            }
+            let grants = Recorder<String>()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (name, leases) in instances {
+                    group.addTask { try await runBacklog(name, leases, limit: 1, hold: .milliseconds(30), total: 20, grants: grants) }
+                }
+                try await group.waitForAll()
+            }
+            let order = Array(grants.values.prefix(20))
+            #expect(order.count == 20)
+            #expect(order.filter { $0 == "a" }.count == 10)
+            #expect(zip(order, order.dropFirst()).allSatisfy { $0 != $1 }, "grants did not alternate: \(order)")
+        }
+    }
+
+    @Test("three instances with a backlog on one endpoint of limit 2: each gets its share, none starves")
+    func threeProcessesShare() async throws {
+        try await withRedisServer { server in
+            let instances = ["a", "b", "c"].map { name in
+                (name, RedisEndpointLeases(client: makeClient(server.address), key: "api", leaseTTL: .seconds(600),
+                                           pollInterval: .milliseconds(100)))
+            }
+            let grants = Recorder<String>()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (name, leases) in instances {
+                    group.addTask { try await runBacklog(name, leases, limit: 2, hold: .milliseconds(30), total: 30, grants: grants) }
+                }
+                try await group.waitForAll()
+            }
+            let order = Array(grants.values.prefix(30))
+            #expect(order.count == 30)
+            // In turns, each of three gets a third, give or take the first round's order.
+            for name in ["a", "b", "c"] {
+                let count = order.filter { $0 == name }.count
+                #expect((8...12).contains(count), "\(name) got \(count) of 30: \(order)")
+            }
+        }
+    }
+}
