@@ -107,8 +107,8 @@ package final class RedisEndpointLeases: EndpointCoordinator {
             return "\(tokenPrefix).\(state.counter)"
         }
         let lease = EndpointLease(endpoint: request.endpoint, token: token)
-        let call = EndpointLeaseCall(.acquire(limit: request.limit, token: token, ttl: ttlMicroseconds, asker: tokenPrefix,
-                                              poll: pollInterval.microsecondsRoundedUp))
+        let call = EndpointLeaseCall(request.adopt ? .adopt(token: token, ttl: ttlMicroseconds)
+            : .acquire(limit: request.limit, token: token, ttl: ttlMicroseconds, asker: tokenPrefix, poll: pollInterval.microsecondsRoundedUp))
         run(call, for: request.endpoint) { [self] result in
             switch result {
             case .success(.granted):

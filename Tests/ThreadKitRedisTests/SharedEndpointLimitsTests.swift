@@ -307,6 +307,35 @@ struct SharedEndpointLimitsTests {
         }
     }
 
+    @Test("requests failOpen started while Redis was frozen are adopted once it answers: the set counts them, and the other dispatcher's request waits for their end")
+    func fallbackRequestsAdopted() async throws {
+        try await withRedisServer { redis in
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            let observer = makeClient(redis.address)
+            let ttl = Duration.seconds(600)
+            // The first dispatcher's asks time out after 200 ms while Redis is frozen: failOpen lets
+            // its requests run alone.
+            let fallingBack = sharedLimits(redis.address, maxRequests: 2, fallback: .failOpen, leaseTTL: ttl, commandTimeout: .milliseconds(200))
+            try await withTwoDispatchers(fallingBack, sharedLimits(redis.address, maxRequests: 2, leaseTTL: ttl)) { a, b in
+                redis.pause()
+                let hanging = (0..<2).map { _ in Task { try await a.data(for: URLRequest(url: http.url("/hang"))) } }
+                let startedAlone = await eventually { http.current == 2 }
+                redis.resume()
+                #expect(startedAlone)
+                // Adopted: both hold a lease now, granted whatever the limit.
+                #expect(try await waitFor { try await heldLeases(observer, endpoint: http.endpoint) == 2 })
+                let waiting = Task { try await b.data(for: URLRequest(url: http.url("/after"))) }
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(http.total == 2)   // the fleet is at its limit: the other request waits
+                for task in hanging { task.cancel() }
+                _ = try await waiting.value
+                #expect(http.total == 3)
+                #expect(try await waitFor { try await heldLeases(observer, endpoint: http.endpoint) == 0 })
+            }
+        }
+    }
+
     @Test("a request running longer than its lease's TTL renews it: the other dispatcher waits for its end")
     func longRequestRenews() async throws {
         try await withRedisServer { redis in
