@@ -41,6 +41,13 @@ private struct LeaseHarness {
         return leases
     }
 
+    /// Nobody is in line: no line key, no waiting count.
+    func expectNoLine(sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let keys = EndpointLeaseScript.keys(keys)
+        #expect(try await client.send("EXISTS", keys[2], keys[3]) == .integer(0), sourceLocation: sourceLocation)
+        #expect(try await client.send("HEXISTS", keys[1], "waiting") == .integer(0), sourceLocation: sourceLocation)
+    }
+
     /// Every key on the server has a TTL.
     func expectEveryKeyHasTTL(sourceLocation: SourceLocation = #_sourceLocation) async throws {
         let all = try await client.send("KEYS", "*").array ?? []
@@ -112,9 +119,7 @@ struct EndpointLeaseScriptTests {
             _ = try await leases.acquire("b1", now: 10_000)
             _ = try await leases.run(.release(token: "a1"), now: 10_100)
             _ = try await leases.acquire("c1", now: 10_200)
-            let keys = EndpointLeaseScript.keys(leases.keys)
-            #expect(try await leases.client.send("EXISTS", keys[2], keys[3]) == .integer(0))
-            #expect(try await leases.client.send("HEXISTS", keys[1], "waiting") == .integer(0))
+            try await leases.expectNoLine()
         }
     }
 
@@ -158,9 +163,7 @@ struct EndpointLeaseScriptTests {
             #expect(try await leases.acquire("a2", limit: 1, now: 19_999) == .full(retryIn: 1_000))
             #expect(try await leases.acquire("a2", limit: 1, ttl: 1_000, now: 20_000) == .granted(expiry: 21_000))
             #expect(try await leases.line() == [])
-            let keys = EndpointLeaseScript.keys(leases.keys)
-            #expect(try await leases.client.send("EXISTS", keys[2], keys[3]) == .integer(0))
-            #expect(try await leases.client.send("HEXISTS", keys[1], "waiting") == .integer(0))
+            try await leases.expectNoLine()
         }
     }
 

@@ -34,22 +34,26 @@ struct EndpointLeaseTurnsTests {
         }
     }
 
+    /// The order of the first `total` grants to `names`, one instance (one "process") each, all
+    /// with a backlog, on one endpoint of `limit`. A poll of 100 ms: a waiter stays in line 1 s
+    /// without asking, however loaded the machine.
+    func grants(_ names: [String], limit: Int, total: Int, on server: RedisServer) async throws -> [String] {
+        let grants = Recorder<String>()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for name in names {
+                let leases = RedisEndpointLeases(client: makeClient(server.address), key: "api", leaseTTL: .seconds(600),
+                                                 pollInterval: .milliseconds(100))
+                group.addTask { try await runBacklog(name, leases, limit: limit, hold: .milliseconds(30), total: total, grants: grants) }
+            }
+            try await group.waitForAll()
+        }
+        return Array(grants.values.prefix(total))
+    }
+
     @Test("two instances (two processes) with a backlog on one endpoint of limit 1: grants alternate, ten each of twenty")
     func twoProcessesAlternate() async throws {
         try await withRedisServer { server in
-            // A poll of 100 ms: a waiter stays in line 1 s without asking, however loaded the machine.
-            let instances = ["a", "b"].map { name in
-                (name, RedisEndpointLeases(client: makeClient(server.address), key: "api", leaseTTL: .seconds(600),
-                                           pollInterval: .milliseconds(100)))
-            }
-            let grants = Recorder<String>()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for (name, leases) in instances {
-                    group.addTask { try await runBacklog(name, leases, limit: 1, hold: .milliseconds(30), total: 20, grants: grants) }
-                }
-                try await group.waitForAll()
-            }
-            let order = Array(grants.values.prefix(20))
+            let order = try await grants(["a", "b"], limit: 1, total: 20, on: server)
             #expect(order.count == 20)
             #expect(order.filter { $0 == "a" }.count == 10)
             #expect(zip(order, order.dropFirst()).allSatisfy { $0 != $1 }, "grants did not alternate: \(order)")
@@ -59,18 +63,7 @@ struct EndpointLeaseTurnsTests {
     @Test("three instances with a backlog on one endpoint of limit 2: each gets its share, none starves")
     func threeProcessesShare() async throws {
         try await withRedisServer { server in
-            let instances = ["a", "b", "c"].map { name in
-                (name, RedisEndpointLeases(client: makeClient(server.address), key: "api", leaseTTL: .seconds(600),
-                                           pollInterval: .milliseconds(100)))
-            }
-            let grants = Recorder<String>()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for (name, leases) in instances {
-                    group.addTask { try await runBacklog(name, leases, limit: 2, hold: .milliseconds(30), total: 30, grants: grants) }
-                }
-                try await group.waitForAll()
-            }
-            let order = Array(grants.values.prefix(30))
+            let order = try await grants(["a", "b", "c"], limit: 2, total: 30, on: server)
             #expect(order.count == 30)
             // In turns, each of three gets a third, give or take the first round's order.
             for name in ["a", "b", "c"] {

@@ -249,12 +249,20 @@ struct EndpointSlotsLeaseTests {
         #expect(released(slots.end(2, outcome: .completed, now: ms(32))).releaseLeases == [lease("b")])
     }
 
-    @Test("a request that ends before its adopted lease comes gives that lease back at once")
-    func adoptedLeaseOfAnEndedRequestGoesBack() {
-        var slots = Slots(maxRequests: 2, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen))
+    /// Slots under failOpen whose request 1 started alone (the coordinator was unavailable until
+    /// 21 ms) and is being adopted: ask 2.
+    func adopting(maxRequests: Int) -> Slots {
+        var slots = Slots(maxRequests: maxRequests, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen))
         _ = slots.submit(1, kind: .short, now: .zero)
         _ = slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1))
-        #expect(slots.wake(now: ms(21)).acquireLease == 2)
+        let wake = slots.wake(now: ms(21))
+        #expect(wake.acquireLease == 2 && wake.adoptsLease)
+        return slots
+    }
+
+    @Test("a request that ends before its adopted lease comes gives that lease back at once")
+    func adoptedLeaseOfAnEndedRequestGoesBack() {
+        var slots = adopting(maxRequests: 2)
         #expect(released(slots.end(1, outcome: .completed, now: ms(22))).releaseLeases.isEmpty)
         let answer = slots.leaseAnswered(.granted(lease("a")), serial: 2, now: ms(23))
         #expect(answer.releaseLeases == [lease("a")] && answer.adopted.isEmpty)
@@ -263,10 +271,7 @@ struct EndpointSlotsLeaseTests {
 
     @Test("an adoption answered unavailable keeps the fallback and tries again at its end; a declined one is not asked again")
     func adoptionUnavailable() {
-        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen))
-        _ = slots.submit(1, kind: .short, now: .zero)
-        _ = slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1))
-        #expect(slots.wake(now: ms(21)).acquireLease == 2)
+        var slots = adopting(maxRequests: 3)
         let again = slots.leaseAnswered(.unavailable(retryIn: ms(30)), serial: 2, now: ms(22))
         #expect(again.wakeAt == ms(52) && slots.isCoordinatorUnavailable)
         #expect(decision(slots.submit(2, kind: .short, now: ms(23))).start == [2])   // the fallback still applies
