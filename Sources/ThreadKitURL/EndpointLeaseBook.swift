@@ -117,9 +117,6 @@ struct EndpointLeaseBook<ID: Hashable & Sendable>: Sendable {
         return until
     }
 
-    /// Whether the ask with `serial` is an adoption.
-    func isAdoption(serial: Int) -> Bool { ask == .asking(serial: serial) && adopting != nil }
-
     /// Request `id` started, holding `lease` (none: started alone by the fallback, while shared).
     mutating func started(_ id: ID, holding lease: EndpointLease?) {
         if let lease {

@@ -35,14 +35,15 @@ struct EndpointLeaseTurnsTests {
     }
 
     /// The order of the first `total` grants to `names`, one instance (one "process") each, all
-    /// with a backlog, on one endpoint of `limit`. A poll of 100 ms: a waiter stays in line 1 s
-    /// without asking, however loaded the machine.
+    /// with a backlog, on one endpoint of `limit`. A poll of 300 ms: a waiter stays in line 3 s
+    /// without asking, however loaded the machine (under the thread sanitizer, with the other
+    /// suites running, a turn can take half a second).
     func grants(_ names: [String], limit: Int, total: Int, on server: RedisServer) async throws -> [String] {
         let grants = Recorder<String>()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for name in names {
                 let leases = RedisEndpointLeases(client: makeClient(server.address), key: "api", leaseTTL: .seconds(600),
-                                                 pollInterval: .milliseconds(100))
+                                                 pollInterval: .milliseconds(300))
                 group.addTask { try await runBacklog(name, leases, limit: limit, hold: .milliseconds(30), total: total, grants: grants) }
             }
             try await group.waitForAll()
@@ -50,12 +51,12 @@ struct EndpointLeaseTurnsTests {
         return Array(grants.values.prefix(total))
     }
 
-    @Test("two instances (two processes) with a backlog on one endpoint of limit 1: grants alternate, ten each of twenty")
+    @Test("two instances (two processes) with a backlog on one endpoint of limit 1: grants alternate, six each of twelve")
     func twoProcessesAlternate() async throws {
         try await withRedisServer { server in
-            let order = try await grants(["a", "b"], limit: 1, total: 20, on: server)
-            #expect(order.count == 20)
-            #expect(order.filter { $0 == "a" }.count == 10)
+            let order = try await grants(["a", "b"], limit: 1, total: 12, on: server)
+            #expect(order.count == 12)
+            #expect(order.filter { $0 == "a" }.count == 6)
             #expect(zip(order, order.dropFirst()).allSatisfy { $0 != $1 }, "grants did not alternate: \(order)")
         }
     }
@@ -63,12 +64,12 @@ struct EndpointLeaseTurnsTests {
     @Test("three instances with a backlog on one endpoint of limit 2: each gets its share, none starves")
     func threeProcessesShare() async throws {
         try await withRedisServer { server in
-            let order = try await grants(["a", "b", "c"], limit: 2, total: 30, on: server)
-            #expect(order.count == 30)
+            let order = try await grants(["a", "b", "c"], limit: 2, total: 18, on: server)
+            #expect(order.count == 18)
             // In turns, each of three gets a third, give or take the first round's order.
             for name in ["a", "b", "c"] {
                 let count = order.filter { $0 == name }.count
-                #expect((8...12).contains(count), "\(name) got \(count) of 30: \(order)")
+                #expect((4...8).contains(count), "\(name) got \(count) of 18: \(order)")
             }
         }
     }
