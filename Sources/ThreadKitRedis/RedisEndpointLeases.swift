@@ -27,9 +27,10 @@ import Foundation
 ///   before this instance's next command, and whenever one of its commands is answered; until
 ///   Redis answers it (`0` or `1`: releasing is idempotent) or until ``leaseTTL`` after the
 ///   release, when the lease has expired anyway (it was renewed at most a third of that before).
+///   The lease of an acquire whose outcome is unknown is given back the same way, but its
+///   ``leaseTTL`` counts from the first answer Redis gives after: Redis may run that acquire late.
 ///   The first release dropped beyond ``maxPendingReleases`` is logged, once until Redis answers
-///   again. An acquire whose answer is lost after it was sent is given back the same way, since
-///   it may have been granted. `RedisClient.flush` waits for every release begun before it.
+///   again. `RedisClient.flush` waits for every release begun before it.
 package final class RedisEndpointLeases: EndpointCoordinator {
     package let client: RedisClient
     /// The user's key: the part every endpoint's keys share.
@@ -46,7 +47,10 @@ package final class RedisEndpointLeases: EndpointCoordinator {
         /// The client's follow-up it holds until it ends: what `RedisClient.flush` waits for.
         var followUp: UInt64
         /// When the lease has expired whatever happens: the release is not sent again after.
-        var expiry: ContinuousClock.Instant
+        /// `nil` for the lease of an acquire whose outcome is unknown: Redis may run that acquire
+        /// late (a server that was frozen runs what it buffered when it goes on), so its lease's
+        /// time starts only when Redis answers again, which sets this to ``leaseTTL`` after then.
+        var expiry: ContinuousClock.Instant?
     }
 
     private struct State: Sendable {
@@ -121,7 +125,10 @@ package final class RedisEndpointLeases: EndpointCoordinator {
                 answer(.unavailable(retryIn: pollInterval))
                 Log.log(.redis, "endpoint leases: \(other) does not answer an acquire")
             case .failure(let failure):
-                if failure.mayHaveRun { release(lease) }
+                if failure.mayHaveRun {
+                    flushPendingReleases()
+                    send(PendingRelease(lease: lease, followUp: client.beginFollowUp(), expiry: nil))
+                }
                 answer(.unavailable(retryIn: failure.retryIn ?? pollInterval))
             }
         }
@@ -170,7 +177,13 @@ package final class RedisEndpointLeases: EndpointCoordinator {
             // Redis answers (not with an error, which would answer the releases sent again the
             // same way, each answer sending the others): the releases that failed before go now.
             if case .success(let value) = result, !value.isErrorReply {
-                state.withLock { $0.isDropping = false }
+                let expiry = ContinuousClock.now + leaseTTL
+                state.withLock { state in
+                    state.isDropping = false
+                    for index in state.pendingReleases.indices where state.pendingReleases[index].expiry == nil {
+                        state.pendingReleases[index].expiry = expiry
+                    }
+                }
                 flushPendingReleases()
             }
             switch result {
@@ -207,7 +220,7 @@ package final class RedisEndpointLeases: EndpointCoordinator {
         enum Outcome { case kept(armsRetry: Bool), expired, dropped(isFirst: Bool) }
         let now = ContinuousClock.now
         let outcome = state.withLock { state -> Outcome in
-            guard now < release.expiry else { return .expired }
+            guard release.expiry.map({ now < $0 }) ?? true else { return .expired }
             guard state.pendingReleases.count < maxPendingReleases else {
                 defer { state.isDropping = true }
                 return .dropped(isFirst: !state.isDropping)

@@ -504,6 +504,29 @@ struct RedisEndpointLeasesReleaseTests {
         }
     }
 
+    @Test("an acquire whose outcome is unknown is given back however long Redis stays frozen: its lease's time counts from Redis's next answer, not from the release")
+    func unknownAcquireKeptWhileFrozen() async throws {
+        try await withRedisServer { server in
+            // Leases of 1 s; the server stays frozen 1.5 s. Its buffered acquire runs when it goes
+            // on, so that lease lives until a second after then, whatever the release's age.
+            let client = makeClient(server.address, timeout: .milliseconds(200), breaker: longBackoff, connectionTimeout: .seconds(60))
+            let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .seconds(1))
+            server.pause()
+            guard case .unavailable = await acquire(leases) else {
+                Issue.record("a frozen server's acquire was not unavailable")
+                server.resume()
+                return
+            }
+            #expect(leases.pendingReleaseCount == 1)
+            try await Task.sleep(for: .milliseconds(1_500))
+            // Sent again before this release (refused: the breaker is open), it is kept: Redis has
+            // not answered since.
+            leases.release(EndpointLease(endpoint: Self.endpoint, token: "other"))
+            #expect(leases.pendingReleaseCount == 2)
+            server.resume()
+        }
+    }
+
     @Test("an acquire whose answer timed out, and a release the breaker refused, are given back before the next command")
     func lostAnswersAreGivenBack() async throws {
         try await withRedisServer { server in
