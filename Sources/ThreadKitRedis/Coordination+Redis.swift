@@ -31,9 +31,11 @@ extension Coordination {
     /// endpoint's leases, kept in a sorted set with expiries under `{key|endpoint}` (one set per
     /// endpoint, so one limits value used for several endpoints keeps them apart), renewed while a
     /// long request runs and given back once when it ends, to the coordination that granted it even
-    /// if `setLimits` changed the endpoint's since (a release lost after it was sent ends at the
-    /// lease's expiry, 10 s after its last renewal); a 429 or 503 with `Retry-After`
-    /// pauses the endpoint in every process.
+    /// if `setLimits` changed the endpoint's since (a release that fails is sent again until Redis
+    /// answers it, or until the lease has expired anyway); processes that all wait take turns, in
+    /// the order of their first ask; the requests a fallback started get leases first once Redis
+    /// answers again, whatever the limit; a 429 or 503 with `Retry-After` pauses the endpoint in
+    /// every process.
     ///
     /// Every queue of a key must be made with the same monitor and limit (their intervals may
     /// differ): one with others is told so when it asks, logs it and applies `whenUnavailable`,

@@ -11,8 +11,13 @@ struct EndpointLeaseCall: Sendable, Equatable {
 
     /// What the script is asked to do.
     enum Operation: Sendable, Equatable {
-        /// Take a lease named `token` for `ttl` if fewer than `limit` are held and no pause is in force.
-        case acquire(limit: Int, token: String, ttl: Int64)
+        /// Take a lease named `token` for `ttl` if fewer than `limit` are held, no pause is in force,
+        /// and fewer older askers than free leases stand in line; else stand in line as `asker`,
+        /// which asks again within `poll`.
+        case acquire(limit: Int, token: String, ttl: Int64, asker: String, poll: Int64)
+        /// Take a lease named `token` for `ttl` whatever the limit, the line or a pause: for a
+        /// request that already runs.
+        case adopt(token: String, ttl: Int64)
         /// Give the lease `token` back.
         case release(token: String)
         /// Move the lease `token`'s expiry to `ttl` from now, if it is still held.
@@ -25,7 +30,9 @@ struct EndpointLeaseCall: Sendable, Equatable {
     enum Reply: Sendable, Equatable {
         /// The lease is held until `expiry` (on the script's clock).
         case granted(expiry: Int64)
-        /// Every lease is taken: the earliest expires `retryIn` from now (at least 1 ms).
+        /// No lease for this asker now: every lease is taken (the earliest expires `retryIn` from
+        /// now, at least 1 ms), or older askers in line are to take the free ones (`retryIn` is
+        /// the poll interval).
         case full(retryIn: Int64)
         /// A pause is in force for `remaining` from now.
         case paused(remaining: Int64)
@@ -48,8 +55,13 @@ struct EndpointLeaseCall: Sendable, Equatable {
     /// A call of `operation`; `now` only for tests.
     init(_ operation: Operation, now: Int64? = nil) {
         switch operation {
-        case .acquire(let limit, let token, let ttl):
+        case .acquire(let limit, let token, let ttl, let asker, let poll):
             precondition(limit >= 1, "EndpointLeaseCall: limit must be at least 1, got \(limit)")
+            precondition(ttl > 0, "EndpointLeaseCall: ttl must be more than zero, got \(ttl)")
+            precondition(poll > 0, "EndpointLeaseCall: poll must be more than zero, got \(poll)")
+            precondition(!asker.isEmpty, "EndpointLeaseCall: asker must not be empty, got \"\"")
+            Self.check(token: token)
+        case .adopt(let token, let ttl):
             precondition(ttl > 0, "EndpointLeaseCall: ttl must be more than zero, got \(ttl)")
             Self.check(token: token)
         case .release(let token):
@@ -73,8 +85,10 @@ struct EndpointLeaseCall: Sendable, Equatable {
     var arguments: [String] {
         let clamped = LimitScript.clamped
         switch operation {
-        case .acquire(let limit, let token, let ttl):
-            return LimitScript.arguments("acquire", now: now) + [String(limit), token, clamped(ttl)]
+        case .acquire(let limit, let token, let ttl, let asker, let poll):
+            return LimitScript.arguments("acquire", now: now) + [String(limit), token, clamped(ttl), asker, clamped(poll)]
+        case .adopt(let token, let ttl):
+            return LimitScript.arguments("adopt", now: now) + [token, clamped(ttl)]
         case .release(let token):
             return LimitScript.arguments("release", now: now) + [token]
         case .renew(let token, let ttl):
@@ -96,7 +110,7 @@ struct EndpointLeaseCall: Sendable, Equatable {
     /// - Throws: ``BadReply`` for a reply the script does not give to this operation.
     func decode(_ reply: RESPValue) throws(BadReply) -> Reply {
         switch operation {
-        case .acquire:
+        case .acquire, .adopt:
             guard let parts = reply.array, parts.count == 2, let kind = parts[0].string, let value = parts[1].integer else {
                 throw Self.bad("{kind, number}", reply)
             }

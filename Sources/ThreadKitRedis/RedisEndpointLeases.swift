@@ -15,13 +15,22 @@ import Foundation
 /// - A full endpoint is asked again when its earliest lease expires, or after ``pollInterval`` if
 ///   that is sooner: a release in another process is seen at the next ask, at most that late (one
 ///   in this process, at once, by the dispatcher).
-/// - **Releases.** One the client refuses at once (its breaker is open) is kept, up to
-///   ``maxPendingReleases``, and sent again before this instance's next command and whenever one
-///   of its commands is answered; one sent but lost
-///   (a timeout, a dropped connection), or beyond that count, ends when the lease expires, at most
-///   ``leaseTTL`` after its last renewal. The first release dropped beyond that count is logged,
-///   once until Redis answers again. An acquire whose answer is lost after it was sent is
-///   given back the same way, since it may have been granted.
+/// - **Turns.** The instance is one asker in the script's line (its name: ``tokenPrefix``): while
+///   it waits, a lease freed by a process with a backlog goes to the askers that waited longer
+///   first (see ``EndpointLeaseScript``), so processes that all have a backlog take turns. The cost:
+///   a lease freed while others wait stays free until the next of them asks, a ``pollInterval`` at
+///   most; and an asker that stopped asking (its requests timed out, its process died) holds free
+///   leases back from newer askers for ten poll intervals.
+/// - **Releases are never lost.** A release is sent with its reply awaited; one that fails (the
+///   breaker refuses it, it times out, its connection drops, Redis answers an error) is kept, up
+///   to ``maxPendingReleases``, and sent again: after the client's back-off (or ``pollInterval``),
+///   before this instance's next command, and whenever one of its commands is answered; until
+///   Redis answers it (`0` or `1`: releasing is idempotent) or until ``leaseTTL`` after the
+///   release, when the lease has expired anyway (it was renewed at most a third of that before).
+///   The lease of an acquire whose outcome is unknown is given back the same way, but its
+///   ``leaseTTL`` counts from the first answer Redis gives after: Redis may run that acquire late.
+///   The first release dropped beyond ``maxPendingReleases`` is logged, once until Redis answers
+///   again. `RedisClient.flush` waits for every release begun before it.
 package final class RedisEndpointLeases: EndpointCoordinator {
     package let client: RedisClient
     /// The user's key: the part every endpoint's keys share.
@@ -32,16 +41,30 @@ package final class RedisEndpointLeases: EndpointCoordinator {
     /// The most releases kept for sending again.
     let maxPendingReleases: Int
 
+    /// A release not yet answered by Redis.
+    struct PendingRelease: Sendable {
+        var lease: EndpointLease
+        /// The client's follow-up it holds until it ends: what `RedisClient.flush` waits for.
+        var followUp: UInt64
+        /// When the lease has expired whatever happens: the release is not sent again after.
+        /// `nil` for the lease of an acquire whose outcome is unknown: Redis may run that acquire
+        /// late (a server that was frozen runs what it buffered when it goes on), so its lease's
+        /// time starts only when Redis answers again, which sets this to ``leaseTTL`` after then.
+        var expiry: ContinuousClock.Instant?
+    }
+
     private struct State: Sendable {
         var counter: UInt64 = 0
-        var pendingReleases: [EndpointLease] = []
+        var pendingReleases: [PendingRelease] = []
         /// Whether a release was dropped (``maxPendingReleases`` were kept) since Redis last answered.
         var isDropping = false
+        /// Whether a timer is armed to send the pending releases again.
+        var isRetryArmed = false
     }
 
     private let state = Locked(State())
     /// The first part of every token: the process id and a 64-bit random number drawn once (every
-    /// replica may be pid 1 in its container).
+    /// replica may be pid 1 in its container). Also this instance's name in the script's line.
     let tokenPrefix: String
 
     /// Leases of the endpoints that share `key`, on `client`.
@@ -88,7 +111,8 @@ package final class RedisEndpointLeases: EndpointCoordinator {
             return "\(tokenPrefix).\(state.counter)"
         }
         let lease = EndpointLease(endpoint: request.endpoint, token: token)
-        let call = EndpointLeaseCall(.acquire(limit: request.limit, token: token, ttl: ttlMicroseconds))
+        let call = EndpointLeaseCall(request.adopt ? .adopt(token: token, ttl: ttlMicroseconds)
+            : .acquire(limit: request.limit, token: token, ttl: ttlMicroseconds, asker: tokenPrefix, poll: pollInterval.microsecondsRoundedUp))
         run(call, for: request.endpoint) { [self] result in
             switch result {
             case .success(.granted):
@@ -101,7 +125,10 @@ package final class RedisEndpointLeases: EndpointCoordinator {
                 answer(.unavailable(retryIn: pollInterval))
                 Log.log(.redis, "endpoint leases: \(other) does not answer an acquire")
             case .failure(let failure):
-                if failure.mayHaveRun { release(lease) }
+                if failure.mayHaveRun {
+                    flushPendingReleases()
+                    send(PendingRelease(lease: lease, followUp: client.beginFollowUp(), expiry: nil))
+                }
                 answer(.unavailable(retryIn: failure.retryIn ?? pollInterval))
             }
         }
@@ -109,7 +136,7 @@ package final class RedisEndpointLeases: EndpointCoordinator {
 
     package func release(_ lease: EndpointLease) {
         flushPendingReleases()
-        send(lease)
+        send(PendingRelease(lease: lease, followUp: client.beginFollowUp(), expiry: .now + leaseTTL))
     }
 
     package func renew(_ lease: EndpointLease) {
@@ -147,9 +174,16 @@ package final class RedisEndpointLeases: EndpointCoordinator {
     /// thread or at once.
     private func run(_ call: EndpointLeaseCall, for endpoint: String, then: @escaping @Sendable (Result<EndpointLeaseCall.Reply, Failure>) -> Void) {
         client.evaluate(EndpointLeaseScript.script, keys: EndpointLeaseScript.keys(keys(for: endpoint)), arguments: call.arguments) { [self] result in
-            // Redis answers: the releases it refused before go now.
-            if case .success = result {
-                state.withLock { $0.isDropping = false }
+            // Redis answers (not with an error, which would answer the releases sent again the
+            // same way, each answer sending the others): the releases that failed before go now.
+            if case .success(let value) = result, !value.isErrorReply {
+                let expiry = ContinuousClock.now + leaseTTL
+                state.withLock { state in
+                    state.isDropping = false
+                    for index in state.pendingReleases.indices where state.pendingReleases[index].expiry == nil {
+                        state.pendingReleases[index].expiry = expiry
+                    }
+                }
                 flushPendingReleases()
             }
             switch result {
@@ -169,33 +203,69 @@ package final class RedisEndpointLeases: EndpointCoordinator {
         }
     }
 
-    /// Sends the release of `lease` without waiting; keeps it for later if the client refuses it now,
-    /// and drops it (logging the first one dropped until Redis answers again) when too many are kept.
-    private func send(_ lease: EndpointLease) {
-        let call = EndpointLeaseCall(.release(token: lease.token))
-        do {
-            try client.evaluateAndForget(EndpointLeaseScript.script, keys: EndpointLeaseScript.keys(keys(for: lease.endpoint)), arguments: call.arguments)
-        } catch {
-            let isFirstDrop = state.withLock { state -> Bool in
-                if state.pendingReleases.count < maxPendingReleases {
-                    state.pendingReleases.append(lease)
-                    return false
-                }
-                defer { state.isDropping = true }
-                return !state.isDropping
+    /// Sends `release`; ends its follow-up when Redis answers it, else keeps it to send again.
+    private func send(_ release: PendingRelease) {
+        run(EndpointLeaseCall(.release(token: release.lease.token)), for: release.lease.endpoint) { [self] result in
+            switch result {
+            case .success: client.endFollowUp(release.followUp)
+            case .failure(let failure): keep(release, retryIn: failure.retryIn, after: failure)
             }
-            guard isFirstDrop else { return }
-            client.core.log("endpoint leases: \(maxPendingReleases) releases wait for Redis (\(error)); more are dropped, "
+        }
+    }
+
+    /// Keeps `release`, which failed, to send it again (arming a retry `retryIn` from now, or
+    /// ``pollInterval``, if none is armed); ends it when its lease has expired anyway, or when too
+    /// many are kept (logging the first one dropped until Redis answers again).
+    private func keep(_ release: PendingRelease, retryIn: Duration?, after failure: Failure) {
+        enum Outcome { case kept(armsRetry: Bool), expired, dropped(isFirst: Bool) }
+        let now = ContinuousClock.now
+        let outcome = state.withLock { state -> Outcome in
+            guard release.expiry.map({ now < $0 }) ?? true else { return .expired }
+            guard state.pendingReleases.count < maxPendingReleases else {
+                defer { state.isDropping = true }
+                return .dropped(isFirst: !state.isDropping)
+            }
+            state.pendingReleases.append(release)
+            defer { state.isRetryArmed = true }
+            return .kept(armsRetry: !state.isRetryArmed)
+        }
+        switch outcome {
+        case .kept(let armsRetry):
+            if armsRetry { armRetry(after: max(retryIn ?? pollInterval, .milliseconds(1))) }
+        case .expired:
+            client.endFollowUp(release.followUp)
+        case .dropped(let isFirst):
+            client.endFollowUp(release.followUp)
+            guard isFirst else { return }
+            client.core.log("endpoint leases: \(maxPendingReleases) releases wait for Redis (\(failure)); more are dropped, "
                 + "their leases end at their TTL (\(leaseTTL) after their last renewal); logged once until Redis answers")
         }
     }
 
-    /// Sends again the releases the client refused before.
+    /// Sends the pending releases again `delay` from now.
+    private func armRetry(after delay: Duration) {
+        let armed = try? TimerThread.shared.schedule(after: delay) { [self] in
+            state.withLock { $0.isRetryArmed = false }
+            flushPendingReleases()
+        }
+        // No timer (the process is ending): the next command or answer sends them.
+        if armed == nil { state.withLock { $0.isRetryArmed = false } }
+    }
+
+    /// Sends again the releases that failed before.
     private func flushPendingReleases() {
-        let pending = state.withLock { state -> [EndpointLease] in
+        let pending = state.withLock { state -> [PendingRelease] in
             defer { state.pendingReleases.removeAll() }
             return state.pendingReleases
         }
-        for lease in pending { send(lease) }
+        for release in pending { send(release) }
+    }
+}
+
+extension RESPValue {
+    /// Whether this is an error reply.
+    fileprivate var isErrorReply: Bool {
+        if case .error = self { return true }
+        return false
     }
 }

@@ -21,7 +21,9 @@
 ///   may start when it comes; back, if none may). An answer "full" asks again at the time it says,
 ///   or at once when a request of this process gives its lease back; "paused" pauses the endpoint
 ///   as a `Retry-After` does; "unavailable" applies the ``Fallback`` until the time it says. A
-///   lease goes back exactly once, when its request ends, however it ends.
+///   lease goes back exactly once, when its request ends, however it ends. Requests the fallback
+///   started are adopted (given a lease whatever the limit) before any new one starts, once the
+///   coordinator may be asked again (``EndpointLeaseBook``).
 struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     /// The kind of a request, as the slots see it.
     enum Kind: Equatable, Sendable {
@@ -53,22 +55,12 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         /// Ask the coordinator for a lease; report its answer with this serial
         /// (``leaseAnswered(_:serial:now:)``).
         var acquireLease: Int?
+        /// Whether that ask adopts a running request (``EndpointLeaseRequest/adopt``).
+        var adoptsLease = false
+        /// Running requests that now hold an adopted lease: renew it while they run.
+        var adopted: [ID] = []
         /// Give these leases back to the coordinator.
         var releaseLeases: [EndpointLease] = []
-    }
-
-    /// Where the asking for a shared lease stands.
-    enum LeaseAsk: Equatable, Sendable {
-        /// Nothing asked: the next request that may start asks.
-        case idle
-        /// An ask with this serial is on its way.
-        case asking(serial: Int)
-        /// A lease came and waits for the first request that may start.
-        case granted(EndpointLease)
-        /// Every lease was taken: ask again at this time (or when a lease of this process goes back).
-        case retryAt(Duration)
-        /// The coordinator cannot decide: the fallback applies until this time, then ask again.
-        case unavailable(until: Duration)
     }
 
     /// The answer to a new request.
@@ -113,14 +105,8 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     /// The counts ``URLDispatcher/statistics(for:)`` reports (its `pausedUntil` is the dispatcher's
     /// to fill in, from ``pausedUntil``).
     private(set) var counts = URLDispatcher.EndpointStatistics()
-    /// The coordinator and fallback of slots shared by a fleet; `nil` for slots of this process alone.
-    private(set) var sharing: EndpointSharing?
-    private(set) var leaseAsk = LeaseAsk.idle
-    /// Whether the coordinator's latest answer was "unavailable": its fallback applies.
-    private(set) var isCoordinatorUnavailable = false
-    private var lastAskSerial = 0
-    /// The lease each running request holds (none for one started alone, or in a fallback).
-    private var leases: [ID: EndpointLease] = [:]
+    /// The shared leases, for slots shared by a fleet.
+    private(set) var book: EndpointLeaseBook<ID>
 
     /// Slots with these limits and no request.
     ///
@@ -135,7 +121,7 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         self.maxRequests = maxRequests
         self.maxLongRequests = maxLongRequests
         throttle = StartThrottle(limit: rate)
-        self.sharing = sharing
+        book = EndpointLeaseBook(sharing: sharing)
     }
 
     static func checkLimits(maxRequests: Int, maxLongRequests: Int, call: String = "URLDispatcher.EndpointLimits.init") {
@@ -164,7 +150,13 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     func isRunning(_ id: ID) -> Bool { running[id] != nil }
 
     /// The shared lease `id` holds while it runs, if any.
-    func lease(of id: ID) -> EndpointLease? { leases[id] }
+    func lease(of id: ID) -> EndpointLease? { book.lease(of: id) }
+
+    /// The coordinator and fallback of slots shared by a fleet; `nil` for slots of this process alone.
+    var sharing: EndpointSharing? { book.sharing }
+
+    /// Whether the coordinator's latest answer was "unavailable": its fallback applies.
+    var isCoordinatorUnavailable: Bool { book.isCoordinatorUnavailable }
 
     // MARK: - Events
 
@@ -201,9 +193,7 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         counts.running -= 1
         if isLong { counts.runningLong -= 1 }
         record(outcome)
-        let lease = leases.removeValue(forKey: id)
-        // A lease of this process goes back: a full endpoint has a place now.
-        if lease != nil, case .retryAt = leaseAsk { leaseAsk = .idle }
+        let lease = book.ended(id)
         var decision = grant(now: now)
         if let lease { decision.releaseLeases.insert(lease, at: 0) }
         return .released(decision)
@@ -212,21 +202,12 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     /// The coordinator answered the ask with `serial` (``Decision/acquireLease``) at `now`. An
     /// answer to an ask that is no longer awaited gives its lease back.
     mutating func leaseAnswered(_ answer: EndpointLeaseAnswer, serial: Int, now: Duration) -> Decision {
-        guard leaseAsk == .asking(serial: serial) else {
-            var decision = Decision()
-            if case .granted(let lease) = answer { decision.releaseLeases.append(lease) }
-            return decision
-        }
-        isCoordinatorUnavailable = answer.isUnavailable
-        switch answer {
-        case .granted(let lease): leaseAsk = .granted(lease)
-        case .full(let retryIn): leaseAsk = .retryAt(now + retryIn)
-        case .unavailable(let retryIn): leaseAsk = .unavailable(until: now + retryIn)
-        case .paused(let remaining):
-            leaseAsk = .idle
-            throttle.pause(until: now + remaining)
-        }
-        return grant(now: now)
+        let answered = book.answered(answer, serial: serial, now: now) { running[$0] != nil }
+        if let until = answered.pauseUntil { throttle.pause(until: until) }
+        var decision = grant(now: now)
+        decision.releaseLeases.insert(contentsOf: answered.release, at: 0)
+        if let adopted = answered.adopted { decision.adopted.append(adopted) }
+        return decision
     }
 
     /// No request starts before `until` (Retry-After); a later pause already in force stays.
@@ -244,17 +225,14 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     /// New limits from `now` on. Running requests over a lowered limit finish; no new one starts
     /// until the counts are below it. The rate limit's history starts afresh; a pause stays.
     /// A change of `sharing` (another coordinator, or another fallback) forgets the ask on its way (its
-    /// lease, if one is granted, goes back when it comes, as an answer no longer awaited); running
-    /// requests keep their leases until they end.
+    /// lease, if one is granted, goes back when it comes, as an answer no longer awaited) and the
+    /// requests to adopt; running requests keep their leases until they end.
     mutating func setLimits(maxRequests: Int, maxLongRequests: Int, rate: RateLimit?, sharing: EndpointSharing? = nil,
                             now: Duration) -> Decision {
         Self.checkLimits(maxRequests: maxRequests, maxLongRequests: maxLongRequests)
         self.maxRequests = maxRequests
         self.maxLongRequests = maxLongRequests
-        if sharing != self.sharing {
-            self.sharing = sharing
-            leaseAsk = .idle   // a lease is `.granted` only inside `grant(now:)`, which hands it on or back
-        }
+        book.setSharing(sharing)
         if rate != throttle.limit {
             let pause = throttle.pausedUntil
             throttle = StartThrottle(limit: rate)
@@ -290,6 +268,11 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
     /// a long slot keeps its place and lets the ones behind it pass.
     private mutating func grant(now: Duration) -> Decision {
         var decision = Decision()
+        // Requests the fallback started get their leases before any new one starts.
+        if let serial = book.adoptionAsk(now: now) {
+            decision.acquireLease = serial
+            decision.adoptsLease = true
+        }
         var index = head
         while index < queue.count, counts.running < maxRequests {
             guard let waiting = queue[index] else {
@@ -305,11 +288,7 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
                 arm(allowed, &decision)
                 break
             }
-            var lease: EndpointLease?
-            if let sharing {
-                guard case .start(let granted) = shareStart(sharing.fallback, now: now, &decision) else { break }
-                lease = granted
-            }
+            guard case .start(let lease) = shareStep(now: now, &decision) else { break }
             throttle.recordStart(at: now)
             queue[index] = nil
             holes += 1
@@ -317,7 +296,7 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
             counts.queued -= 1
             counts.running += 1
             running[waiting.id] = waiting.kind.isLong
-            leases[waiting.id] = lease
+            book.started(waiting.id, holding: lease)
             if waiting.kind.isLong {
                 queuedLong -= 1
                 counts.runningLong += 1
@@ -325,50 +304,23 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
             decision.start.append(waiting.id)
             index += 1
         }
+        if let wake = book.adoptionWake(now: now) { arm(wake, &decision) }
         // A lease no request could take goes back.
-        if case .granted(let lease) = leaseAsk {
-            leaseAsk = .idle
-            decision.releaseLeases.append(lease)
-        }
+        if let lease = book.takeUnused() { decision.releaseLeases.append(lease) }
         compact()
         return decision
     }
 
-    private enum ShareStep {
-        /// Start, holding this lease (none: the fallback lets it start alone).
-        case start(EndpointLease?)
-        /// Not now: a lease is asked for, or the decision says when to look again.
-        case wait
-    }
-
-    /// Whether the request that may start now, in slots shared by a fleet, starts: with the lease
-    /// that came, alone under the fallback, or not yet (asking for a lease, or waiting to).
-    private mutating func shareStart(_ fallback: Fallback, now: Duration, _ decision: inout Decision) -> ShareStep {
-        switch leaseAsk {
-        case .granted(let lease):
-            leaseAsk = .idle
-            return .start(lease)
-        case .asking:
-            return .wait
-        case .retryAt(let time) where time > now:
-            arm(time, &decision)
-            return .wait
-        case .unavailable(let until) where until > now:
-            switch fallback {
-            case .failOpen:
-                return .start(nil)
-            case .localFallback(let share) where counts.running < max(1, Int((Double(maxRequests) * share).rounded(.down))):
-                return .start(nil)
-            case .localFallback, .failClosed:
-                arm(until, &decision)
-                return .wait
-            }
-        case .idle, .retryAt, .unavailable:
-            lastAskSerial += 1
-            leaseAsk = .asking(serial: lastAskSerial)
-            decision.acquireLease = lastAskSerial
-            return .wait
+    /// Whether the request that may start now starts (with the lease that came, or alone: not
+    /// shared, or under the fallback); an ask, or the time to look again, goes into `decision`.
+    private mutating func shareStep(now: Duration, _ decision: inout Decision) -> EndpointLeaseBook<ID>.Step {
+        let step = book.step(running: counts.running, maxRequests: maxRequests, now: now)
+        switch step {
+        case .start: break
+        case .wait(let until): if let until { arm(until, &decision) }
+        case .ask(let serial): decision.acquireLease = serial
         }
+        return step
     }
 
     /// Asks for a wake-up at `time`, unless one is armed for then or sooner.
@@ -432,12 +384,5 @@ struct EndpointSlots<ID: Hashable & Sendable>: Sendable {
         for (place, waiting) in queue.enumerated() {
             if let waiting { places[waiting.id] = place }
         }
-    }
-}
-
-extension EndpointLeaseAnswer {
-    var isUnavailable: Bool {
-        if case .unavailable = self { return true }
-        return false
     }
 }

@@ -29,12 +29,15 @@ extension URLDispatcher {
         /// process alone; a `Coordination.redis(…)` value shares `maxRequests` with every process
         /// using the same key: a request runs only while it holds one of the endpoint's leases
         /// (at most `maxRequests` across the fleet, each renewed while its request runs and given
-        /// back when it ends, however it ends), waiting requests ask in FIFO order, and a
+        /// back when it ends, however it ends), waiting requests ask in FIFO order, processes
+        /// that all wait take turns (one that waited longer gets a freed lease first), and a
         /// `Retry-After` pause seen by one process pauses all. While Redis does not answer, the
         /// coordination's `Fallback` applies: `.localFallback(share:)` runs at most
         /// `maxRequests × share` (at least 1) in this process, `.failClosed` starts nothing (the
-        /// `queueTimeout` applies), `.failOpen` keeps the local limits only. The long-request
-        /// limit and `rate` stay per process.
+        /// `queueTimeout` applies), `.failOpen` keeps the local limits only. Once Redis answers
+        /// again, the requests the fallback started get leases first, whatever the limit, and new
+        /// ones wait until the fleet is back under it. The long-request limit and `rate` stay
+        /// per process.
         public var coordination: Coordination
 
         /// The long-request limit when none is given: 3, or `maxRequests - 1` when that is less.

@@ -83,7 +83,8 @@ extension URLDispatcherCore {
         }
 
         /// Marks the requests `decision` starts as starting, and collects them, the wake-up, and
-        /// the shared leases to ask for, give back and renew. A lease goes back to, and is renewed
+        /// the shared leases to ask for, give back and renew (those of requests that start, and
+        /// of running ones adopted). A lease goes back to, and is renewed
         /// with, the coordinator that granted it (``leaseOwners``), whatever the limits say now;
         /// a new ask goes to the endpoint's coordinator now.
         mutating func grant(_ decision: EndpointSlots<Int>.Decision, at endpoint: URLDispatcher.Endpoint,
@@ -99,11 +100,17 @@ extension URLDispatcherCore {
                     effects.renewals.append((request.record, owner))
                 }
             }
+            for id in decision.adopted {
+                if let request = requests[id], let lease = endpoints[endpoint]?.slots.lease(of: id), let owner = leaseOwners[lease] {
+                    effects.renewals.append((request.record, owner))
+                }
+            }
             if let wake = decision.wakeAt { effects.wakes.append((endpoint, wake)) }
             effects.releases += decision.releaseLeases.compactMap { lease in leaseOwners.removeValue(forKey: lease).map { ($0, lease) } }
             guard let serial = decision.acquireLease, let limits = endpoints[endpoint]?.limits,
                   let coordinator = limits.coordination.endpoints else { return }
-            effects.acquires.append((endpoint, serial, EndpointLeaseRequest(endpoint: endpoint.description, limit: limits.maxRequests), coordinator))
+            let request = EndpointLeaseRequest(endpoint: endpoint.description, limit: limits.maxRequests, adopt: decision.adoptsLease)
+            effects.acquires.append((endpoint, serial, request, coordinator))
         }
 
         /// Gives `record`'s slot (or queue place) back to its endpoint, and grants the freed slot.

@@ -20,8 +20,15 @@ private struct LeaseHarness {
         try await EndpointLeaseCall(operation, now: now).run(on: client, keys: keys)
     }
 
-    func acquire(_ token: String, limit: Int = 2, ttl: Int64 = 1_000, now: Int64?) async throws -> EndpointLeaseCall.Reply {
-        try await run(.acquire(limit: limit, token: token, ttl: ttl), now: now)
+    /// An acquire of `token` by `asker` (by default, an asker of its own: the token's first letter).
+    func acquire(_ token: String, limit: Int = 2, ttl: Int64 = 1_000, asker: String? = nil, poll: Int64 = 1_000,
+                 now: Int64?) async throws -> EndpointLeaseCall.Reply {
+        try await run(.acquire(limit: limit, token: token, ttl: ttl, asker: asker ?? String(token.prefix(1)), poll: poll), now: now)
+    }
+
+    /// The askers in line, oldest first.
+    func line() async throws -> [String] {
+        (try await client.send("ZRANGE", EndpointLeaseScript.keys(keys)[2], "0", "-1").array ?? []).compactMap(\.string)
     }
 
     /// The leases held, by token, with their expiries.
@@ -32,6 +39,13 @@ private struct LeaseHarness {
             leases[pairs[index].string ?? "?"] = Int64(pairs[index + 1].string ?? "") ?? -1
         }
         return leases
+    }
+
+    /// Nobody is in line: no line key, no waiting count.
+    func expectNoLine(sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let keys = EndpointLeaseScript.keys(keys)
+        #expect(try await client.send("EXISTS", keys[2], keys[3]) == .integer(0), sourceLocation: sourceLocation)
+        #expect(try await client.send("HEXISTS", keys[1], "waiting") == .integer(0), sourceLocation: sourceLocation)
     }
 
     /// Every key on the server has a TTL.
@@ -94,6 +108,108 @@ struct EndpointLeaseScriptTests {
             #expect(try await leases.acquire("c", now: 10_200) == .granted(expiry: 11_200))
             #expect(try await leases.acquire("d", now: 10_700) == .full(retryIn: 1_000))   // 500 µs to c's expiry, floored to 1 ms
             try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
+    @Test("while nobody waits, an acquire writes no line: no line key and no waiting count")
+    func noLineWhileNobodyWaits() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a1", now: 10_000)
+            _ = try await leases.acquire("b1", now: 10_000)
+            _ = try await leases.run(.release(token: "a1"), now: 10_100)
+            _ = try await leases.acquire("c1", now: 10_200)
+            try await leases.expectNoLine()
+        }
+    }
+
+    @Test("two askers with a backlog and limit 1 take turns: the one that releases and asks at once is declined while the other waits")
+    func lineAlternates() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            func ask(_ token: String, at now: Int64) async throws -> EndpointLeaseCall.Reply {
+                try await leases.acquire(token, limit: 1, ttl: 100_000, poll: 1_000, now: now)
+            }
+            #expect(try await ask("a1", at: 10_000) == .granted(expiry: 110_000))
+            #expect(try await ask("b1", at: 10_500) == .full(retryIn: 99_500))   // full: in line
+            #expect(try await leases.line() == ["b"])
+            var (holder, waiter) = ("a", "b")
+            var (held, waiting) = ("a1", "b1")   // the holder's lease, the waiter's proposed token
+            for round in 0..<4 {
+                let t = Int64(15_000 + round * 5_000)
+                let asked = "\(holder)\(round + 2)"
+                // The holder releases and asks again at once: the waiter is older in line.
+                #expect(try await leases.run(.release(token: held), now: t) == .released(true))
+                #expect(try await ask(asked, at: t + 1) == .full(retryIn: 1_000))
+                #expect(try await leases.line() == [waiter, holder])
+                // The waiter asks at its next poll and gets the lease; it leaves the line.
+                #expect(try await ask(waiting, at: t + 900) == .granted(expiry: t + 100_900))
+                #expect(try await leases.line() == [holder])
+                #expect(try await ask(asked, at: t + 1_800) == .full(retryIn: 99_100))
+                (holder, waiter, held, waiting) = (waiter, holder, waiting, asked)
+            }
+            try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
+    @Test("an asker that has not asked for ten poll intervals leaves the line: free leases go to the others")
+    func goneAskerDropped() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a1", limit: 1, ttl: 100_000, now: 10_000)
+            // b asks once, with a poll of 1 ms, then never again: it counts as gone at 20 000.
+            #expect(try await leases.acquire("b1", limit: 1, poll: 1_000, now: 10_000) == .full(retryIn: 100_000))
+            _ = try await leases.run(.release(token: "a1"), now: 11_000)
+            #expect(try await leases.acquire("a2", limit: 1, now: 19_999) == .full(retryIn: 1_000))
+            #expect(try await leases.acquire("a2", limit: 1, ttl: 1_000, now: 20_000) == .granted(expiry: 21_000))
+            #expect(try await leases.line() == [])
+            try await leases.expectNoLine()
+        }
+    }
+
+    @Test("with limit 3, free leases go by rank in line: as many oldest askers as leases are free, newcomers after them")
+    func freeLeasesByRank() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            func ask(_ token: String, at now: Int64) async throws -> EndpointLeaseCall.Reply {
+                try await leases.acquire(token, limit: 3, ttl: 1_000_000, poll: 100_000, now: now)
+            }
+            for token in ["x1", "x2", "x3"] { #expect(try await ask(token, at: 1_000) == .granted(expiry: 1_001_000)) }
+            for (token, time) in [("u1", 2_000), ("v1", 3_000), ("w1", 4_000)] {
+                #expect(try await ask(token, at: Int64(time)) == .full(retryIn: 1_001_000 - Int64(time)))
+            }
+            #expect(try await leases.line() == ["u", "v", "w"])
+            _ = try await leases.run(.release(token: "x1"), now: 5_000)
+            _ = try await leases.run(.release(token: "x2"), now: 5_000)
+            // Two free, three older askers: a newcomer and the third in line wait.
+            #expect(try await ask("n1", at: 6_000) == .full(retryIn: 100_000))
+            #expect(try await ask("w1", at: 6_000) == .full(retryIn: 100_000))
+            // The second in line is among the first two: granted.
+            #expect(try await ask("v1", at: 6_000) == .granted(expiry: 1_006_000))
+            // One free: only the first in line may take it.
+            #expect(try await ask("w1", at: 7_000) == .full(retryIn: 100_000))
+            #expect(try await ask("u1", at: 7_000) == .granted(expiry: 1_007_000))
+            #expect(try await ask("w1", at: 8_000) == .full(retryIn: 993_000))
+            #expect(try await leases.line() == ["w", "n"])
+            #expect(try await leases.leases().count == 3)
+            try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
+    @Test("adopt grants a lease whatever the limit, the line or a pause, and it counts toward the limit")
+    func adopt() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("a1", limit: 1, ttl: 100_000, now: 10_000)
+            _ = try await leases.acquire("b1", limit: 1, now: 10_000)   // in line
+            #expect(try await leases.run(.adopt(token: "c1", ttl: 50_000), now: 11_000) == .granted(expiry: 61_000))
+            _ = try await leases.run(.pause(duration: 100_000), now: 12_000)
+            #expect(try await leases.run(.adopt(token: "c2", ttl: 50_000), now: 12_000) == .granted(expiry: 62_000))
+            #expect(try await leases.leases() == ["a1": 110_000, "c1": 61_000, "c2": 62_000])
+            #expect(try await leases.line() == ["b"])
+            _ = try await leases.run(.release(token: "a1"), now: 200_000)
+            // After the pause: c1 and c2 expired; b's liveness (10 polls) too.
+            #expect(try await leases.acquire("d1", limit: 1, now: 200_000) == .granted(expiry: 201_000))
         }
     }
 
@@ -179,7 +295,9 @@ struct EndpointLeaseScriptTests {
         try await withRedisServer { server in
             let leases = LeaseHarness(server)
             let keys = EndpointLeaseScript.keys(leases.keys)
-            for arguments in [["acquire", "10", "0", "t", "5"], ["acquire", "10", "1", "", "5"], ["renew", "x"], ["nope", ""]] {
+            for arguments in [["acquire", "10", "0", "t", "5", "a", "1"], ["acquire", "10", "1", "", "5", "a", "1"],
+                              ["acquire", "10", "1", "t", "5", "", "1"], ["acquire", "10", "1", "t", "5", "a", "0"],
+                              ["adopt", "10", "t", "0"], ["renew", "x"], ["nope", ""]] {
                 await #expect(throws: RedisError.self) {
                     _ = try await leases.client.evaluate(EndpointLeaseScript.script, keys: keys, arguments: arguments)
                 }
@@ -204,7 +322,9 @@ struct RedisEndpointLeasesKeysTests {
         #expect(first.key == "a%7Bb%7D%25|http://one.example:80")
         #expect(first != second)
         #expect(EndpointLeaseScript.keys(first) == ["threadkit:{a%7Bb%7D%25|http://one.example:80}:leases",
-                                                    "threadkit:{a%7Bb%7D%25|http://one.example:80}:leases:state"])
+                                                    "threadkit:{a%7Bb%7D%25|http://one.example:80}:leases:state",
+                                                    "threadkit:{a%7Bb%7D%25|http://one.example:80}:leases:line",
+                                                    "threadkit:{a%7Bb%7D%25|http://one.example:80}:leases:alive"])
     }
 }
 
@@ -218,6 +338,21 @@ extension RedisEndpointLeasesKeysTests {
         #expect(randoms.count == 64)
         // 64 draws all below 2³² from 64 bits: a chance of 2⁻²⁰⁴⁸.
         #expect(randoms.contains { $0 > UInt64(UInt32.max) })
+    }
+
+    @Test("a release that keeps failing is kept only until its lease has expired anyway (leaseTTL after it), then ends its follow-up")
+    func failedReleaseEndsAtItsExpiry() async throws {
+        let client = makeClient(.unixSocket(path: "/nonexistent/threadkit-no-redis.sock"), breaker: longBackoff)
+        _ = try? await client.send("PING")   // refused: the breaker opens for a minute
+        let leases = RedisEndpointLeases(client: client, key: "k", leaseTTL: .milliseconds(3))
+        leases.release(EndpointLease(endpoint: "http://api.example.com:80", token: "first"))
+        #expect(leases.pendingReleaseCount == 1)
+        #expect(client.followUps.withLock { $0.openCount } == 1)
+        try await Task.sleep(for: .milliseconds(20))
+        // The next command sends the kept one again first: refused, and past its lease's expiry, it ends.
+        leases.release(EndpointLease(endpoint: "http://api.example.com:80", token: "second"))
+        #expect(leases.pendingReleaseCount == 1)
+        #expect(client.followUps.withLock { $0.openCount } == 1)
     }
 
     @Test("a release dropped beyond maxPendingReleases is logged, once until Redis answers")
@@ -305,6 +440,90 @@ struct RedisEndpointLeasesReleaseTests {
                 return
             }
             #expect(remaining > .seconds(29) && remaining <= .seconds(30))
+        }
+    }
+
+    @Test("a release lost after it was sent (its connection dropped while Redis was paused) is sent again: the lease is gone long before its TTL, and a flush waits for it")
+    func lostReleaseIsSentAgain() async throws {
+        try await withRedisServer { server in
+            // The release times out after 100 ms and its connection is dropped after 300 ms, while
+            // Redis holds it unrun (CLIENT PAUSE): dropped with its connection, it never runs.
+            let client = makeClient(server.address, timeout: .milliseconds(100), connectionTimeout: .milliseconds(300))
+            let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .seconds(600))
+            guard case .granted(let held) = await acquire(leases) else {
+                Issue.record("the first acquire was not granted")
+                return
+            }
+            let observer = makeClient(server.address)
+            #expect(try await tokens(observer, leases) == [held.token])
+            #expect(try await observer.send("CLIENT", "PAUSE", "1500", "ALL") == .simpleString("OK"))
+            let paused = ContinuousClock.now
+            leases.release(held)
+            // Once a flush succeeds, every release begun before it is answered.
+            var flushed = false
+            while !flushed, paused.duration(to: .now) < .seconds(10) {
+                do {
+                    try await client.flush(timeout: .seconds(5))
+                    flushed = true
+                } catch {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            #expect(flushed)
+            #expect(try await tokens(observer, leases) == [])
+            #expect(paused.duration(to: .now) < .seconds(10))   // not the lease's 10 min
+            #expect(leases.pendingReleaseCount == 0)
+        }
+    }
+
+    @Test("a release Redis answers with an error is sent again until it is answered, and a flush waits for it meanwhile")
+    func failedReleaseHoldsFlush() async throws {
+        try await withRedisServer { server in
+            let client = makeClient(server.address)
+            let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .seconds(600))
+            guard case .granted(let held) = await acquire(leases) else {
+                Issue.record("the first acquire was not granted")
+                return
+            }
+            // The leases' set replaced by a string: the script fails (WRONGTYPE) while PING works.
+            let observer = makeClient(server.address)
+            let key = EndpointLeaseScript.keys(leases.keys(for: Self.endpoint))[0]
+            _ = try await observer.send("RENAME", key, key + ":aside")
+            _ = try await observer.send("SET", key, "not a sorted set")
+            leases.release(held)
+            let flushed = LockedValue(false)
+            let flush = Task {
+                try await client.flush(timeout: .seconds(10))
+                flushed.value = true
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(!flushed.value)   // the release is still to be answered
+            _ = try await observer.send("RENAME", key + ":aside", key)   // in one step: the string goes
+            try await flush.value
+            #expect(try await tokens(observer, leases) == [])   // at once: the flush waited for it
+        }
+    }
+
+    @Test("an acquire whose outcome is unknown is given back however long Redis stays frozen: its lease's time counts from Redis's next answer, not from the release")
+    func unknownAcquireKeptWhileFrozen() async throws {
+        try await withRedisServer { server in
+            // Leases of 1 s; the server stays frozen 1.5 s. Its buffered acquire runs when it goes
+            // on, so that lease lives until a second after then, whatever the release's age.
+            let client = makeClient(server.address, timeout: .milliseconds(200), breaker: longBackoff, connectionTimeout: .seconds(60))
+            let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .seconds(1))
+            server.pause()
+            guard case .unavailable = await acquire(leases) else {
+                Issue.record("a frozen server's acquire was not unavailable")
+                server.resume()
+                return
+            }
+            #expect(leases.pendingReleaseCount == 1)
+            try await Task.sleep(for: .milliseconds(1_500))
+            // Sent again before this release (refused: the breaker is open), it is kept: Redis has
+            // not answered since.
+            leases.release(EndpointLease(endpoint: Self.endpoint, token: "other"))
+            #expect(leases.pendingReleaseCount == 2)
+            server.resume()
         }
     }
 

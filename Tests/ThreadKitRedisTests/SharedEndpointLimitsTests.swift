@@ -283,6 +283,59 @@ struct SharedEndpointLimitsTests {
         }
     }
 
+    @Test("a dispatcher with a backlog does not keep the lease: the other dispatcher's one request is served in turn, long before the backlog is done")
+    func backlogTakesTurns() async throws {
+        try await withRedisServer { redis in
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            try await withTwoDispatchers(sharedLimits(redis.address, maxRequests: 1), sharedLimits(redis.address, maxRequests: 1)) { a, b in
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for _ in 0..<20 {
+                        group.addTask { _ = try await a.data(for: URLRequest(url: http.url("/?delay=50")), queueTimeout: .seconds(20)) }
+                    }
+                    #expect(await eventually { http.current == 1 })
+                    _ = try await b.data(for: URLRequest(url: http.url("/other")), queueTimeout: .seconds(20))
+                    // In turn: after the request running when it asked, or the next (a waiter
+                    // that stalls ten poll intervals loses its place); not after all twenty.
+                    let before = a.statistics(for: http.endpoint).completed
+                    #expect(before <= 10, "the other dispatcher's request waited for \(before) of the 20")
+                    try await group.waitForAll()
+                }
+                #expect(http.peak == 1)
+                #expect(a.statistics(for: http.endpoint).completed == 20)
+            }
+        }
+    }
+
+    @Test("requests failOpen started while Redis was frozen are adopted once it answers: the set counts them, and the other dispatcher's request waits for their end")
+    func fallbackRequestsAdopted() async throws {
+        try await withRedisServer { redis in
+            let http = try LoopbackHTTPServer()
+            defer { http.shutdown() }
+            let observer = makeClient(redis.address)
+            let ttl = Duration.seconds(600)
+            // The first dispatcher's asks time out after 200 ms while Redis is frozen: failOpen lets
+            // its requests run alone.
+            let fallingBack = sharedLimits(redis.address, maxRequests: 2, fallback: .failOpen, leaseTTL: ttl, commandTimeout: .milliseconds(200))
+            try await withTwoDispatchers(fallingBack, sharedLimits(redis.address, maxRequests: 2, leaseTTL: ttl)) { a, b in
+                redis.pause()
+                let hanging = (0..<2).map { _ in Task { try await a.data(for: URLRequest(url: http.url("/hang"))) } }
+                let startedAlone = await eventually { http.current == 2 }
+                redis.resume()
+                #expect(startedAlone)
+                // Adopted: both hold a lease now, granted whatever the limit.
+                #expect(try await waitFor { try await heldLeases(observer, endpoint: http.endpoint) == 2 })
+                let waiting = Task { try await b.data(for: URLRequest(url: http.url("/after"))) }
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(http.total == 2)   // the fleet is at its limit: the other request waits
+                for task in hanging { task.cancel() }
+                _ = try await waiting.value
+                #expect(http.total == 3)
+                #expect(try await waitFor { try await heldLeases(observer, endpoint: http.endpoint) == 0 })
+            }
+        }
+    }
+
     @Test("a request running longer than its lease's TTL renews it: the other dispatcher waits for its end")
     func longRequestRenews() async throws {
         try await withRedisServer { redis in

@@ -150,20 +150,24 @@ struct EndpointSlotsLeaseTests {
         let ending = released(slots.end(1, outcome: .completed, now: ms(4)))
         #expect(ending.releaseLeases.isEmpty)
         #expect(ending.start == [3])
-        // Past the retry time, the next start asks again.
-        _ = slots.submit(4, kind: .short, now: ms(25))
-        #expect(released(slots.end(2, outcome: .completed, now: ms(25))).acquireLease == 2)
+        // Past the retry time the coordinator is asked again: first to adopt a request the
+        // fallback started (2, the first still running); the new request waits.
+        let next = decision(slots.submit(4, kind: .short, now: ms(25)))
+        #expect(next.acquireLease == 2 && next.adoptsLease)
+        #expect(next.start.isEmpty)
+        #expect(released(slots.end(2, outcome: .completed, now: ms(25))).acquireLease == nil)   // one ask at a time
     }
 
     @Test("unavailable and localFallback(share:): at most maxRequests × share run (at least 1)")
     func localFallback() {
         var slots = Slots(maxRequests: 5, maxLongRequests: 1, rate: nil, sharing: shared(.localFallback(share: 0.5)))
         _ = slots.submit(1, kind: .short, now: .zero)
-        #expect(slots.leaseAnswered(.unavailable(retryIn: ms(100)), serial: 1, now: ms(1)).start == [1])
+        let first = slots.leaseAnswered(.unavailable(retryIn: ms(100)), serial: 1, now: ms(1))
+        #expect(first.start == [1])
+        #expect(first.wakeAt == ms(101))   // when request 1, started alone, is to be adopted
         #expect(decision(slots.submit(2, kind: .short, now: ms(2))).start == [2])
         let third = decision(slots.submit(3, kind: .short, now: ms(3)))
         #expect(third.start.isEmpty)   // ⌊5 × 0.5⌋ = 2
-        #expect(third.wakeAt == ms(101))
         #expect(released(slots.end(1, outcome: .completed, now: ms(4))).start == [3])
 
         var tiny = Slots(maxRequests: 1, maxLongRequests: 0, rate: nil, sharing: shared(.localFallback(share: 0.1)))
@@ -209,5 +213,86 @@ struct EndpointSlotsLeaseTests {
         #expect(stale.start.isEmpty && stale.releaseLeases == [lease("old")])
         #expect(slots.leaseAnswered(.granted(lease("new")), serial: 2, now: ms(3)).start == [1])
         #expect(slots.lease(of: 1) == lease("new"))
+    }
+
+    // MARK: - Adoption: the requests a fallback started get leases once the coordinator answers
+
+    @Test("once the coordinator may be asked again, the requests the fallback started are adopted first, one ask each; new starts wait, then ask as usual")
+    func adoptedFirst() {
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen))
+        _ = slots.submit(1, kind: .short, now: .zero)
+        let alone = slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1))
+        #expect(alone.start == [1])
+        #expect(alone.wakeAt == ms(21))   // the fallback's end: time to adopt
+        #expect(decision(slots.submit(2, kind: .short, now: ms(2))).start == [2])
+        #expect(slots.book.unleasedCount == 2)
+        let wake = slots.wake(now: ms(21))
+        #expect(wake.acquireLease == 2 && wake.adoptsLease && wake.start.isEmpty)
+        let third = decision(slots.submit(3, kind: .short, now: ms(22)))
+        #expect(third.start.isEmpty && third.acquireLease == nil)   // waits for the adoptions
+        let first = slots.leaseAnswered(.granted(lease("a")), serial: 2, now: ms(23))
+        #expect(first.adopted == [1] && first.start.isEmpty)
+        #expect(first.acquireLease == 3 && first.adoptsLease)
+        #expect(slots.lease(of: 1) == lease("a"))
+        let next = slots.leaseAnswered(.granted(lease("b")), serial: 3, now: ms(24))
+        #expect(next.adopted == [2] && next.start.isEmpty)
+        #expect(next.acquireLease == 4 && !next.adoptsLease)   // the new request asks as usual
+        #expect(slots.book.unleasedCount == 0)
+        // The fleet is over the limit: the new request waits until a lease goes back.
+        let full = slots.leaseAnswered(.full(retryIn: ms(50)), serial: 4, now: ms(25))
+        #expect(full.start.isEmpty && full.wakeAt == ms(75))
+        #expect(!slots.isCoordinatorUnavailable)
+        let ending = released(slots.end(1, outcome: .completed, now: ms(30)))
+        #expect(ending.releaseLeases == [lease("a")])   // an adopted lease goes back like any other
+        #expect(ending.acquireLease == 5 && !ending.adoptsLease)
+        #expect(slots.leaseAnswered(.granted(lease("c")), serial: 5, now: ms(31)).start == [3])
+        #expect(released(slots.end(2, outcome: .completed, now: ms(32))).releaseLeases == [lease("b")])
+    }
+
+    /// Slots under failOpen whose request 1 started alone (the coordinator was unavailable until
+    /// 21 ms) and is being adopted: ask 2.
+    func adopting(maxRequests: Int) -> Slots {
+        var slots = Slots(maxRequests: maxRequests, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen))
+        _ = slots.submit(1, kind: .short, now: .zero)
+        _ = slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1))
+        let wake = slots.wake(now: ms(21))
+        #expect(wake.acquireLease == 2 && wake.adoptsLease)
+        return slots
+    }
+
+    @Test("a request that ends before its adopted lease comes gives that lease back at once")
+    func adoptedLeaseOfAnEndedRequestGoesBack() {
+        var slots = adopting(maxRequests: 2)
+        #expect(released(slots.end(1, outcome: .completed, now: ms(22))).releaseLeases.isEmpty)
+        let answer = slots.leaseAnswered(.granted(lease("a")), serial: 2, now: ms(23))
+        #expect(answer.releaseLeases == [lease("a")] && answer.adopted.isEmpty)
+        #expect(slots.lease(of: 1) == nil)
+    }
+
+    @Test("an adoption answered unavailable keeps the fallback and tries again at its end; a declined one is not asked again")
+    func adoptionUnavailable() {
+        var slots = adopting(maxRequests: 3)
+        let again = slots.leaseAnswered(.unavailable(retryIn: ms(30)), serial: 2, now: ms(22))
+        #expect(again.wakeAt == ms(52) && slots.isCoordinatorUnavailable)
+        #expect(decision(slots.submit(2, kind: .short, now: ms(23))).start == [2])   // the fallback still applies
+        let retry = slots.wake(now: ms(52))
+        #expect(retry.acquireLease == 3 && retry.adoptsLease)
+        // A coordinator that declines an adoption (not the Redis one) is not asked again for it.
+        _ = slots.leaseAnswered(.full(retryIn: ms(10)), serial: 3, now: ms(53))
+        #expect(slots.book.unleasedCount == 1)
+        let next = slots.wake(now: ms(63))
+        #expect(next.acquireLease == 4 && next.adoptsLease)   // request 2's turn
+    }
+
+    @Test("a change of sharing forgets the requests to adopt: the new coordinator does not count them")
+    func sharingChangeForgetsAdoptions() {
+        var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen))
+        _ = slots.submit(1, kind: .short, now: .zero)
+        _ = slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1))
+        #expect(slots.book.unleasedCount == 1)
+        let switched = slots.setLimits(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen, by: Self.second), now: ms(2))
+        #expect(slots.book.unleasedCount == 0)
+        #expect(switched.acquireLease == nil)
+        #expect(slots.wake(now: ms(30)).acquireLease == nil)
     }
 }

@@ -9,15 +9,18 @@
 ///   thread (the client's), or at once on the caller's thread when it can tell at once (a breaker
 ///   that refuses). `answer` is the dispatcher's own code, which never blocks.
 /// - ``release(_:)``, ``renew(_:)`` and ``pause(endpoint:for:)`` send their command and do not wait
-///   for its reply. A release that cannot be sent now is kept and sent again before the next
-///   command (see the implementation for how many it keeps); one lost on the way ends when the
-///   lease expires, ``leaseTTL`` after its last renewal.
+///   for its reply. A release that fails, before it is sent or after (its reply lost), is kept and
+///   sent again until the coordinator answers it, or until the lease has expired anyway,
+///   ``leaseTTL`` after the release (see the implementation for how many it keeps).
 package protocol EndpointCoordinator: AnyObject, Sendable {
     /// How long a lease lives unless renewed; the dispatcher renews a running request's lease every
     /// third of it.
     var leaseTTL: Duration { get }
     /// Asks for one lease of `request.endpoint`, granted if fewer than `request.limit` unexpired
-    /// leases are held across the fleet and no pause is in force; `answer` is called exactly once.
+    /// leases are held across the fleet and no pause is in force (and, for a coordinator that serves
+    /// the processes in turn, no process that waited longer is to take it); with
+    /// ``EndpointLeaseRequest/adopt``, granted whatever the limit and the pause, or "unavailable".
+    /// `answer` is called exactly once.
     func acquire(_ request: EndpointLeaseRequest, answer: @escaping @Sendable (EndpointLeaseAnswer) -> Void)
     /// Gives `lease` back; giving back one that is gone (expired, given back) does nothing.
     func release(_ lease: EndpointLease)
@@ -34,10 +37,15 @@ package struct EndpointLeaseRequest: Sendable, Equatable {
     package var endpoint: String
     /// The most leases held at once across the fleet (the endpoint's `maxRequests`).
     package var limit: Int
+    /// Whether the lease is for a request that already runs (the fallback started it while the
+    /// coordinator could not decide): granted whatever the limit, so that the fleet counts it, and
+    /// new requests wait until the count is back under the limit.
+    package var adopt: Bool
 
-    package init(endpoint: String, limit: Int) {
+    package init(endpoint: String, limit: Int, adopt: Bool = false) {
         self.endpoint = endpoint
         self.limit = limit
+        self.adopt = adopt
     }
 }
 

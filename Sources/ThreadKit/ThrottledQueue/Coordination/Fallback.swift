@@ -11,9 +11,9 @@
 /// (the breaker's back-off, or the coordinator's poll interval), then a lease is asked for again;
 /// ``localFallback(share:)`` lets at most `maxRequests` × `share` (at least 1) requests of the
 /// endpoint run, ``failOpen`` its local `maxRequests`. The change is logged both ways under the
-/// `.urlDispatcher` source. A request started under the fallback holds no lease, and is not
-/// counted on Redis when the leases answer again: until it ends, the fleet may run more than
-/// `maxRequests`.
+/// `.urlDispatcher` source. A request started under the fallback holds no lease; once the leases
+/// answer again it is given one first, whatever the limit (it is *adopted*), and new requests wait
+/// until the fleet is back under `maxRequests`.
 public enum Fallback: Sendable, Equatable {
     /// The local throttle at `share` of the rate (the default, with a share of 0.5): the gap
     /// divided by `share`, a limit of n per w scaled to `share` × n per w. A command that timed
