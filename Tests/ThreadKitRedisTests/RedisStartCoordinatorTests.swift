@@ -282,13 +282,16 @@ struct RedisCoordinationTests {
         }
     }
 
-    @Test(".serial with the default horizon: two queues with backlogs take the lease in turn, and each start keeps the gap after the end before it on Redis's clock")
-    func backlogsServedInTurn() async throws {
+    /// With no interval each queue asks again the moment its task ends, before the other's next
+    /// poll: without the line it would take every turn. With 100 ms, the gap after each end is
+    /// checked (a reservation may start a tenth of it late on a loaded machine rather than be
+    /// given up, which would hand the turn over).
+    @Test(".serial with the default horizon: two queues with backlogs take the lease in turn, and each start keeps the gap after the end before it on Redis's clock",
+          arguments: [0, 100])
+    func backlogsServedInTurn(intervalMilliseconds: Int) async throws {
         try await withRedisServer { server async throws in
             let answers = CoordinatorAnswers()
-            // 100 ms: a reservation is started up to a tenth of it late (a loaded machine), rather
-            // than given up (which hands the turn to the other queue).
-            let gap = Duration.milliseconds(100)
+            let gap = Duration.milliseconds(intervalMilliseconds)
             let queues = ["a", "b"].map {
                 redisQueue($0, client: makeClient(server.address), key: "turns", interval: gap, monitor: .serial, answers: answers)
             }
