@@ -304,26 +304,41 @@ struct RedisCoordinationTests {
             // Each run: its queue, and Redis's clock read at its start and at its end.
             let runs = Recorder<(queue: Int, start: Int64, end: Int64)>()
             let perQueue = 8
+            let labels = ["a", "b"]
             for index in 0..<perQueue {
                 for (number, queue) in queues.enumerated() {
                     try queue.async {
+                        // The first task holds the lease until the other queue has been answered
+                        // (declined: it is in line), however late a loaded machine starts it (5 s at most).
+                        let deadline = ContinuousClock.now + .seconds(5)
+                        while index == 0, !answers.all.contains(where: { $0.queue == labels[1 - number] }), ContinuousClock.now < deadline {
+                            Thread.sleep(forTimeInterval: 0.001)
+                        }
                         let start = redisNow()
                         Thread.sleep(forTimeInterval: 0.01)
                         runs.append((number, start, redisNow()))
                     }
-                    if index == 0 && number == 0 { _ = try? await Task.sleep(for: .milliseconds(1)) }
                 }
             }
             #expect(await waitUntilIdle(queues, limit: .seconds(30)))
-            let order = runs.values
+            let order = runs.values.map(\.queue)
             #expect(order.count == 2 * perQueue)
-            // Neither runs two in a row while the other has tasks waiting: they alternate.
-            #expect(order.map(\.queue) == (0..<(2 * perQueue)).map { $0 % 2 == 0 ? order.first?.queue ?? 0 : 1 - (order.first?.queue ?? 0) },
-                    "\(order.map(\.queue))")
+            // Neither runs two in a row while the other has tasks waiting: they alternate. The one
+            // exception is a reservation given up (reached more than its lateness allowance late, on
+            // a loaded machine): its turn passes to the other queue, which then runs twice in a row.
+            // Without the line, the queue that got the lease first runs its whole backlog first.
+            var left = [perQueue, perQueue]
+            var twiceInARow = 0
+            for (previous, next) in zip(order, order.dropFirst()) {
+                left[previous] -= 1
+                if previous == next && left[1 - next] > 0 { twiceInARow += 1 }
+            }
+            let givenUp = answers.reservations.count - order.count
+            #expect(twiceInARow <= givenUp, "\(order), \(givenUp) reservations given up")
             // Each start is at least the gap after the end before it, on Redis's clock (read inside
             // the tasks: the end is read before the queue hands the lease back, the start after it
             // was granted, so the script's own times lie between).
-            for (earlier, later) in zip(order, order.dropFirst()) {
+            for (earlier, later) in zip(runs.values, runs.values.dropFirst()) {
                 #expect(earlier.end > 0 && later.start - earlier.end >= gap.microsecondsRoundedUp,
                         "a start \(later.start - earlier.end) µs after the end before it")
             }
