@@ -177,11 +177,13 @@ enum SharedThrottleScript {
           end
           if pausedUntil and pausedUntil <= now then pausedUntil = nil end
           -- Waiters that stopped asking leave the line.
-          local live = {}
-          for _, waiter in ipairs(waiters) do
-            if waiter[3] > now then live[#live + 1] = waiter end
+          if #waiters > 0 then
+            local live = {}
+            for _, waiter in ipairs(waiters) do
+              if waiter[3] > now then live[#live + 1] = waiter end
+            end
+            waiters = live
           end
-          waiters = live
         end
 
         local function sameRules()
@@ -305,10 +307,14 @@ enum SharedThrottleScript {
         if logRefresh then logUntil = clock + milliseconds * 1000 end
         local monitorCode = -1
         if rulesMonitor == 'serial' then monitorCode = 1 elseif rulesMonitor then monitorCode = 0 end
-        local packed = {struct.pack(LAYOUT, lastNow, lastStart or -1, lastGap, lastEnd or -1, leaseToken or -1, leaseExpiry or -1,
-          reserves or -1, ends or -1, pausedUntil or -1, monitorCode, rulesCount or -1, rulesWindow or -1, logged, logUntil, #waiters)}
-        for i, waiter in ipairs(waiters) do packed[i + 1] = struct.pack(WAITER, waiter[1], waiter[2], waiter[3]) end
-        redis.call('SET', stateKey, table.concat(packed), 'PX', format('%d', milliseconds))
+        local packed = struct.pack(LAYOUT, lastNow, lastStart or -1, lastGap, lastEnd or -1, leaseToken or -1, leaseExpiry or -1,
+          reserves or -1, ends or -1, pausedUntil or -1, monitorCode, rulesCount or -1, rulesWindow or -1, logged, logUntil, #waiters)
+        if #waiters > 0 then
+          local parts = {packed}
+          for i, waiter in ipairs(waiters) do parts[i + 1] = struct.pack(WAITER, waiter[1], waiter[2], waiter[3]) end
+          packed = table.concat(parts)
+        end
+        redis.call('SET', stateKey, packed, 'PX', format('%d', milliseconds))
         if logRefresh then redis.call('PEXPIRE', logKey, format('%d', milliseconds)) end
         return reply
         """#
