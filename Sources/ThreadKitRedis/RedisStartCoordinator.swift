@@ -8,22 +8,39 @@
 ///   margin of 250 ms; on `NOSCRIPT`, two (`EVALSHA`, then `EVAL`, each with its own deadline),
 ///   so twice that: the queue calls it on its worker or on a blocked `sync` caller's thread,
 ///   never on a cooperative thread, and never under its lock.
-/// - ``finished(token:)`` and ``pause(for:)`` send their script run and return at once
-///   (`RedisClient.evaluateAndForget`): they are called where blocking is not allowed. One the
-///   client refuses (its breaker is open: not sent) is sent again on ``TimerThread/shared`` when
-///   the breaker may let it through (a pause with what is left of it), until the lease would have
-///   expired or the pause ended;
-///   only then is it logged and given up (a lease runs to its expiry, a pause holds in this
-///   process only). One lost after it was sent is not sent again: it may have run.
+/// - ``finished(token:)`` and ``pause(for:)`` send their script run and return at once: they are
+///   called where blocking is not allowed. One the client refuses (its breaker is open: not sent)
+///   is sent again on ``TimerThread/shared`` when the breaker may let it through (a pause with what
+///   is left of it), until the lease would have expired or the pause ended; only then is it
+///   logged and given up (a lease runs to its expiry, a pause holds in this process only).
+///
+/// **Ends reach Redis.** Each reservation proposes its lease's token, a random number
+/// (``asker`` and the tokens: see `SharedThrottle`'s discussion), so this process knows the token
+/// of a lease its reserve may have taken even when the reply is lost. An end is numbered per lease
+/// (``HeldLeases``), which makes it idempotent: one whose reply is lost (timed out, or the
+/// connection lost after it was sent) is sent again, as one refused is, until Redis acknowledges
+/// it or the lease would have expired. A reserve whose outcome is unknown (timed out or lost after
+/// it was sent, or an error reply: ``CoordinatorAnswer/unavailable(consumed:retryIn:)`` with
+/// `consumed`) is followed by the end of the token it proposed, sent the same way until the
+/// lease it may have made would have expired: that lease is handed back at once, not after its
+/// TTL. A nested reserve with an unknown outcome may instead have counted a start under the lease
+/// it was nested in: the lease's last end here is numbered to cover it, so the lease ends with the
+/// holder's last task whether Redis ran that reserve or not (and its proposed token's end covers
+/// the case where the lease had gone and the reserve made a new one). What is left: an end reaching
+/// Redis before the reserve it hands back (a reserve still unread on a dropped connection) finds no
+/// lease; that lease lasts its TTL.
+///
+/// **Served in turn.** The coordinator is one asker of the key's `.serial` line (``asker``): a
+/// declined reserve keeps its place, and it is told to ask again within `SharedThrottle.waiterPoll`
+/// (20 ms) while another process holds the lease, so the processes with a backlog take the lease in
+/// turn.
 ///
 /// **Long `.serial` tasks.** While this process holds a lease (from its reservation until the
 /// last start under it is handed back with ``finished(token:)``), ``TimerThread/shared`` renews it
 /// every third of the lease TTL, without waiting, so that another process cannot start while a
 /// task longer than the lease runs. A process that dies stops renewing, and its lease expires (up
 /// to the horizon plus the TTL after the reserve, for a start reserved ahead); a task that never
-/// ends holds the lease for as long as its process lives. A reserve that timed out after Redis
-/// ran it may leave a lease whose token this process never learned, and an end lost after it was
-/// sent is not sent again: such a lease lasts its TTL, holding the other processes back.
+/// ends holds the lease for as long as its process lives.
 ///
 /// Every failure is an answer, never a trap (see ``answer(to:)``): Redis that cannot decide now is
 /// ``CoordinatorAnswer/unavailable(consumed:retryIn:)``, consumed when the command may have run;
@@ -41,16 +58,16 @@ final class RedisStartCoordinator: StartCoordinator {
     let observe: (@Sendable (CoordinatorAnswer, _ reservedAt: Int64?) -> Void)?
     /// How often a held lease is renewed: a third of the lease TTL.
     let renewEvery: Duration
+    /// This queue's place in the key's `.serial` line: a random number in 1...2⁵³−1.
+    let asker = SharedThrottleCall.randomID()
 
-    /// A lease this process holds: how many of its reservations hold it (nested ones too), and the
-    /// timer that renews it.
-    struct HeldLease {
-        var holders: Int
-        var renewal: TimerHandle?
+    /// The leases held and the timers that renew them, by token.
+    struct Held {
+        var leases = HeldLeases()
+        var renewals: [UInt64: TimerHandle] = [:]
     }
 
-    /// The leases held, by token.
-    private let held = Locked<[UInt64: HeldLease]>([:])
+    private let held = Locked(Held())
 
     /// The default horizon: one second.
     static let defaultHorizon = Duration.seconds(1)
@@ -84,20 +101,33 @@ final class RedisStartCoordinator: StartCoordinator {
     }
 
     deinit {
-        for lease in held.withLock({ $0.values }) { lease.renewal?.cancel() }
+        for renewal in held.withLock({ $0.renewals.values }) { renewal.cancel() }
     }
 
     func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer {
-        let (answer, reservedAt) = decide(request)
-        if case .reserved(_, let token?) = answer { hold(token) }
+        let token = SharedThrottleCall.randomID()
+        let (answer, reservedAt) = decide(request, token: token)
+        switch answer {
+        case .reserved(_, let held?):
+            hold(held)
+        case .unavailable(consumed: true, _) where request.monitor == .serial:
+            // Redis may have run it: a start it counted under the lease it was nested in is covered
+            // by that lease's last end, and a lease it made is handed back now.
+            held.withLock { $0.leases.unknownOutcome(holding: request.holding) }
+            let call = SharedThrottleCall(.finished(token: token, number: 1))
+            Self.send("the end of lease \(token), reserved with no answer", on: client, keys,
+                      retryingFor: .microseconds(horizon.addingClamped(leaseTTL)), untilAcknowledged: true) { _ in call }
+        default:
+            break
+        }
         observe?(answer, reservedAt)
         return answer
     }
 
-    private func decide(_ request: CoordinatedRequest) -> (CoordinatorAnswer, reservedAt: Int64?) {
+    private func decide(_ request: CoordinatedRequest, token: UInt64) -> (CoordinatorAnswer, reservedAt: Int64?) {
         let call = SharedThrottleCall(.reserve(
             gap: max(0, request.gap.microsecondsRoundedUp), monitor: request.monitor, limit: request.rules.limit,
-            horizon: horizon, leaseTTL: leaseTTL, holding: request.holding))
+            horizon: horizon, leaseTTL: leaseTTL, holding: request.holding, token: token, asker: asker))
         do {
             let reply = try call.runSync(on: client, keys: keys)
             guard case .decision(let decision) = reply else {
@@ -113,45 +143,41 @@ final class RedisStartCoordinator: StartCoordinator {
     }
 
     func finished(token: UInt64) {
-        let stopped = held.withLock { leases -> TimerHandle? in
-            guard var lease = leases[token] else { return nil }
-            lease.holders -= 1
-            guard lease.holders == 0 else {
-                leases[token] = lease
-                return nil
-            }
-            leases[token] = nil
-            return lease.renewal
+        let (end, stopped) = held.withLock { held -> ((number: Int64, last: Bool)?, TimerHandle?) in
+            let end = held.leases.ended(token)
+            guard end?.last == true else { return (end, nil) }
+            return (end, held.renewals.removeValue(forKey: token))
         }
         stopped?.cancel()
-        // Until the lease would have expired anyway.
-        let call = SharedThrottleCall(.finished(token: token))
-        Self.forget("the end of lease \(token)", on: client, keys, retryingFor: .microseconds(leaseTTL)) { _ in call }
+        guard let end else {
+            Log.log(.redis, "\(keys): lease \(token) handed back, but this queue does not hold it")
+            return
+        }
+        // Until acknowledged, or until the lease would have expired anyway.
+        let call = SharedThrottleCall(.finished(token: token, number: end.number))
+        Self.send("end \(end.number) of lease \(token)", on: client, keys, retryingFor: .microseconds(leaseTTL),
+                  untilAcknowledged: true) { _ in call }
     }
 
     /// One more reservation holds the lease `token`; the first starts its renewal.
     private func hold(_ token: UInt64) {
-        let isNew = held.withLock { leases -> Bool in
-            leases[token, default: HeldLease(holders: 0, renewal: nil)].holders += 1
-            return leases[token]?.holders == 1
-        }
-        guard isNew else { return }
+        guard held.withLock({ $0.leases.reserved(token) }) else { return }
         let call = SharedThrottleCall(.renew(token: token, leaseTTL: leaseTTL))
         let renewal: TimerHandle
         do {
             renewal = try TimerThread.shared.schedule(every: renewEvery, spacing: .fixedDelay) { [weak self] in
-                // Not sent again: the next renewal comes a third of the TTL later.
+                // Not sent again once sent: the next renewal comes a third of the TTL later.
                 guard let self else { return }
-                Self.forget("the renewal of lease \(token)", on: client, keys) { _ in call }
+                Self.send("the renewal of lease \(token)", on: client, keys) { _ in call }
             }
         } catch {
             Log.log(.redis, "\(keys): lease \(token) cannot be renewed (\(error)); it lasts its TTL")
             return
         }
         // Handed back meanwhile (by another thread): no renewal.
-        let kept = held.withLock { leases -> Bool in
-            guard leases[token] != nil else { return false }
-            leases[token]?.renewal = renewal
+        let kept = held.withLock { held -> Bool in
+            guard held.leases.leases[token] != nil else { return false }
+            held.renewals[token] = renewal
             return true
         }
         if !kept { renewal.cancel() }
@@ -160,7 +186,7 @@ final class RedisStartCoordinator: StartCoordinator {
     func pause(for duration: Duration) {
         // Until the pause would have ended (at most 10 minutes of attempts). Sent again, it asks for
         // what is left of it: the pause still ends `duration` after it was asked for.
-        Self.forget("a pause of \(duration)", on: client, keys, retryingFor: min(duration, .seconds(600))) { elapsed in
+        Self.send("a pause of \(duration)", on: client, keys, retryingFor: min(duration, .seconds(600))) { elapsed in
             SharedThrottleCall(.pause(duration: (duration - elapsed).microsecondsRoundedUp))
         }
     }
@@ -204,30 +230,44 @@ final class RedisStartCoordinator: StartCoordinator {
         return .unavailable(consumed: consumed, retryIn: Self.retryAfterError)
     }
 
-    /// Sends `call(elapsed)` without waiting, `elapsed` the time since the first try. One the client
-    /// refuses at once (its breaker is open) was not sent, so sending it again never runs it twice:
-    /// it is sent again on ``TimerThread/shared`` when the breaker may let it through, for
-    /// `retryingFor` from the first try (after that it would change nothing), so that a lease
-    /// handed back or a pause asked for while Redis is briefly out of reach still reaches the other
-    /// processes.
-    private static func forget(
+    /// Sends `call(elapsed)` without waiting, `elapsed` the time since the first try, and sends it
+    /// again on ``TimerThread/shared`` while `retryingFor` from the first try has not passed (after
+    /// that it would change nothing), so that a lease handed back or a pause asked for while Redis is
+    /// briefly out of reach still reaches the other processes:
+    /// - one the client refuses at once (its breaker is open), or one Redis answers it cannot run
+    ///   now (`LOADING`, `BUSY`…), did not run: sent again when the breaker may let it through;
+    /// - one whose reply is lost (timed out, or the connection lost after it was sent) may have run:
+    ///   sent again only when `untilAcknowledged` (an end, which is idempotent);
+    /// - any other error reply would come again: logged, not sent again.
+    private static func send(
         _ what: String, on client: RedisClient, _ keys: RedisLimitKeys,
-        retryingFor window: Duration = .zero, firstTry: ContinuousClock.Instant = .now, followUp: UInt64? = nil,
-        _ call: @escaping @Sendable (_ elapsed: Duration) -> SharedThrottleCall
+        retryingFor window: Duration = .zero, untilAcknowledged: Bool = false, firstTry: ContinuousClock.Instant = .now,
+        followUp: UInt64? = nil, _ call: @escaping @Sendable (_ elapsed: Duration) -> SharedThrottleCall
     ) {
-        // Held from the first try until sent or given up: `RedisClient.flush` waits for it.
+        // Held from the first try until acknowledged or given up: `RedisClient.flush` waits for it.
         let followUp = followUp ?? client.beginFollowUp()
-        do {
-            try call(firstTry.duration(to: .now)).runAndForget(on: client, keys: keys, followUp: followUp)
-            client.endFollowUp(followUp)
-        } catch {
-            let retryIn = if case .unavailable(let retryIn, _) = error { max(retryIn, .milliseconds(1)) } else { retryAfterFailure }
-            let sentAgain = ContinuousClock.now + retryIn < firstTry + window && (try? TimerThread.shared.schedule(after: retryIn) {
-                forget(what, on: client, keys, retryingFor: window, firstTry: firstTry, followUp: followUp, call)
-            }) != nil
-            if !sentAgain {
+        let arguments = call(firstTry.duration(to: .now)).arguments
+        client.evaluate(SharedThrottleScript.script, keys: SharedThrottleScript.keys(keys), arguments: arguments) { result in
+            let failure: RedisError
+            switch result {
+            case .success(.error(let message)): failure = .server(message)
+            case .success: return client.endFollowUp(followUp)
+            case .failure(let error): failure = error
+            }
+            let notRun = if case .server = failure { failure.isUnavailable } else { !failure.mayHaveRun }
+            guard notRun || untilAcknowledged && failure.isUnavailable else {
                 client.endFollowUp(followUp)
-                Log.log(.redis, "\(keys): \(what) was not sent (\(error)); the other processes do not hear of it")
+                if case .server = failure { Log.log(.redis, "\(keys): \(what) failed (\(failure))") }
+                return
+            }
+            let retryIn = if case .unavailable(let retryIn, _) = failure { max(retryIn, .milliseconds(1)) } else { retryAfterFailure }
+            let scheduled = ContinuousClock.now + retryIn < firstTry + window && (try? TimerThread.shared.schedule(after: retryIn) {
+                send(what, on: client, keys, retryingFor: window, untilAcknowledged: untilAcknowledged, firstTry: firstTry,
+                     followUp: followUp, call)
+            }) != nil
+            if !scheduled {
+                client.endFollowUp(followUp)
+                Log.log(.redis, "\(keys): \(what) did not reach Redis (\(failure)); the other processes do not hear of it")
             }
         }
     }

@@ -17,37 +17,41 @@ struct SharedThrottleCall: Sendable, Equatable {
     /// What the script is asked to do: each case is the model's function of the same name, with the
     /// same arguments but `now`, which the call carries (or Redis's `TIME` gives).
     enum Operation: Sendable, Equatable {
-        /// Decide the next start: `SharedThrottle.request(_:)`.
+        /// Decide the next start: `SharedThrottle.request(_:)`. `token` is the one a new `.serial`
+        /// lease takes, `asker` the caller's place in the `.serial` line (both in 1...2⁵³−1).
         case reserve(
-            gap: Int64, monitor: ThrottledQueue.Monitor, limit: Limit?, horizon: Int64, leaseTTL: Int64, holding: UInt64?)
-        /// A `.serial` start holding `token` ended, or was given up unused: `SharedThrottle.finished(token:now:)`.
-        case finished(token: UInt64)
+            gap: Int64, monitor: ThrottledQueue.Monitor, limit: Limit?, horizon: Int64, leaseTTL: Int64, holding: UInt64?,
+            token: UInt64, asker: UInt64)
+        /// The end numbered `number` of a `.serial` start holding `token` (it ended, or was given up
+        /// unused; a number seen before changes nothing): `SharedThrottle.finished(token:number:now:)`.
+        case finished(token: UInt64, number: Int64)
         /// The `.serial` start holding `token` still runs: its lease lasts at least `leaseTTL` from
         /// now: `SharedThrottle.renew(token:leaseTTL:now:)`.
         case renew(token: UInt64, leaseTTL: Int64)
         /// No start for `duration` from now; a later pause in force stays: `SharedThrottle.pause(for:now:)`.
         case pause(duration: Int64)
-        /// A start that took no reservation (a timed-out command counted as run):
-        /// `SharedThrottle.recordConsumed(at:gap:rules:)`.
-        case recordConsumed(gap: Int64, monitor: ThrottledQueue.Monitor, limit: Limit?)
     }
 
     /// The script's answer: the model's.
     enum Reply: Sendable, Equatable {
-        /// The answer to ``Operation/reserve(gap:monitor:limit:horizon:leaseTTL:holding:)``.
+        /// The answer to ``Operation/reserve(gap:monitor:limit:horizon:leaseTTL:holding:token:asker:)``.
         case decision(SharedThrottle.Decision)
-        /// Whether the token held the lease (an expired lease's did not).
+        /// Whether the token holds the lease (an expired lease's does not).
         case finished(Bool)
         /// Whether the token holds the lease, renewed.
         case renewed(Bool)
         /// The pause in force after the call, `nil` for none.
         case paused(until: Int64?)
-        /// Whether the consumed start was recorded: not under other rules than the stored ones.
-        case consumed(Bool)
     }
 
     /// A reply the script never gives.
     typealias BadReply = LimitScript.BadReply
+
+    /// A lease token or an asker id: a random number in 1...2⁵³−1 (see `SharedThrottle`'s
+    /// discussion of tokens for why a collision is negligible).
+    static func randomID() -> UInt64 {
+        UInt64.random(in: 1...UInt64(maxMicroseconds))
+    }
 
     var operation: Operation
     /// The script's clock for this call, in microseconds: for tests with made-up times only. `nil`
@@ -57,20 +61,21 @@ struct SharedThrottleCall: Sendable, Equatable {
     /// A call of `operation`; `now` only for tests.
     init(_ operation: Operation, now: Int64? = nil) {
         switch operation {
-        case .reserve(let gap, _, let limit, let horizon, let leaseTTL, let holding):
+        case .reserve(let gap, _, let limit, let horizon, let leaseTTL, let holding, let token, let asker):
             Self.check(gap: gap, limit: limit)
             precondition(horizon > 0, "SharedThrottleCall: horizon must be more than zero, got \(horizon)")
             precondition(leaseTTL > 0, "SharedThrottleCall: leaseTTL must be more than zero, got \(leaseTTL)")
             if let holding { Self.check(token: holding) }
-        case .finished(let token):
             Self.check(token: token)
+            precondition(SharedThrottle.isID(asker), "SharedThrottleCall: an asker is in 1...2^53-1, got \(asker)")
+        case .finished(let token, let number):
+            Self.check(token: token)
+            precondition(number >= 1, "SharedThrottleCall: an end number is at least 1, got \(number)")
         case .renew(let token, let leaseTTL):
             Self.check(token: token)
             precondition(leaseTTL > 0, "SharedThrottleCall: leaseTTL must be more than zero, got \(leaseTTL)")
         case .pause:
             break
-        case .recordConsumed(let gap, _, let limit):
-            Self.check(gap: gap, limit: limit)
         }
         if let now { precondition(now >= 0, "SharedThrottleCall: now must not be negative, got \(now)") }
         self.operation = operation
@@ -81,17 +86,15 @@ struct SharedThrottleCall: Sendable, Equatable {
     var arguments: [String] {
         let clamped = LimitScript.clamped
         switch operation {
-        case .reserve(let gap, let monitor, let limit, let horizon, let leaseTTL, let holding):
+        case .reserve(let gap, let monitor, let limit, let horizon, let leaseTTL, let holding, let token, let asker):
             return LimitScript.arguments("reserve", now: now) + Self.rulesArguments(gap, monitor, limit)
-                + [clamped(horizon), clamped(leaseTTL), holding.map { String($0) } ?? ""]
-        case .finished(let token):
-            return LimitScript.arguments("finished", now: now) + [String(token)]
+                + [clamped(horizon), clamped(leaseTTL), holding.map { String($0) } ?? "", String(token), String(asker)]
+        case .finished(let token, let number):
+            return LimitScript.arguments("finished", now: now) + [String(token), clamped(number)]
         case .renew(let token, let leaseTTL):
             return LimitScript.arguments("renew", now: now) + [String(token), clamped(leaseTTL)]
         case .pause(let duration):
             return LimitScript.arguments("pause", now: now) + [clamped(duration)]
-        case .recordConsumed(let gap, let monitor, let limit):
-            return LimitScript.arguments("consume", now: now) + Self.rulesArguments(gap, monitor, limit)
         }
     }
 
@@ -128,8 +131,6 @@ struct SharedThrottleCall: Sendable, Equatable {
             return .finished(try Self.decodeFlag(reply))
         case .renew:
             return .renewed(try Self.decodeFlag(reply))
-        case .recordConsumed:
-            return .consumed(try Self.decodeFlag(reply))
         case .pause:
             guard let until = reply.integer, until >= 0 else { throw Self.bad("a time", reply) }
             return .paused(until: until == 0 ? nil : until)
@@ -187,6 +188,6 @@ struct SharedThrottleCall: Sendable, Equatable {
     }
 
     private static func check(token: UInt64) {
-        precondition(token >= 1 && token <= UInt64(maxMicroseconds), "SharedThrottleCall: a token is in 1...2^53-1, got \(token)")
+        precondition(SharedThrottle.isID(token), "SharedThrottleCall: a token is in 1...2^53-1, got \(token)")
     }
 }

@@ -19,6 +19,8 @@ package struct SharedThrottleProbe: Sendable {
 
     package let client: RedisClient
     package let keys: RedisLimitKeys
+    /// The probe's place in the `.serial` line: one asker, as a queue's coordinator is.
+    package let asker = SharedThrottleCall.randomID()
 
     /// Decisions for the limit `key` on `client`.
     package init(client: RedisClient, key: String) {
@@ -40,7 +42,8 @@ package struct SharedThrottleProbe: Sendable {
     ) throws -> Decision {
         let rules = limit.map { SharedThrottleCall.Limit(count: $0.count, window: $0.window) }
         let call = SharedThrottleCall(.reserve(
-            gap: gap, monitor: serial ? .serial : .concurrent, limit: rules, horizon: horizon, leaseTTL: leaseTTL, holding: nil))
+            gap: gap, monitor: serial ? .serial : .concurrent, limit: rules, horizon: horizon, leaseTTL: leaseTTL, holding: nil,
+            token: SharedThrottleCall.randomID(), asker: asker))
         switch try call.runSync(on: client, keys: keys) {
         case .decision(.reserved(let at, let wait, let token)): return .reserved(at: at, wait: wait, token: token)
         case .decision(.declined(let retryIn)): return .declined(retryIn: retryIn)
@@ -48,9 +51,10 @@ package struct SharedThrottleProbe: Sendable {
         }
     }
 
-    /// Gives back the `.serial` lease `token` holds, blocking for the round trip; whether it held it.
+    /// Gives back the `.serial` lease `token` holds (its one start: end number 1), blocking for the
+    /// round trip; whether it held it.
     @available(*, noasync, message: "it blocks the thread; the tools call it from threads of their own")
     package func finished(token: UInt64) throws -> Bool {
-        try SharedThrottleCall(.finished(token: token)).runSync(on: client, keys: keys) == .finished(true)
+        try SharedThrottleCall(.finished(token: token, number: 1)).runSync(on: client, keys: keys) == .finished(true)
     }
 }

@@ -91,20 +91,21 @@ struct SharedThrottleScriptTests {
                 return
             }
             var state = try await script.stored()
-            #expect(state.number("token") == Int64(token) && state.number("expiry") == 10_000 && state.number("running") == 1)
-            #expect(try await script.reserve(50, monitor: .serial, horizon: 1_000) == .declined(retryIn: 1_000))
-            #expect(try await script.reserve(9_500, monitor: .serial, horizon: 1_000) == .declined(retryIn: 1_000))
-            #expect(try await script.reserve(9_500, monitor: .serial, horizon: 600) == .declined(retryIn: 1_000))
+            #expect(state.number("token") == Int64(token) && state.number("expiry") == 10_000 && state.number("reserves") == 1
+                && state.number("ends") == 0)
+            #expect(try await script.reserve(50, monitor: .serial, horizon: 1_000, token: 2, asker: 2) == .declined(retryIn: 1_000))
+            #expect(try await script.reserve(9_500, monitor: .serial, horizon: 1_000, token: 2, asker: 2) == .declined(retryIn: 1_000))
+            #expect(try await script.reserve(9_500, monitor: .serial, horizon: 600, token: 2, asker: 2) == .declined(retryIn: 1_000))
             #expect(try await script.finished(token, now: 9_600))
             state = try await script.stored()
             #expect(state.fields["token"] == nil && state.number("lastEnd") == 9_600)
-            guard case .reserved(9_700, 100, let next?) = try await script.reserve(9_600, monitor: .serial) else {
+            guard case .reserved(9_700, 100, let next?) = try await script.reserve(9_600, monitor: .serial, token: 2, asker: 2) else {
                 Issue.record("no start after the end")
                 return
             }
-            #expect(next != token)
+            #expect(next == 2)
             // A token handed back again, or one that never held the lease, changes nothing.
-            #expect(try await script.finished(token, now: 9_800) == false)
+            #expect(try await script.finished(token, number: 2, now: 9_800) == false)
             #expect(try await script.stored().number("token") == Int64(next))
             try await script.expectBounded(count: nil)
         }
@@ -120,13 +121,13 @@ struct SharedThrottleScriptTests {
             }
             // A nested start under the same lease, which ends; the outer task never reports its end.
             #expect(try await script.reserve(20, gap: 40, monitor: .serial, holding: token) == .reserved(at: 100, wait: 80, token: token))
-            #expect(try await script.stored().number("running") == 2)
+            #expect(try await script.stored().number("reserves") == 2)
             #expect(try await script.finished(token, now: 150))
-            #expect(try await script.stored().number("running") == 1)
+            #expect(try await script.stored().number("ends") == 1)
             // The lease (extended to 100 + 10,000 by the nested start) expires: the nested start's gap
             // (40) counts from the expiry, not from the nested start's earlier end (150).
             #expect(try await script.reserve(10_050, monitor: .serial, horizon: 5_000) == .declined(retryIn: 1_000))
-            guard case .reserved(10_140, 30, let next?) = try await script.reserve(10_110, gap: 100, monitor: .serial) else {
+            guard case .reserved(10_140, 30, let next?) = try await script.reserve(10_110, gap: 100, monitor: .serial, token: 3) else {
                 Issue.record("the expired lease still holds, or the gap does not count from the expiry: \(try await script.stored())")
                 return
             }
@@ -146,7 +147,6 @@ struct SharedThrottleScriptTests {
                 == .mismatch(stored: .init(monitor: .concurrent, limit: .init(count: 5, window: 1_000))))
             #expect(try await script.reserve(10, limit: (4, 1_000)) == .mismatch(stored: .init(monitor: .concurrent, limit: .init(count: 5, window: 1_000))))
             #expect(try await script.reserve(10, limit: nil) == .mismatch(stored: .init(monitor: .concurrent, limit: .init(count: 5, window: 1_000))))
-            #expect(try await script.run(.recordConsumed(gap: 0, monitor: .concurrent, limit: nil), now: 10) == .consumed(false))
             let after = try await script.stored()
             #expect(after.log == before.log && after.number("lastStart") == before.number("lastStart"))
             let other = ThrottleScriptHarness(server, key: "serial")
@@ -155,27 +155,11 @@ struct SharedThrottleScriptTests {
         }
     }
 
-    @Test("A consumed request is recorded as a start that ended at once, counted in the window")
-    func recordConsumed() async throws {
+    @Test("Once nothing binds, the state goes (its rules, line and log with it); no other key is left")
+    func stateExpires() async throws {
         try await withRedisServer { server async throws in
             let script = ThrottleScriptHarness(server)
-            let limit = SharedThrottleCall.Limit(count: 2, window: 1_000)
-            #expect(try await script.run(.recordConsumed(gap: 300, monitor: .serial, limit: limit), now: 50) == .consumed(true))
-            let state = try await script.stored()
-            #expect(state.number("lastStart") == 50 && state.number("lastEnd") == 50 && state.log == [50])
-            guard case .reserved(350, 290, _?) = try await script.reserve(60, gap: 0, monitor: .serial, limit: (2, 1_000)) else {
-                Issue.record("the consumed start's gap does not hold: \(try await script.stored())")
-                return
-            }
-            try await script.expectBounded(count: 2)
-        }
-    }
-
-    @Test("Once nothing binds, the state goes (its rules and log with it); the token counter stays, and starts above the clock")
-    func stateExpiresTokensStay() async throws {
-        try await withRedisServer { server async throws in
-            let script = ThrottleScriptHarness(server)
-            guard case .reserved(1_000, 0, let token?) = try await script.reserve(1_000, gap: 300, monitor: .serial, limit: (2, 5_000)) else {
+            guard case .reserved(1_000, 0, let token?) = try await script.reserve(1_000, gap: 300, monitor: .serial, limit: (2, 5_000), token: 1_001) else {
                 Issue.record("no lease")
                 return
             }
@@ -185,25 +169,37 @@ struct SharedThrottleScriptTests {
             #expect(try await script.reserve(5_999, gap: 0) == .mismatch(stored: .init(monitor: .serial, limit: .init(count: 2, window: 5_000))))
             // ...and taken once it has gone.
             #expect(try await script.reserve(6_000, gap: 0) == .reserved(at: 6_000, wait: 0, token: nil))
-            var state = try await script.stored()
+            let state = try await script.stored()
             #expect(state.fields["monitor"] == "concurrent" && state.fields["count"] == "0" && state.log.isEmpty)
-            #expect(state.lastToken == token)
             #expect(state.logTTL == -2)
-            // Back to .serial after that state went too: the counter goes on from the last token.
-            guard case .reserved(_, _, let next?) = try await script.reserve(7_000, monitor: .serial) else {
-                Issue.record("no lease")
-                return
-            }
-            #expect(next == token + 1)
-            // A lost counter (a restarted server) starts again above the clock, never at 1.
-            _ = try await script.client.send("FLUSHALL")
-            guard case .reserved(_, _, let afterRestart?) = try await script.reserve(8_000, monitor: .serial) else {
-                Issue.record("no lease")
-                return
-            }
-            #expect(afterRestart == 8_001)
-            state = try await script.stored()
-            #expect(state.lastToken == 8_001)
+            #expect(try await script.client.send("KEYS", "*").array?.count == 1)
+            try await script.expectBounded(count: nil)
+        }
+    }
+
+    @Test(".serial on Redis: the holder's next reserve queues behind the older waiter, who is served next; the line lives in the state")
+    func servedInTurn() async throws {
+        try await withRedisServer { server async throws in
+            let script = ThrottleScriptHarness(server)
+            let poll = SharedThrottle.waiterPoll, grace = SharedThrottle.waiterGrace
+            #expect(try await script.reserve(0, gap: 0, monitor: .serial, token: 10, asker: 1) == .reserved(at: 0, wait: 0, token: 10))
+            // Told to ask again when the lease expires (10_000), sooner than a poll.
+            #expect(try await script.reserve(100, gap: 0, monitor: .serial, token: 11, asker: 2) == .declined(retryIn: 9_900))
+            #expect(try await script.stored().fields["waiters"] == "2:100:\(10_000 + grace)")
+            #expect(try await script.finished(10, now: 200))
+            // The holder asks again at once: behind 2.
+            #expect(try await script.reserve(200, gap: 0, monitor: .serial, token: 12, asker: 1) == .declined(retryIn: poll))
+            #expect(try await script.reserve(300, gap: 0, monitor: .serial, token: 13, asker: 2) == .reserved(at: 300, wait: 0, token: 13))
+            #expect(try await script.stored().fields["waiters"] == "1:200:\(200 + poll + grace)")
+            // A nested start bypasses the line.
+            #expect(try await script.reserve(310, gap: 0, monitor: .serial, holding: 13, token: 14, asker: 2) == .reserved(at: 310, wait: 0, token: 13))
+            // An end sent twice counts once: the lease holds until the second end.
+            #expect(try await script.finished(13, number: 1, now: 320))
+            #expect(try await script.finished(13, number: 1, now: 330))
+            #expect(try await script.stored().number("ends") == 1)
+            #expect(try await script.finished(13, number: 2, now: 340))
+            #expect(try await script.reserve(350, gap: 0, monitor: .serial, token: 15, asker: 1) == .reserved(at: 350, wait: 0, token: 15))
+            #expect(try await script.stored().fields["waiters"] == nil)
             try await script.expectBounded(count: nil)
         }
     }
@@ -253,7 +249,8 @@ struct SharedThrottleScriptTests {
                 return
             }
             #expect(try await serial.stored().number("expiry") == Self.never)
-            #expect(try await serial.reserve(10, monitor: .serial, horizon: forever) == .declined(retryIn: Self.never - 10))
+            // Held "forever": the others are told to ask again in one poll (and kept in line until then).
+            #expect(try await serial.reserve(10, monitor: .serial, horizon: forever, token: 2, asker: 2) == .declined(retryIn: SharedThrottle.waiterPoll))
             for harness in [script, paused, serial] { try await harness.expectBounded(count: nil) }
         }
     }
@@ -327,11 +324,15 @@ struct SharedThrottleScriptTests {
             let script = ThrottleScriptHarness(server)
             let keys = SharedThrottleScript.keys(script.keys)
             let cases: [([String], String)] = [
-                (["reserve", "0", "100", "concurrent", "0", "0", "0", "10", ""], "horizon must be at least 1"),
-                (["reserve", "0", "-1", "concurrent", "0", "0", "10", "10", ""], "gap must be at least 0"),
-                (["reserve", "0", "1", "sideways", "0", "0", "10", "10", ""], "monitor must be concurrent or serial"),
-                (["reserve", "x", "1", "serial", "0", "0", "10", "10", ""], "now must be an integer"),
-                (["finished", "0", "1.5"], "token must be an integer"),
+                (["reserve", "0", "100", "concurrent", "0", "0", "0", "10", "", "1", "1"], "horizon must be at least 1"),
+                (["reserve", "0", "-1", "concurrent", "0", "0", "10", "10", "", "1", "1"], "gap must be at least 0"),
+                (["reserve", "0", "1", "sideways", "0", "0", "10", "10", "", "1", "1"], "monitor must be concurrent or serial"),
+                (["reserve", "x", "1", "serial", "0", "0", "10", "10", "", "1", "1"], "now must be an integer"),
+                (["reserve", "0", "1", "serial", "0", "0", "10", "10", "", "0", "1"], "token must be at least 1"),
+                (["reserve", "0", "1", "serial", "0", "0", "10", "10", "", "1", ""], "asker must be an integer"),
+                (["finished", "0", "1.5", "1"], "token must be an integer"),
+                (["finished", "0", "5", "0"], "end number must be at least 1"),
+                (["consume", "0", "5", "concurrent", "0", "0"], "unknown operation"),
                 (["wander", "0"], "unknown operation"),
             ]
             for (arguments, message) in cases {
@@ -360,24 +361,26 @@ struct SharedThrottleCallTests {
     @Test("Arguments: the operation, now (empty for TIME), then the values, clamped to ±(2^53-1)")
     func arguments() {
         let huge = SharedThrottleCall(
-            .reserve(gap: .max, monitor: .serial, limit: .init(count: 3, window: .max), horizon: 5, leaseTTL: 7, holding: 9))
-        #expect(huge.arguments == ["reserve", "", "9007199254740991", "serial", "3", "9007199254740991", "5", "7", "9"])
-        let plain = SharedThrottleCall(.reserve(gap: 0, monitor: .concurrent, limit: nil, horizon: 1, leaseTTL: 1, holding: nil), now: 42)
-        #expect(plain.arguments == ["reserve", "42", "0", "concurrent", "0", "0", "1", "1", ""])
+            .reserve(gap: .max, monitor: .serial, limit: .init(count: 3, window: .max), horizon: 5, leaseTTL: 7, holding: 9,
+                     token: (1 << 53) - 1, asker: 11))
+        #expect(huge.arguments == ["reserve", "", "9007199254740991", "serial", "3", "9007199254740991", "5", "7", "9", "9007199254740991", "11"])
+        let plain = SharedThrottleCall(
+            .reserve(gap: 0, monitor: .concurrent, limit: nil, horizon: 1, leaseTTL: 1, holding: nil, token: 3, asker: 4), now: 42)
+        #expect(plain.arguments == ["reserve", "42", "0", "concurrent", "0", "0", "1", "1", "", "3", "4"])
         #expect(SharedThrottleCall(.pause(duration: .min), now: 1).arguments == ["pause", "1", "-9007199254740991"])
-        #expect(SharedThrottleCall(.finished(token: 12)).arguments == ["finished", "", "12"])
-        #expect(SharedThrottleCall(.recordConsumed(gap: 5, monitor: .concurrent, limit: nil)).arguments == ["consume", "", "5", "concurrent", "0", "0"])
+        #expect(SharedThrottleCall(.finished(token: 12, number: 3)).arguments == ["finished", "", "12", "3"])
+        #expect((0..<100).allSatisfy { _ in SharedThrottle.isID(SharedThrottleCall.randomID()) })
     }
 
-    @Test("The script's three keys carry the limit's hash tag, so a Redis Cluster keeps them on one node")
+    @Test("The script's two keys carry the limit's hash tag, so a Redis Cluster keeps them on one node")
     func keysShareTheHashTag() {
         let keys = SharedThrottleScript.keys(RedisLimitKeys("api.example.com"))
-        #expect(keys == ["threadkit:{api.example.com}:throttle", "threadkit:{api.example.com}:throttle:log", "threadkit:{api.example.com}:throttle:token"])
+        #expect(keys == ["threadkit:{api.example.com}:throttle", "threadkit:{api.example.com}:throttle:log"])
     }
 
     @Test("A reply the script never gives is a BadReply that quotes it, never a trap")
     func badReplies() throws {
-        let reserve = SharedThrottleCall(.reserve(gap: 0, monitor: .concurrent, limit: nil, horizon: 1, leaseTTL: 1, holding: nil))
+        let reserve = SharedThrottleCall(.reserve(gap: 0, monitor: .concurrent, limit: nil, horizon: 1, leaseTTL: 1, holding: nil, token: 1, asker: 1))
         let bulk = { (text: String) in RESPValue.bulkString(Array(text.utf8)) }
         let bad: [RESPValue] = [
             .integer(1), .array(nil), .array([]), .array([bulk("reserved")]), .array([bulk("reserved"), .integer(1)]),
@@ -388,7 +391,7 @@ struct SharedThrottleCallTests {
         for reply in bad {
             #expect(throws: SharedThrottleCall.BadReply.self, "\(reply)") { try reserve.decode(reply) }
         }
-        #expect(throws: SharedThrottleCall.BadReply.self) { try SharedThrottleCall(.finished(token: 1)).decode(.integer(2)) }
+        #expect(throws: SharedThrottleCall.BadReply.self) { try SharedThrottleCall(.finished(token: 1, number: 1)).decode(.integer(2)) }
         #expect(throws: SharedThrottleCall.BadReply.self) { try SharedThrottleCall(.pause(duration: 1)).decode(.integer(-5)) }
         #expect(throws: SharedThrottleCall.BadReply.self) { try SharedThrottleCall(.pause(duration: 1)).decode(.simpleString("OK")) }
         let good = RESPValue.array([bulk("reserved"), .integer(7), .integer(2), .integer(3)])
@@ -397,7 +400,7 @@ struct SharedThrottleCallTests {
             try reserve.decode(.array([bulk("reserved"), .integer(7), .integer(2), .integer(1 << 53)]))
         }
         #expect(throws: SharedThrottleCall.BadReply.self) {
-            try SharedThrottleCall(.recordConsumed(gap: 0, monitor: .serial, limit: nil)).decode(.integer(5))
+            try SharedThrottleCall(.renew(token: 1, leaseTTL: 1)).decode(.integer(5))
         }
     }
 }
@@ -408,7 +411,7 @@ struct SharedThrottleCallPreconditionTests {
     @Test("A horizon of zero stops, naming it (a zero horizon would decline with no wait, a busy loop)")
     func zeroHorizon() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = SharedThrottleCall(.reserve(gap: 0, monitor: .concurrent, limit: nil, horizon: 0, leaseTTL: 1, holding: nil))
+            _ = SharedThrottleCall(.reserve(gap: 0, monitor: .concurrent, limit: nil, horizon: 0, leaseTTL: 1, holding: nil, token: 1, asker: 1))
         }
         expectMessage(result, contains: ["SharedThrottleCall: horizon must be more than zero, got 0"])
     }
@@ -416,7 +419,7 @@ struct SharedThrottleCallPreconditionTests {
     @Test("A negative gap stops, naming it")
     func negativeGap() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = SharedThrottleCall(.recordConsumed(gap: -1, monitor: .serial, limit: nil))
+            _ = SharedThrottleCall(.reserve(gap: -1, monitor: .serial, limit: nil, horizon: 1, leaseTTL: 1, holding: nil, token: 1, asker: 1))
         }
         expectMessage(result, contains: ["SharedThrottleCall: gap must not be negative, got -1"])
     }
@@ -424,8 +427,16 @@ struct SharedThrottleCallPreconditionTests {
     @Test("A token beyond 2^53-1 stops, naming it (Lua could not hold it exactly)")
     func hugeToken() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            _ = SharedThrottleCall(.finished(token: UInt64(1) << 53))
+            _ = SharedThrottleCall(.finished(token: UInt64(1) << 53, number: 1))
         }
         expectMessage(result, contains: ["SharedThrottleCall: a token is in 1...2^53-1, got 9007199254740992"])
+    }
+
+    @Test("An end number of zero stops, naming it (ends are numbered from 1)")
+    func zeroEndNumber() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = SharedThrottleCall(.finished(token: 1, number: 0))
+        }
+        expectMessage(result, contains: ["SharedThrottleCall: an end number is at least 1, got 0"])
     }
 }

@@ -223,8 +223,8 @@ struct CoordinatedStartsTests {
         #expect(nested == request(gap: .milliseconds(5), monitor: .serial, holding: nil))
         _ = starts.answered(.reserved(wait: .zero, token: 8), now: at(10))
         starts.started()
-        // The fallback's first token is one above its clock (microseconds of the monotonic clock).
-        let localToken = UInt64(CoordinatedStarts.microseconds(at(0))) + 1
+        // The queue proposes the fallback's tokens, counting from 1.
+        let localToken: UInt64 = 1
         #expect(starts.running == [.local(localToken), .shared(8)])
         // Redis down again, for a start nested in the coordinated one: it holds the shared lease
         // towards the coordinator and the fallback's own lease towards the fallback.
@@ -243,10 +243,11 @@ struct CoordinatedStartsTests {
         _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
         starts.started()
         // Not nested (another caller's start while the fallback's lease runs): the fallback declines
-        // until its lease expires, but the coordinator may be asked again after 40 ms.
+        // for one poll (20 ms: its lease lasts until its task ends), but the coordinator may be asked
+        // again after 10 ms.
         _ = step(&starts, allowed: 1, now: 1, monitor: .serial)
-        _ = starts.answered(.unavailable(consumed: false, retryIn: .milliseconds(40)), now: at(1))
-        #expect(starts.askAfter == at(41))
+        _ = starts.answered(.unavailable(consumed: false, retryIn: .milliseconds(10)), now: at(1))
+        #expect(starts.askAfter == at(11))
     }
 
     @Test("A nested reservation left unused when its holder ends is given up with the holder's lease")

@@ -318,7 +318,7 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             var model = SharedThrottle()
             _ = model.request(SharedThrottle.Request(
                 now: 0, gap: 0, monitor: .concurrent, limit: nil,
-                horizon: self == .sharedThrottleZeroHorizon ? 0 : .min, leaseTTL: 1_000))
+                horizon: self == .sharedThrottleZeroHorizon ? 0 : .min, leaseTTL: 1_000, token: 1, asker: 1))
         case .dispatchAfterNegativeExecute:
             DispatchMethod.after(.seconds(-1), on: .global()).execute {}
         case .dispatchAfterNegativeRun:

@@ -70,14 +70,15 @@ struct SharedThrottleDifferentialTests {
             if let pause = task.pauseUntil { model.pause(for: pause, now: now) }
             while true {
                 let request = SharedThrottle.Request(
-                    now: now, gap: task.gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: 1_000_000)
+                    now: now, gap: task.gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: 1_000_000,
+                    token: UInt64(starts.count + 1), asker: 1)
                 switch model.request(request) {
                 case .reserved(let at, let wait, let token):
                     #expect(at == now + wait)
                     starts.append(at)
                     previousEnd = at + task.duration
                     if let token {
-                        let accepted = model.finished(token: token, now: previousEnd)
+                        let accepted = model.finished(token: token, number: 1, now: previousEnd)
                         #expect(accepted)
                     }
                 case .declined(let retryIn):
@@ -160,7 +161,8 @@ struct SharedThrottleDifferentialTests {
                     if let before, before > now { #expect(model.pausedUntil! >= before, "a pause was shortened") }
                 }
                 let request = SharedThrottle.Request(
-                    now: now, gap: gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: leaseTTL)
+                    now: now, gap: gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: leaseTTL,
+                    token: UInt64(event + 1), asker: UInt64(index + 1))
                 let decision = model.request(request)
                 if let lease = model.lease { #expect(lease.expiry > now, "an expired lease was kept") }
                 switch decision {
@@ -188,7 +190,7 @@ struct SharedThrottleDifferentialTests {
                 clients[index].next = now + Int64(random.weighted([0: 2, 100: 1]))
             case .running(let start, let token, let crashes):
                 if !crashes, let token {
-                    let accepted = model.finished(token: token, now: now)
+                    let accepted = model.finished(token: token, number: 1, now: now)
                     #expect(accepted)
                     starts[start].end = now
                 }

@@ -11,9 +11,12 @@ struct SharedThrottleTests {
 
     func request(
         _ now: Int64, gap: Int64 = 100, monitor: ThrottledQueue.Monitor = .concurrent,
-        limit: (count: Int, window: Int64)? = nil, horizon: Int64 = 1_000_000, holding: UInt64? = nil
+        limit: (count: Int, window: Int64)? = nil, horizon: Int64 = 1_000_000, holding: UInt64? = nil,
+        token: UInt64 = 1, asker: UInt64 = 1
     ) -> Request {
-        Request(now: now, gap: gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: 10_000, holding: holding)
+        Request(
+            now: now, gap: gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: 10_000, holding: holding,
+            token: token, asker: asker)
     }
 
     // MARK: - The rules, one by one
@@ -103,21 +106,21 @@ struct SharedThrottleTests {
             Issue.record("no lease: \(model)")
             return
         }
-        #expect(model.lease == SharedThrottle.Lease(token: token, expiry: 10_000, running: 1))
-        let answer11 = model.request(request(50, monitor: .serial, horizon: 1_000))
+        #expect(model.lease == SharedThrottle.Lease(token: token, expiry: 10_000, reserves: 1, ends: 0))
+        let answer11 = model.request(request(50, monitor: .serial, horizon: 1_000, token: 2, asker: 2))
         #expect(answer11 == .declined(retryIn: 1_000))
-        let answer12 = model.request(request(8_500, monitor: .serial, horizon: 5_000))
+        let answer12 = model.request(request(8_500, monitor: .serial, horizon: 5_000, token: 2, asker: 2))
         #expect(answer12 == .declined(retryIn: 1_500))
-        let answer13 = model.finished(token: token, now: 9_600)
+        let answer13 = model.finished(token: token, number: 1, now: 9_600)
         #expect(answer13)
         #expect(model.lease == nil)
-        guard case .reserved(9_700, 100, let next?) = model.request(request(9_600, monitor: .serial)) else {
+        guard case .reserved(9_700, 100, let next?) = model.request(request(9_600, monitor: .serial, token: 2, asker: 2)) else {
             Issue.record("no start after the end: \(model)")
             return
         }
         #expect(next != token)
         // A token handed back again, or one that never held the lease, changes nothing.
-        let answer14 = model.finished(token: token, now: 9_800)
+        let answer14 = model.finished(token: token, number: 2, now: 9_800)
         #expect(!answer14)
         #expect(model.lease?.token == next)
     }
@@ -129,13 +132,13 @@ struct SharedThrottleTests {
             Issue.record("no lease")
             return
         }
-        guard case .reserved(10_100, 100, _?) = model.request(request(10_000, gap: 100, monitor: .serial)) else {
+        guard case .reserved(10_100, 100, _?) = model.request(request(10_000, gap: 100, monitor: .serial, token: 2)) else {
             Issue.record("the expired lease still holds: \(model)")
             return
         }
         #expect(model.lastStart == 10_100)
         // The crashed holder's late end is ignored.
-        let answer15 = model.finished(token: token, now: 10_050)
+        let answer15 = model.finished(token: token, number: 1, now: 10_050)
         #expect(!answer15)
     }
 
@@ -148,19 +151,19 @@ struct SharedThrottleTests {
         }
         let answer16 = model.request(request(20, gap: 40, monitor: .serial, holding: token))
         #expect(answer16 == .reserved(at: 100, wait: 80, token: token))
-        #expect(model.lease?.running == 2)
-        let answer17 = model.finished(token: token, now: 150)
+        #expect(model.lease?.reserves == 2)
+        let answer17 = model.finished(token: token, number: 1, now: 150)
         #expect(answer17)
         // After the nested task's end, the next nested start counts from that end.
         let answer18 = model.request(request(160, gap: 40, monitor: .serial, holding: token))
         #expect(answer18 == .reserved(at: 190, wait: 30, token: token))
-        let answer19 = model.finished(token: token, now: 200)
+        let answer19 = model.finished(token: token, number: 2, now: 200)
         #expect(answer19)
-        let answer20 = model.finished(token: token, now: 210)
+        let answer20 = model.finished(token: token, number: 3, now: 210)
         #expect(answer20)
         #expect(model.lease == nil)
-        let answer21 = model.request(request(210, monitor: .serial))
-        #expect(answer21 == .reserved(at: 250, wait: 40, token: token + 1))
+        let answer21 = model.request(request(210, monitor: .serial, token: 7))
+        #expect(answer21 == .reserved(at: 250, wait: 40, token: 7))
     }
 
     @Test("An end is never before its start: a reservation given up early counts its gap from its start")
@@ -171,7 +174,7 @@ struct SharedThrottleTests {
             Issue.record("no nested start")
             return
         }
-        _ = model.finished(token: token, now: 10)
+        _ = model.finished(token: token, number: 1, now: 10)
         #expect(model.lastEnd == 1_000)
     }
 
@@ -204,7 +207,7 @@ struct SharedThrottleTests {
         #expect(windowAnswer == .reserved(at: limit, wait: limit - 6, token: nil))
         // A serial lease of Int64.max and a clock far out clamp too.
         var serial = SharedThrottle()
-        _ = serial.request(Request(now: .max, gap: .max, monitor: .serial, limit: nil, horizon: .max, leaseTTL: .max))
+        _ = serial.request(Request(now: .max, gap: .max, monitor: .serial, limit: nil, horizon: .max, leaseTTL: .max, token: 1, asker: 1))
         #expect(serial.lease?.expiry == limit)
         #expect(serial.lastStart == limit)
         #expect(Duration.seconds(Int64.max).microsecondsRoundedUp == .max)
@@ -234,12 +237,12 @@ struct SharedThrottleTests {
             return
         }
         _ = model.request(request(20, gap: 500, monitor: .serial, holding: token))
-        let nestedEnded = model.finished(token: token, now: 150)
+        let nestedEnded = model.finished(token: token, number: 1, now: 150)
         #expect(nestedEnded)
-        #expect(model.lease?.running == 1)
+        #expect(model.lease?.reserves == 2 && model.lease?.ends == 1)
         // The outer task never reports its end; its lease (expiry 10_100, the nested start's) runs out.
-        let next = model.request(request(10_200, monitor: .serial))
-        #expect(next == .reserved(at: 10_600, wait: 400, token: token + 1))
+        let next = model.request(request(10_200, monitor: .serial, token: 9))
+        #expect(next == .reserved(at: 10_600, wait: 400, token: 9))
     }
 
     @Test("The first request's monitor and limit are stored with the state; other rules are a mismatch that changes nothing")
@@ -270,7 +273,7 @@ struct SharedThrottleTests {
         #expect(model.log == [0, 10])
     }
 
-    @Test("Once nothing binds (the expiry, the script's TTL), the state is dropped, its rules with it; tokens keep counting")
+    @Test("Once nothing binds (the expiry, the script's TTL), the state is dropped, its rules with it")
     func stateExpires() {
         var model = SharedThrottle()
         #expect(model.expiry == nil)
@@ -280,7 +283,7 @@ struct SharedThrottleTests {
         }
         // While the start runs, its lease's expiry plus the gap; after its end, the window from it.
         #expect(model.expiry == 10_300)
-        _ = model.finished(token: token, now: 400)
+        _ = model.finished(token: token, number: 1, now: 400)
         #expect(model.expiry == 5_000)
         model.pause(for: 6_500, now: 500)
         #expect(model.expiry == 7_000)
@@ -290,7 +293,6 @@ struct SharedThrottleTests {
         #expect(later == .reserved(at: 7_000, wait: 0, token: nil))
         #expect(model.rules == SharedThrottle.Rules(monitor: .concurrent, limit: nil))
         #expect(model.log.isEmpty)
-        #expect(model.lastToken == token)
     }
 
     // MARK: - Step 3: what the script needs
@@ -318,30 +320,168 @@ struct SharedThrottleTests {
         }
         // The lease expired at 10_000: its start ended then, whatever the holder says later (the
         // state binds until 10_100, the gap after that end).
-        let accepted = model.finished(token: token, now: 10_050)
+        let accepted = model.finished(token: token, number: 1, now: 10_050)
         #expect(!accepted)
         #expect(model.lease == nil)
         #expect(model.lastEnd == 10_000)
     }
 
-    @Test("Tokens start above the clock, so a counter lost with the state (a restart) never hands a held token out again")
-    func tokensStartAboveTheClock() {
+    @Test("A new lease takes the token its asker proposed; a start nested in a held lease keeps that lease's")
+    func proposedTokens() {
         var model = SharedThrottle()
-        guard case .reserved(_, _, let first?) = model.request(request(7_000, monitor: .serial)) else {
-            Issue.record("no lease")
-            return
+        let first = model.request(request(7_000, monitor: .serial, token: 4_242))
+        #expect(first == .reserved(at: 7_000, wait: 0, token: 4_242))
+        let nested = model.request(request(7_010, monitor: .serial, holding: 4_242, token: 99))
+        #expect(nested == .reserved(at: 7_100, wait: 90, token: 4_242))
+        #expect(model.lease == SharedThrottle.Lease(token: 4_242, expiry: 17_100, reserves: 2, ends: 0))
+        // Holding a lease that has gone (expired, handed back): a new one, with the proposed token.
+        _ = model.finished(token: 4_242, number: 2, now: 7_200)
+        let orphan = model.request(request(7_300, monitor: .serial, holding: 4_242, token: 77))
+        #expect(orphan == .reserved(at: 7_300, wait: 0, token: 77))
+    }
+
+    @Test("A reserve whose outcome the asker never learned is handed back by its proposed token at once, not at its TTL")
+    func unknownOutcomeHandedBack() {
+        var model = SharedThrottle()
+        // The reply was lost: the asker does not know whether the lease was taken.
+        _ = model.request(request(0, monitor: .serial, token: 31, asker: 1))
+        let handedBack = model.finished(token: 31, number: 1, now: 50)
+        #expect(handedBack)
+        #expect(model.lease == nil)
+        let other = model.request(request(60, gap: 0, monitor: .serial, token: 32, asker: 2))
+        #expect(other == .reserved(at: 150, wait: 90, token: 32))
+        // Had it not run, the same end finds no lease of that token and changes nothing.
+        let before = model
+        let noLease = model.finished(token: 31, number: 1, now: 60)
+        #expect(!noLease)
+        #expect(model == before)
+    }
+
+    @Test("An end sent again or arriving after a later one changes nothing; the lease ends once the ends reach its starts")
+    func idempotentEnds() {
+        var model = SharedThrottle()
+        _ = model.request(request(0, gap: 10, monitor: .serial, token: 5))
+        _ = model.request(request(5, gap: 10, monitor: .serial, holding: 5))
+        _ = model.request(request(6, gap: 10, monitor: .serial, holding: 5))
+        #expect(model.lease?.reserves == 3)
+        let first = model.finished(token: 5, number: 1, now: 30)
+        #expect(first && model.lease?.ends == 1 && model.lastEnd == 30)
+        // The same end again (its reply was lost), later: nothing moves, not even the end time.
+        let repeated = model.finished(token: 5, number: 1, now: 40)
+        #expect(repeated && model.lease?.ends == 1 && model.lastEnd == 30)
+        // End 3 overtakes end 2: the lease ends; end 2 arriving late finds no lease.
+        let third = model.finished(token: 5, number: 3, now: 50)
+        #expect(third && model.lease == nil && model.lastEnd == 50)
+        let late = model.finished(token: 5, number: 2, now: 55)
+        #expect(!late && model.lastEnd == 50)
+        // A final end numbered past the starts (a nested reserve counted that never ran) ends it too.
+        _ = model.request(request(100, gap: 0, monitor: .serial, token: 6))
+        let past = model.finished(token: 6, number: 2, now: 120)
+        #expect(past && model.lease == nil)
+    }
+
+    // MARK: - Served in turn
+
+    @Test(".serial: two askers with backlogs alternate: the holder's next reserve queues behind the one that waited")
+    func twoAskersAlternate() {
+        var model = SharedThrottle()
+        var holders: [UInt64] = []
+        var token: UInt64 = 100
+        // Each asker's next event: an ask, or the end of its running task (with its token). A and
+        // B each have a backlog: A asks again right after its own end, B when told to.
+        var events: [UInt64: (at: Int64, token: UInt64?)] = [1: (0, nil), 2: (10, nil)]
+        for _ in 0..<200 where holders.count < 10 {
+            let (asker, event) = events.min { ($0.value.at, $0.key) < ($1.value.at, $1.key) }!
+            if let held = event.token {
+                _ = model.finished(token: held, number: 1, now: event.at)
+                events[asker] = (event.at, nil)
+                continue
+            }
+            token += 1
+            switch model.request(request(event.at, gap: 50, monitor: .serial, token: token, asker: asker)) {
+            case .reserved(let at, _, let held?):
+                holders.append(asker)
+                // Its task runs 500 µs.
+                events[asker] = (at + 500, held)
+                #expect(at >= (model.lastEnd ?? 0), "a start before the end before it")
+            case .declined(let retryIn):
+                events[asker] = (event.at + retryIn, nil)
+            default:
+                Issue.record("unexpected answer at \(event.at)")
+                return
+            }
         }
-        #expect(first == 7_001)
-        _ = model.finished(token: first, now: 7_010)
-        let second = model.request(request(7_200, monitor: .serial))
-        #expect(second == .reserved(at: 7_200, wait: 0, token: 7_002))
-        // A decider that lost everything (a restarted server) starts again above its clock.
-        var restarted = SharedThrottle()
-        guard case .reserved(_, _, let afterRestart?) = restarted.request(request(8_000, monitor: .serial)) else {
-            Issue.record("no lease")
-            return
-        }
-        #expect(afterRestart > 7_002)
+        #expect(holders == [1, 2, 1, 2, 1, 2, 1, 2, 1, 2])
+    }
+
+    @Test(".serial: a waiter that stops asking is dropped after its retry and the grace, and holds the line up no longer")
+    func deadWaiterDropped() {
+        var model = SharedThrottle()
+        _ = model.request(request(0, gap: 0, monitor: .serial, token: 10, asker: 1))
+        // B is declined (told to ask again in one horizon, sooner than a poll), then dies.
+        let declined = model.request(request(100, monitor: .serial, horizon: 5_000, token: 11, asker: 2))
+        #expect(declined == .declined(retryIn: 5_000))
+        let deadline = 100 + 5_000 + SharedThrottle.waiterGrace
+        #expect(model.waiters == [SharedThrottle.Waiter(asker: 2, since: 100, liveUntil: deadline)])
+        _ = model.finished(token: 10, number: 1, now: 200)
+        // Until then A is held behind B; the expiry keeps the line with the state.
+        #expect(model.expiry == deadline)
+        let held = model.request(request(deadline - 1, gap: 0, monitor: .serial, token: 12, asker: 1))
+        #expect(held == .declined(retryIn: SharedThrottle.waiterPoll))
+        // A joined the line meanwhile; once B's life is over, A is first and is served.
+        let served = model.request(request(deadline, gap: 0, monitor: .serial, token: 13, asker: 1))
+        #expect(served == .reserved(at: deadline, wait: 0, token: 13))
+        #expect(model.waiters.isEmpty)
+    }
+
+    @Test(".serial: a start nested in the holder's task bypasses the line")
+    func nestedBypassesTheLine() {
+        var model = SharedThrottle()
+        _ = model.request(request(0, gap: 0, monitor: .serial, token: 10, asker: 1))
+        _ = model.request(request(10, monitor: .serial, token: 11, asker: 2))
+        #expect(model.waiters.map(\.asker) == [2])
+        let nested = model.request(request(20, gap: 0, monitor: .serial, holding: 10, token: 12, asker: 1))
+        #expect(nested == .reserved(at: 20, wait: 0, token: 10))
+        #expect(model.waiters.map(\.asker) == [2])
+    }
+
+    @Test(".serial: the line keeps the order of first asks; asking again keeps a waiter's place, a grant takes it out")
+    func lineOrder() {
+        var model = SharedThrottle()
+        _ = model.request(request(0, gap: 0, monitor: .serial, token: 10, asker: 1))
+        _ = model.request(request(10, monitor: .serial, token: 11, asker: 3))
+        _ = model.request(request(20, monitor: .serial, token: 12, asker: 2))
+        _ = model.request(request(30, monitor: .serial, token: 13, asker: 3))
+        #expect(model.waiters.map(\.asker) == [3, 2])
+        // Told to ask again when the lease expires (10_000), sooner than a poll.
+        #expect(model.waiters[0].since == 10 && model.waiters[0].liveUntil == 10_000 + SharedThrottle.waiterGrace)
+        _ = model.finished(token: 10, number: 1, now: 40)
+        // The lease is free: 2 is not first, 3 is.
+        let second = model.request(request(50, gap: 0, monitor: .serial, token: 14, asker: 2))
+        #expect(second == .declined(retryIn: SharedThrottle.waiterPoll))
+        let first = model.request(request(60, gap: 0, monitor: .serial, token: 15, asker: 3))
+        #expect(first == .reserved(at: 60, wait: 0, token: 15))
+        #expect(model.waiters.map(\.asker) == [2])
+        // `.concurrent` requests know no line.
+        var concurrent = SharedThrottle()
+        _ = concurrent.request(request(0, gap: 10_000, horizon: 100, asker: 1))
+        _ = concurrent.request(request(10, gap: 0, horizon: 100, asker: 2))
+        #expect(concurrent.waiters.isEmpty)
+    }
+
+    @Test(".serial: a waiter declined for the horizon keeps its place past that retry; the others wait for it")
+    func horizonWaiterKeepsItsPlace() {
+        var model = SharedThrottle()
+        _ = model.request(request(0, gap: 50_000, monitor: .serial, token: 10, asker: 1))
+        _ = model.finished(token: 10, number: 1, now: 100)
+        // The next start is at 50_100: beyond a 1 ms horizon, 2 asks again in 49 ms and stays in line until then.
+        let far = model.request(request(200, gap: 0, monitor: .serial, horizon: 1_000, token: 11, asker: 2))
+        #expect(far == .declined(retryIn: 48_900))
+        #expect(model.waiters == [SharedThrottle.Waiter(asker: 2, since: 200, liveUntil: 200 + 48_900 + SharedThrottle.waiterGrace)])
+        let other = model.request(request(49_500, gap: 0, monitor: .serial, horizon: 1_000, token: 12, asker: 1))
+        #expect(other == .declined(retryIn: SharedThrottle.waiterPoll))
+        let back = model.request(request(49_100, gap: 0, monitor: .serial, horizon: 1_000, token: 13, asker: 2))
+        #expect(back == .reserved(at: 50_100, wait: 600, token: 13))
     }
 
     @Test(".serial: a renewed lease lasts leaseTTL from the renewal, is never shortened, and an expired one is not brought back")

@@ -7,15 +7,14 @@ import ThreadKit
 
 /// The script's keys as the server holds them.
 struct StoredThrottle: Equatable, CustomStringConvertible {
-    /// The hash's fields, numbers as text.
+    /// The state's fields, numbers as text; the line as `waiters`: `asker:since:liveUntil` each,
+    /// comma-separated, oldest first.
     var fields: [String: String]
     /// The log, oldest first.
     var log: [Int64]
     /// The keys' remaining lives in milliseconds (`PTTL`: -1 no TTL, -2 no key).
     var stateTTL: Int64
     var logTTL: Int64
-    /// The token key's value: the last lease token handed out.
-    var lastToken: UInt64?
 
     func number(_ field: String) -> Int64? { fields[field].flatMap { Int64($0) } }
 
@@ -39,19 +38,20 @@ struct ThrottleScriptHarness {
     func reserve(
         _ now: Int64?, gap: Int64 = 100, monitor: ThrottledQueue.Monitor = .concurrent,
         limit: (count: Int, window: Int64)? = nil, horizon: Int64 = 1_000_000, leaseTTL: Int64 = 10_000,
-        holding: UInt64? = nil
+        holding: UInt64? = nil, token: UInt64 = 1, asker: UInt64 = 1
     ) async throws -> SharedThrottle.Decision {
         let limit = limit.map { SharedThrottleCall.Limit(count: $0.count, window: $0.window) }
         let reply = try await run(
-            .reserve(gap: gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: leaseTTL, holding: holding), now: now)
+            .reserve(gap: gap, monitor: monitor, limit: limit, horizon: horizon, leaseTTL: leaseTTL, holding: holding,
+                     token: token, asker: asker), now: now)
         guard case .decision(let decision) = reply else { throw UnexpectedReply(reply: reply) }
         return decision
     }
 
     struct UnexpectedReply: Error { let reply: SharedThrottleCall.Reply }
 
-    func finished(_ token: UInt64, now: Int64?) async throws -> Bool {
-        try await run(.finished(token: token), now: now) == .finished(true)
+    func finished(_ token: UInt64, number: Int64 = 1, now: Int64?) async throws -> Bool {
+        try await run(.finished(token: token, number: number), now: now) == .finished(true)
     }
 
     func pause(_ duration: Int64, now: Int64?) async throws -> Int64? {
@@ -65,12 +65,10 @@ struct ThrottleScriptHarness {
     func stored() async throws -> StoredThrottle {
         let stateKey = SharedThrottleScript.keys(keys)[0]
         let logKey = SharedThrottleScript.keys(keys)[1]
-        let tokenKey = SharedThrottleScript.keys(keys)[2]
         let fields = try Self.fields(of: await client.send("GET", stateKey))
         let log = (try await client.send("LRANGE", logKey, "0", "-1").array ?? []).map { Int64($0.string ?? "") ?? -1 }
         let stateTTL = try await client.send("PTTL", stateKey).integer ?? 0
         let logTTL = try await client.send("PTTL", logKey).integer ?? 0
-        let lastToken = try await client.send("GET", tokenKey).string.flatMap { UInt64($0) }
         // What the script keeps of the log's key is not the model's: `logged`, how many starts the
         // log holds, is checked here; `logUntil` is the log's TTL, which the callers check.
         var modelFields = fields
@@ -78,24 +76,37 @@ struct ThrottleScriptHarness {
             #expect(logged == String(log.count), "the state says the log holds \(logged) starts, it holds \(log)")
         }
         modelFields["logUntil"] = nil
-        return StoredThrottle(fields: modelFields, log: log, stateTTL: stateTTL, logTTL: logTTL, lastToken: lastToken)
+        if let waiting = modelFields.removeValue(forKey: "waiting") {
+            let listed = modelFields["waiters"].map { $0.split(separator: ",").count } ?? 0
+            #expect(waiting == String(listed), "the state says \(waiting) waiters follow, \(listed) do")
+        }
+        return StoredThrottle(fields: modelFields, log: log, stateTTL: stateTTL, logTTL: logTTL)
     }
 
     struct BadState: Error { let reply: RESPValue }
 
-    /// The state key's fields (`SharedThrottleScript.stateFields`, thirteen little-endian doubles,
-    /// -1 for none), numbers in decimal and the monitor by name; none for no key.
+    /// The state key's fields (`SharedThrottleScript.stateFields`, little-endian doubles, -1 for
+    /// none, then `waiting` waiters of three doubles each), numbers in decimal, the monitor by name
+    /// and the waiters as `waiters`; none for no key.
     static func fields(of reply: RESPValue) throws -> [String: String] {
         guard case .bulkString(let bytes?) = reply else {
             guard reply.isNull else { throw BadState(reply: reply) }
             return [:]
         }
         let names = SharedThrottleScript.stateFields
-        guard bytes.count == 8 * names.count else { throw BadState(reply: reply) }
+        func double(_ index: Int) -> Double {
+            Double(bitPattern: bytes[(8 * index)..<(8 * index + 8)].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) })
+        }
+        guard bytes.count >= 8 * names.count, bytes.count % 24 == (8 * names.count) % 24 else { throw BadState(reply: reply) }
+        let waiting = (bytes.count - 8 * names.count) / 24
+        guard double(names.count - 1) == Double(waiting) else { throw BadState(reply: reply) }
         var fields: [String: String] = [:]
+        let waiters = (0..<waiting).map { waiter in
+            (0..<3).map { String(Int64(double(names.count + 3 * waiter + $0))) }.joined(separator: ":")
+        }
+        if !waiters.isEmpty { fields["waiters"] = waiters.joined(separator: ",") }
         for (index, name) in names.enumerated() {
-            let bits = bytes[(8 * index)..<(8 * index + 8)].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-            let value = Double(bitPattern: bits)
+            let value = double(index)
             // `logUntil` is a time plus a TTL, which may pass 2^53 µs for a state that lasts "never".
             let largest = name == "logUntil" ? 2 * Double(SharedThrottleCall.maxMicroseconds) : Double(SharedThrottleCall.maxMicroseconds)
             guard value == value.rounded(), value >= -1, value <= largest else {
@@ -132,22 +143,20 @@ extension SharedThrottle {
     mutating func apply(_ call: SharedThrottleCall) -> SharedThrottleCall.Reply {
         let now = call.now!
         switch call.operation {
-        case .reserve(let gap, let monitor, let limit, let horizon, let leaseTTL, let holding):
+        case .reserve(let gap, let monitor, let limit, let horizon, let leaseTTL, let holding, let token, let asker):
             return .decision(request(Request(
                 now: now, gap: gap, monitor: monitor, limit: limit.map { ($0.count, $0.window) }, horizon: horizon,
-                leaseTTL: leaseTTL, holding: holding)))
-        case .finished(let token):
-            return .finished(finished(token: token, now: now))
+                leaseTTL: leaseTTL, holding: holding, token: token, asker: asker)))
+        case .finished(let token, let number):
+            return .finished(finished(token: token, number: number, now: now))
         case .renew(let token, let leaseTTL):
             return .renewed(renew(token: token, leaseTTL: leaseTTL, now: now))
         case .pause(let duration):
             return .paused(until: pause(for: duration, now: now))
-        case .recordConsumed(let gap, let monitor, let limit):
-            return .consumed(recordConsumed(at: now, gap: gap, rules: Rules(monitor: monitor, limit: limit)))
         }
     }
 
-    /// The hash fields the script keeps for this state, numbers in decimal.
+    /// The fields the script keeps for this state, numbers in decimal (the line as ``StoredThrottle/fields`` has it).
     var expectedFields: [String: String] {
         var fields: [String: String] = ["lastGap": String(lastGap)]
         fields["lastNow"] = lastNow.map { String($0) }
@@ -155,7 +164,11 @@ extension SharedThrottle {
         fields["lastEnd"] = lastEnd.map { String($0) }
         fields["token"] = lease.map { String($0.token) }
         fields["expiry"] = lease.map { String($0.expiry) }
-        fields["running"] = lease.map { String($0.running) }
+        fields["reserves"] = lease.map { String($0.reserves) }
+        fields["ends"] = lease.map { String($0.ends) }
+        if !waiters.isEmpty {
+            fields["waiters"] = waiters.map { "\($0.asker):\($0.since):\($0.liveUntil)" }.joined(separator: ",")
+        }
         fields["pausedUntil"] = pausedUntil.map { String($0) }
         fields["monitor"] = rules.map { $0.monitor == .serial ? "serial" : "concurrent" }
         fields["count"] = rules.map { String($0.limit?.count ?? 0) }

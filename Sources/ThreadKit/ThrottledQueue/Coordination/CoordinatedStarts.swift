@@ -95,6 +95,13 @@ struct CoordinatedStarts {
     private(set) var running: [Token?] = []
     /// What the pending ask was for.
     private var asked: (request: CoordinatedRequest, nested: Bool)?
+    /// The last token proposed to the local fallback (its only asker, 1, never waits behind another).
+    private var lastLocalToken: UInt64 = 0
+
+    private mutating func nextLocalToken() -> UInt64 {
+        lastLocalToken += 1
+        return lastLocalToken
+    }
 
     init(policy: UnavailablePolicy) {
         self.policy = policy
@@ -175,7 +182,7 @@ struct CoordinatedStarts {
             if nested, case .local(let token)?? = running.last(where: { $0?.isShared == false }) { holding = token }
             let decision = fallback.request(SharedThrottle.Request(
                 now: nowMicroseconds, gap: rules.gap, monitor: request.monitor, limit: rules.limit,
-                horizon: .max, leaseTTL: .max, holding: holding))
+                horizon: .max, leaseTTL: .max, holding: holding, token: nextLocalToken(), asker: 1))
             switch decision {
             case .reserved(let at, _, let token):
                 // Not before `now`, which the microseconds cut short: what the local rules allow.
@@ -235,7 +242,9 @@ struct CoordinatedStarts {
     private mutating func handBack(_ token: Token?, now: MonotonicInstant) -> UInt64? {
         switch token {
         case .shared(let token)?: return token
-        case .local(let token)?: fallback.finished(token: token, now: Self.microseconds(now))
+        case .local(let token)?:
+            // Ends reach the local model in order, one by one: each is the next number.
+            fallback.finished(token: token, number: (fallback.lease?.ends ?? 0) + 1, now: Self.microseconds(now))
         case nil: break
         }
         return nil

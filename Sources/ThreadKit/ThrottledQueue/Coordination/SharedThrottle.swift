@@ -3,20 +3,22 @@
 ///
 /// A pure value type, in integer microseconds as Redis's `TIME` gives them; it reads no clock and
 /// each call is one atomic step (one script run). Its state is what the script keeps under the
-/// limit's keys (a hash, the log, the token counter):
+/// limit's keys (the state and the log):
 ///
 /// - `lastStart`, `lastGap`: the most recent reserved start and the gap that follows it;
 /// - `lastEnd`: when that start ended (`.serial` only), `nil` while it runs;
-/// - `lease`: for `.serial`, the process whose start runs: a token and an expiry;
+/// - `lease`: for `.serial`, the process whose start runs: a token, an expiry, and how many
+///   starts were reserved under it and the highest end number handed back (see ``finished(token:number:now:)``);
+/// - `waiters`: for `.serial`, the line of processes declined while they wait for the lease,
+///   oldest first (see "Served in turn" below);
 /// - `log`: the most recent starts, at most `count` of them, oldest first;
 /// - `pausedUntil`: no start before it;
-/// - `lastNow`: the latest `now` seen, the clock's high-water mark;
-/// - `lastToken`: the last lease token handed out, which outlives the rest.
+/// - `lastNow`: the latest `now` seen, the clock's high-water mark.
 ///
 /// Every operation first takes `now = max(now, lastNow)`: a clock that steps back (Redis's `TIME`
 /// is a wall clock) never moves a decision back. Then it drops what no longer holds at `now` (an
-/// expired lease, a passed pause, the whole state at ``expiry``), so a late `finished` of an
-/// expired lease's token changes nothing, whichever operation came first.
+/// expired lease, a passed pause, a waiter that stopped asking, the whole state at ``expiry``), so
+/// a late `finished` of an expired lease's token changes nothing, whichever operation came first.
 ///
 /// The rules of ``request(_:)``, each as strict as ``ThrottleSchedule``'s (task k starts at s(k),
 /// ends at e(k) and carries the gap g(k) that follows it):
@@ -25,16 +27,45 @@
 /// 2. `.concurrent`: `at ≥ lastStart + lastGap` (s(k+1) ≥ s(k) + g(k)). Within one process its queue
 ///    also waits for its own task's end; across processes starts may overlap.
 /// 3. `.serial`: while another process holds an unexpired lease, nothing is reserved: the request is
-///    declined, to ask again when the lease expires or after one horizon, whichever is first (the
-///    holder's end is not known in advance). Otherwise `at ≥ lastEnd + lastGap`
+///    declined, to ask again after ``waiterPoll``, or sooner when the lease expires or one horizon
+///    passes (the holder's end is not known in advance). Otherwise `at ≥ lastEnd + lastGap`
 ///    (s(k+1) ≥ e(k) + g(k)); for a start nested in the holder's running task (`holding` its
 ///    token), `at ≥ lastStart + lastGap` while that start runs, as the local schedule's nested starts.
 /// 4. With a limit of `count` per `window`: `at ≥ log[count−1] + window`, counting back from the
 ///    newest, once the log holds `count` starts (s(k+n) ≥ s(k) + w).
-/// 5. `at − now` within `horizon` (more than zero): the start is recorded at `at` (it counts,
+/// 5. `.serial`, not nested: when an older waiter is in line, the request is declined (after
+///    ``waiterPoll``, or when the start would fall inside the horizon if that is later).
+/// 6. `at − now` within `horizon` (more than zero): the start is recorded at `at` (it counts,
 ///    whether or not it is used) and reserved; beyond it the request is declined, to ask again
 ///    `at − now − horizon` later, when it would fall inside the horizon if nothing else changed.
 ///    Nothing is recorded. A decline never says less than ``minimumRetry`` (1 ms): no busy loop.
+///
+/// **Tokens.** The asker proposes the token of the lease its reserve may make
+/// (``Request/token``, drawn at random in 1...2^53−1 for each reservation); a new lease takes it, a
+/// start nested in a held lease keeps that lease's. So an asker that does not learn the outcome of
+/// its reserve (a reply lost) still knows the token, and hands the lease it may have taken back
+/// with ``finished(token:number:now:)`` at once rather than leave it to expire. A drawn token that
+/// equals the live lease's does no harm (only `holding` joins a lease); one that equals the token of
+/// a lease that ended less than a TTL ago would let that lease's late end or renewal reach the new
+/// lease. A handful of such tokens live per key at any time, so a draw meets one with a chance of a
+/// few in 2^53 (about 10^−15): a fleet making a million reservations of a key runs a chance of
+/// about 10^−9, and then one lease ends early or lasts one TTL longer.
+///
+/// **Idempotent ends.** A lease counts the starts reserved under it (`reserves`: its first, and one
+/// per nested start) and the highest end number handed back (`ends`); the holder numbers its ends
+/// of a lease 1, 2, 3…, and the lease ends once `ends ≥ reserves`. An end sent again (its reply
+/// lost), or arriving after a later one, changes nothing, so the holder sends each end until it is
+/// acknowledged.
+///
+/// **Served in turn** (`.serial`). Each asker has an id (``Request/asker``: one per queue). A
+/// request declined for the lease (rule 3), for an older waiter (rule 5) or for the horizon (rule 6)
+/// puts its asker in the line, oldest first, or keeps its place; when the lease is free, only the
+/// oldest waiter may take it (anyone when nobody waits), and a grant takes the asker out of the
+/// line. So a process with a backlog that hands the lease back and asks again at once finds the
+/// process that waited before it first in line, and the lease goes round the waiting processes in
+/// turn. Starts nested in the holder's task bypass the line. A waiter that does not ask again
+/// within ``waiterGrace`` after the retry it was told (a crashed process, a queue that emptied) is
+/// dropped, so it holds the line up by at most that much.
 ///
 /// **One set of rules per key.** The first request stores its ``Rules`` (the monitor and the
 /// limit) with the state; a request with other rules is answered ``Decision/mismatch(stored:)``
@@ -48,18 +79,27 @@
 /// **Numbers.** Every microsecond value is clamped to ±``microsecondLimit`` (2^53 − 1), on input
 /// and after every sum: a Lua number is a double, which holds exactly those integers, so the
 /// script computes exactly what this model does (a gap of `Duration.seconds(Int64.max)` is about
-/// 285 years, not a wrapped negative number).
+/// 285 years, not a wrapped negative number). Tokens and askers are in 1...2^53−1 for the same reason.
 ///
-/// State stays bounded: the log holds at most `count` starts in a ring (O(1) per start), an
-/// expired lease is dropped (its start is taken to have ended at the expiry), a pause that has
-/// passed is dropped, and the whole state is dropped at ``expiry``, when it decides nothing any
-/// more (the script's key TTL).
+/// State stays bounded: the log holds at most `count` starts in a ring (O(1) per start), the line
+/// one entry per asker that asked within its retry and grace, an expired lease is dropped (its
+/// start is taken to have ended at the expiry), a pause that has passed is dropped, and the whole
+/// state is dropped at ``expiry``, when it decides nothing any more (the script's key TTL).
 package struct SharedThrottle: Sendable, Equatable {
     /// The largest microsecond value the model (and the script) uses: 2^53 − 1, the largest
     /// integer below which a double holds every integer exactly.
     package static let microsecondLimit: Int64 = (1 << 53) - 1
     /// The least a decline says to wait before asking again, in microseconds: 1 ms.
     package static let minimumRetry: Int64 = 1_000
+    /// How soon a `.serial` waiter asks again while the lease is held or an older waiter is in line,
+    /// in microseconds: 20 ms, the endpoint leases' poll. A lease handed back reaches the next in
+    /// line within it.
+    package static let waiterPoll: Int64 = 20_000
+    /// How long past the retry it was told a waiter keeps its place without asking again, in
+    /// microseconds: ten polls, 200 ms. Its next ask comes after one round trip and its thread's
+    /// wake-up, which a loaded host or a slow reply (the client's command timeout is 100 ms by
+    /// default) may stretch well past the retry; a process that died holds the line up no longer.
+    package static let waiterGrace: Int64 = 10 * waiterPoll
 
     /// One process's request for its next start.
     package struct Request: Sendable, Equatable {
@@ -76,10 +116,15 @@ package struct SharedThrottle: Sendable, Equatable {
         package var leaseTTL: Int64
         /// For a start nested in the running task of the process that holds the `.serial` lease: its token.
         package var holding: UInt64?
+        /// The token a new `.serial` lease takes, in 1...2^53−1: the asker draws it at random for
+        /// each reservation (a nested start keeps its lease's).
+        package var token: UInt64
+        /// Who asks, in 1...2^53−1: one id per queue, its place in the `.serial` line.
+        package var asker: UInt64
 
         package init(
             now: Int64, gap: Int64, monitor: ThrottledQueue.Monitor, limit: (count: Int, window: Int64)?,
-            horizon: Int64, leaseTTL: Int64, holding: UInt64? = nil
+            horizon: Int64, leaseTTL: Int64, holding: UInt64? = nil, token: UInt64, asker: UInt64
         ) {
             self.now = now.clampedToMicrosecondLimit
             self.gap = gap.clampedToMicrosecondLimit
@@ -88,6 +133,8 @@ package struct SharedThrottle: Sendable, Equatable {
             self.horizon = horizon.clampedToMicrosecondLimit
             self.leaseTTL = leaseTTL.clampedToMicrosecondLimit
             self.holding = holding
+            self.token = token
+            self.asker = asker
         }
 
         /// The rules the request is made under.
@@ -119,7 +166,7 @@ package struct SharedThrottle: Sendable, Equatable {
     /// The answer to a request.
     package enum Decision: Sendable, Equatable {
         /// The start is recorded at `at`, `wait` after the request's `now`; a `.serial` start holds
-        /// the lease `token`, to hand back with ``SharedThrottle/finished(token:now:)``.
+        /// the lease `token`, to hand back with ``SharedThrottle/finished(token:number:now:)``.
         case reserved(at: Int64, wait: Int64, token: UInt64?)
         /// Nothing was recorded; ask again `retryIn` microseconds later (at least ``minimumRetry``).
         case declined(retryIn: Int64)
@@ -131,8 +178,19 @@ package struct SharedThrottle: Sendable, Equatable {
     package struct Lease: Sendable, Equatable {
         package var token: UInt64
         package var expiry: Int64
-        /// How many starts run under it: more than one while tasks nested in the holder's run.
-        package var running: Int
+        /// How many starts were reserved under it: its first, and one per start nested in the holder's task.
+        package var reserves: Int64
+        /// The highest end number handed back: the lease ends once it reaches `reserves`.
+        package var ends: Int64
+    }
+
+    /// A `.serial` asker in line for the lease.
+    package struct Waiter: Sendable, Equatable {
+        package var asker: UInt64
+        /// When it first asked: its place in the line.
+        package var since: Int64
+        /// When it is dropped unless it asks again: the retry it was told plus ``SharedThrottle/waiterGrace``.
+        package var liveUntil: Int64
     }
 
     package private(set) var rules: Rules?
@@ -141,12 +199,8 @@ package struct SharedThrottle: Sendable, Equatable {
     package private(set) var lastEnd: Int64?
     package private(set) var lease: Lease?
     package private(set) var pausedUntil: Int64?
-    /// The last token handed out, `0` before the first; it outlives the state (Redis: a key of its
-    /// own with a long TTL). The first token is `now + 1`, then each is one more than the last: a
-    /// decider that lost its counter (a restart without persistence) starts above every token it
-    /// handed out before, as long as its clock did not step back, so a token still held by a
-    /// process that does not know its lease expired is never handed out again.
-    package private(set) var lastToken: UInt64 = 0
+    /// The `.serial` line, oldest first (the order they first asked in).
+    package private(set) var waiters: [Waiter] = []
     /// The clock's high-water mark: the latest `now` an operation took (it outlives the state).
     package private(set) var lastNow: Int64?
     /// The most recent starts, at most `count`, in a ring: once full, `ringOldest` is the oldest
@@ -162,19 +216,23 @@ package struct SharedThrottle: Sendable, Equatable {
     package static func == (lhs: Self, rhs: Self) -> Bool {
         lhs.rules == rhs.rules && lhs.lastStart == rhs.lastStart && lhs.lastGap == rhs.lastGap
             && lhs.lastEnd == rhs.lastEnd && lhs.lease == rhs.lease && lhs.pausedUntil == rhs.pausedUntil
-            && lhs.lastToken == rhs.lastToken && lhs.lastNow == rhs.lastNow && lhs.log == rhs.log
+            && lhs.waiters == rhs.waiters && lhs.lastNow == rhs.lastNow && lhs.log == rhs.log
     }
 
     /// Decides a start, by the rules in the type's discussion.
     package mutating func request(_ request: Request) -> Decision {
         precondition(request.horizon > 0, "SharedThrottle.request: horizon must be more than zero, got \(request.horizon) µs")
         precondition(request.leaseTTL > 0, "SharedThrottle.request: leaseTTL must be more than zero, got \(request.leaseTTL) µs")
+        precondition(Self.isID(request.token), "SharedThrottle.request: token must be in 1...2^53-1, got \(request.token)")
+        precondition(Self.isID(request.asker), "SharedThrottle.request: asker must be in 1...2^53-1, got \(request.asker)")
         let now = advance(to: request.now)
         if let rules, rules != request.rules { return .mismatch(stored: rules) }
-        var at = max(now, pausedUntil ?? now)
-        if request.monitor == .serial, let lease, lease.token != request.holding {
-            return .declined(retryIn: max(Self.minimumRetry, min(lease.expiry - now, request.horizon)))
+        let nested = request.monitor == .serial && lease != nil && lease?.token == request.holding
+        let inLine = request.monitor == .serial && !nested
+        if inLine, let lease {
+            return enqueue(request.asker, retryIn: min(lease.expiry - now, request.horizon, Self.waiterPoll), now: now)
         }
+        var at = max(now, pausedUntil ?? now)
         if let lastStart {
             switch request.monitor {
             case .concurrent: at = max(at, lastStart.addingClamped(lastGap))
@@ -185,36 +243,65 @@ package struct SharedThrottle: Sendable, Equatable {
             at = max(at, ring[ringOldest].addingClamped(limit.window))
         }
         let wait = at - now
+        if inLine, let oldest = waiters.first, oldest.asker != request.asker {
+            return enqueue(request.asker, retryIn: max(Self.waiterPoll, wait - request.horizon), now: now)
+        }
         guard wait <= request.horizon else {
+            if inLine { return enqueue(request.asker, retryIn: wait - request.horizon, now: now) }
             return .declined(retryIn: max(Self.minimumRetry, wait - request.horizon))
         }
         rules = request.rules
         record(at: at, gap: request.gap)
         guard request.monitor == .serial else { return .reserved(at: at, wait: wait, token: nil) }
         let expiry = at.addingClamped(request.leaseTTL)
-        if var held = lease {
-            held.running += 1
+        if nested, var held = lease {
+            held.reserves += 1
             held.expiry = max(held.expiry, expiry)
             lease = held
         } else {
-            lastToken = (lastToken == 0 ? UInt64(max(0, now)) : lastToken) &+ 1
-            lease = Lease(token: lastToken, expiry: expiry, running: 1)
+            // The oldest waiter, or nobody waits: out of the line.
+            if waiters.first?.asker == request.asker { waiters.removeFirst() }
+            lease = Lease(token: request.token, expiry: expiry, reserves: 1, ends: 0)
         }
         return .reserved(at: at, wait: wait, token: lease?.token)
     }
 
-    /// A `.serial` start holding `token` ended at `now` (or was given up unused): the next counts its
-    /// gap from here (never from before the start), and the lease is handed back once no start runs
-    /// under it.
+    /// Declines `asker`'s `.serial` request, to ask again `retryIn` later (at least
+    /// ``minimumRetry``): it joins the line, or keeps its place there, live until then plus
+    /// ``waiterGrace``.
+    private mutating func enqueue(_ asker: UInt64, retryIn: Int64, now: Int64) -> Decision {
+        let retryIn = max(Self.minimumRetry, retryIn)
+        let liveUntil = now.addingClamped(retryIn).addingClamped(Self.waiterGrace)
+        if let index = waiters.firstIndex(where: { $0.asker == asker }) {
+            waiters[index].liveUntil = liveUntil
+        } else {
+            waiters.append(Waiter(asker: asker, since: now, liveUntil: liveUntil))
+        }
+        return .declined(retryIn: retryIn)
+    }
+
+    /// Whether `id` is a token or an asker: in 1...2^53−1, which a Lua number holds exactly.
+    package static func isID(_ id: UInt64) -> Bool {
+        id >= 1 && id <= UInt64(microsecondLimit)
+    }
+
+    /// The end numbered `number` of a `.serial` start holding `token`: it ended at `now` (or was
+    /// given up unused). The holder numbers its ends of a lease 1, 2, 3…; a number above the
+    /// highest seen sets it, the next start counts its gap from here (never from before the last
+    /// start), and the lease is handed back once the ends reach the starts reserved under it. A
+    /// number seen before (an end sent again, or arriving after a later one) changes nothing.
     ///
-    /// - Returns: Whether `token` held the lease; an expired or unknown token changes nothing.
+    /// - Returns: Whether `token` holds the lease (before this end); an expired or unknown token
+    ///   changes nothing.
     @discardableResult
-    package mutating func finished(token: UInt64, now: Int64) -> Bool {
+    package mutating func finished(token: UInt64, number: Int64, now: Int64) -> Bool {
+        precondition(number >= 1, "SharedThrottle.finished: number must be at least 1, got \(number)")
         let now = advance(to: now)
         guard var held = lease, held.token == token else { return false }
+        guard number > held.ends else { return true }
+        held.ends = number.clampedToMicrosecondLimit
         lastEnd = max(now, lastStart ?? now)
-        held.running -= 1
-        lease = held.running > 0 ? held : nil
+        lease = held.ends >= held.reserves ? nil : held
         return true
     }
 
@@ -261,18 +348,20 @@ package struct SharedThrottle: Sendable, Equatable {
 
     /// When the state stops deciding anything, so that dropping it changes no decision: the
     /// latest of the pause's end, the last start's gap (for `.serial`, from its lease's expiry while
-    /// one is held, else from its end), the lease's expiry and the newest logged start's window.
-    /// `nil` for an empty state. The script sets the key's expiry to it (plus a margin).
+    /// one is held, else from its end), the lease's expiry, the newest logged start's window and
+    /// the waiters' lives. `nil` for an empty state. The script sets the key's expiry to it (plus a
+    /// margin).
     package var expiry: Int64? {
-        guard let lastStart else { return pausedUntil }
+        var until = waiters.map(\.liveUntil).max()
+        if let pausedUntil { until = max(until ?? pausedUntil, pausedUntil) }
+        guard let lastStart else { return until }
         let gapFrom = rules?.monitor == .serial ? (lease?.expiry ?? lastEnd ?? lastStart) : lastStart
-        var until = gapFrom.addingClamped(lastGap)
-        if let pausedUntil { until = max(until, pausedUntil) }
-        if let lease { until = max(until, lease.expiry) }
+        var latest = max(until ?? .min, gapFrom.addingClamped(lastGap))
+        if let lease { latest = max(latest, lease.expiry) }
         if let window = rules?.limit?.window, let newest = ring.isEmpty ? nil : ring[(ringOldest + ring.count - 1) % ring.count] {
-            until = max(until, newest.addingClamped(window))
+            latest = max(latest, newest.addingClamped(window))
         }
-        return until
+        return latest
     }
 
     private mutating func record(at: Int64, gap: Int64) {
@@ -290,8 +379,8 @@ package struct SharedThrottle: Sendable, Equatable {
 
     /// Moves the clock's high-water mark to `now` (clamped) if it is later, and drops what no
     /// longer holds then: an expired lease (its start, and any nested in it, is taken to have ended
-    /// at the expiry), a pause that has passed, and, at ``expiry``, the whole state (the token
-    /// counter and the clock's mark stay).
+    /// at the expiry), a pause that has passed, a waiter past its life, and, at ``expiry``, the
+    /// whole state (the clock's mark stays).
     ///
     /// - Returns: The operation's `now`: the high-water mark.
     private mutating func advance(to now: Int64) -> Int64 {
@@ -303,7 +392,7 @@ package struct SharedThrottle: Sendable, Equatable {
 
     private mutating func dropExpired(now: Int64) {
         if let expiry, expiry <= now {
-            self = SharedThrottle(lastToken: lastToken, lastNow: lastNow)
+            self = SharedThrottle(lastNow: lastNow)
             return
         }
         if let held = lease, held.expiry <= now {
@@ -311,10 +400,10 @@ package struct SharedThrottle: Sendable, Equatable {
             lease = nil
         }
         if let until = pausedUntil, until <= now { pausedUntil = nil }
+        waiters.removeAll { $0.liveUntil <= now }
     }
 
-    private init(lastToken: UInt64, lastNow: Int64?) {
-        self.lastToken = lastToken
+    private init(lastNow: Int64?) {
         self.lastNow = lastNow
     }
 }

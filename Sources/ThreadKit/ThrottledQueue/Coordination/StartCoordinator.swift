@@ -2,7 +2,9 @@
 /// worker asks it before granting any start, and waits out the reservation on its own clock.
 ///
 /// A later module implements it on Redis (one Lua script mirroring ``SharedThrottle``); the tests
-/// implement it in memory on ``SharedThrottle`` itself.
+/// implement it in memory on ``SharedThrottle`` itself. Each coordinator is one asker of the key's
+/// `.serial` line and proposes the token of each lease its reserves may take (see
+/// ``SharedThrottle``): the protocol carries neither, since they are the coordinator's own.
 ///
 /// - ``reserve(_:)`` may block for a network round trip. The queue never calls it under its lock,
 ///   nor on a cooperative thread: it is called by the queue's worker (for `async` work and `run`
@@ -13,7 +15,10 @@
 package protocol StartCoordinator: AnyObject, Sendable {
     /// Asks for the queue's next start.
     func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer
-    /// A `.serial` start holding the lease `token` ended, or was given up unused.
+    /// A `.serial` start holding the lease `token` ended, or was given up unused: called once for
+    /// each reservation that was answered with `token` (nested ones too), so the coordinator can
+    /// number the lease's ends (``SharedThrottle/finished(token:number:now:)``) and hand the lease
+    /// back with the last.
     func finished(token: UInt64)
     /// No start, in any process, for `duration` from now; a longer pause in force stays.
     func pause(for duration: Duration)
