@@ -178,8 +178,8 @@ struct RedisCoordinationTests {
             }
             #expect(await eventually { answers.reservations.count >= 10 })
             let beforeRestart = answers.all.count
-            server.kill()
-            try server.start()
+            await server.killed()
+            try await server.startedAgain()
             #expect(await waitUntilIdle(queues))
             #expect(started.indices(notEqualTo: 1).isEmpty, "a task was lost or ran twice")
             // Back on Redis (once a client's breaker lets it ask).
@@ -452,7 +452,7 @@ struct RedisCoordinationTests {
 /// The public constructor's preconditions, each stopping in a child process with a message that names the argument.
 @Suite("Coordination.redis preconditions")
 struct RedisCoordinationPreconditionTests {
-    @Test("An empty key stops, naming the argument")
+    @Test("An empty key stops, naming the argument", .exitTestOnOwnThreads)
     func emptyKey() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "")
@@ -460,7 +460,7 @@ struct RedisCoordinationPreconditionTests {
         expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): key must not be empty"])
     }
 
-    @Test("A key with a brace stops, naming the argument and the value")
+    @Test("A key with a brace stops, naming the argument and the value", .exitTestOnOwnThreads)
     func braceKey() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "api{1}")
@@ -468,7 +468,7 @@ struct RedisCoordinationPreconditionTests {
         expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): key must not contain '{' or '}'", "got \"api{1}\""])
     }
 
-    @Test("A fallback share outside 0 < share ≤ 1 stops, naming it")
+    @Test("A fallback share outside 0 < share ≤ 1 stops, naming it", .exitTestOnOwnThreads)
     func badShare() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "api", whenUnavailable: .localFallback(share: 1.5))
