@@ -248,7 +248,9 @@ final class RedisClientCore: Sendable {
     /// Hands a reply to its command; returns why the connection must end, if it must: a reply
     /// nobody asked for, or a read-only replica's READONLY. Both are failures the breaker counts, so
     /// that its back-off spaces the connections made again to a replica (which would answer each
-    /// write with READONLY again) instead of one per command.
+    /// write with READONLY again) instead of one per command. A READONLY is one whether its command
+    /// still waits or timed out (the reply is discarded): either way it is no success, which would
+    /// close the breaker and reset its back-off.
     private func deliver(_ value: RESPValue) -> String? {
         let now = now
         var readOnly: String?
@@ -257,7 +259,7 @@ final class RedisClientCore: Sendable {
             let outcome = state.pipeline.reply(at: now)
             if case .unexpected = outcome { return (outcome, false) }
             state.phase = .connected(answered: true)
-            if readOnly != nil, case .answers = outcome { return (outcome, false) }
+            if readOnly != nil { return (outcome, false) }
             state.lastFailure = nil
             return (outcome, state.breaker.succeeded())
         }
@@ -265,15 +267,12 @@ final class RedisClientCore: Sendable {
         switch outcome {
         case .answers(let entry):
             entry.waiter?.complete(.success(value))
-            if let readOnly {
-                return "the server is a read-only replica (\(readOnly)); connecting again"
-            }
-            return nil
         case .discarded:
-            return nil
+            break
         case .unexpected:
             return "a reply came with no command waiting for it: \(value)"
         }
+        return readOnly.map { "the server is a read-only replica (\($0)); connecting again" }
     }
 
     /// The connection (or the attempt to connect) ended: fails every live command in flight, counts
