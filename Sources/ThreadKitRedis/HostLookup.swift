@@ -11,8 +11,11 @@ import Darwin
 ///
 /// `getaddrinfo` cannot be interrupted and may block for as long as the system's resolver retries
 /// (seconds per server and attempt), so a name is resolved on a thread of its own while the
-/// connection's thread waits for it until the deadline; an answer that comes later is dropped. A
-/// numeric address (`127.0.0.1`, `::1`) is converted at once, without a thread.
+/// connection's thread waits for it until the deadline. A client resolves through one
+/// ``Resolver``: one lookup at a time, and its addresses kept for a while (see ``Memo``), so a
+/// resolver slower than the command timeout still connects (the next connect uses the answer that
+/// came late) and a resolver that hangs holds one thread per client. A numeric address
+/// (`127.0.0.1`, `::1`) is converted at once, without a thread.
 enum HostLookup {
     /// One address a host resolved to: the socket address's bytes and its family.
     struct Address: Sendable, Equatable {
@@ -41,17 +44,14 @@ enum HostLookup {
     /// The system's resolver, `getaddrinfo`.
     static let system: Lookup = { host, port in addresses(host, port, flags: 0) }
 
-    /// `host`'s addresses: at once for a numeric address, else from `lookup` on a new thread,
-    /// waited for until `deadline` (``Failure/pastDeadline`` after it).
-    static func resolve(_ host: String, _ port: Int, with lookup: @escaping Lookup, until deadline: ContinuousClock.Instant) -> Result<[Address], Failure> {
-        if case .success(let numeric) = addresses(host, port, flags: AI_NUMERICHOST) { return .success(numeric) }
-        let pending = Pending()
-        do {
-            try ModuleThreads.start(name: "Redis lookup \(host)", kernelName: "Redis lookup") { pending.finish(lookup(host, port)) }
-        } catch {
-            return .failure(.failed("no thread could be started to resolve the name: \(error)"))
-        }
-        return pending.wait(until: deadline)
+    /// How long a lookup's addresses serve the connects that follow, unless a failure forgets them
+    /// first: long enough to reach a server whose name resolves slower than the command timeout,
+    /// short enough to follow a changed record soon (a common DNS TTL).
+    static let freshFor = Duration.seconds(30)
+
+    /// `host`'s addresses if it is a numeric address, converted without asking a resolver.
+    static func numeric(_ host: String, _ port: Int) -> [Address]? {
+        try? addresses(host, port, flags: AI_NUMERICHOST).get()
     }
 
     /// `getaddrinfo` for a stream socket of any family, with `flags`.
@@ -74,24 +74,131 @@ enum HostLookup {
         return .success(found)
     }
 
-    /// A lookup's answer, handed from its thread to the connection's thread if it is still waiting.
-    private final class Pending: @unchecked Sendable {
-        // Sendable: `answer` is guarded by `condition`'s mutex.
-        private let condition = ModuleCondition()
-        private var answer: Result<[Address], Failure>?
+    /// What one client knows of its host's lookups (pure: the ``Resolver`` carries it out): at most
+    /// one lookup in flight, and the last one's answer.
+    ///
+    /// A connect uses addresses found less than ``HostLookup/freshFor`` ago at once, else waits
+    /// for the lookup in flight, else starts one. An answer that comes after its connect gave up
+    /// is kept all the same, for the next connect. A failed answer goes to the connect waiting for
+    /// it and is not kept: the next connect asks again.
+    struct Memo {
+        /// What a connect does.
+        enum Next: Equatable {
+            /// Connect to these addresses.
+            case use([Address])
+            /// Start lookup number `n` (counting from 1), then wait for its answer.
+            case start(Int)
+            /// Wait for the answer of lookup `n`, already in flight.
+            case await(Int)
+        }
 
-        func finish(_ answer: Result<[Address], Failure>) {
+        let freshFor: Duration
+        /// How many lookups were started.
+        private(set) var started = 0
+        private var inFlight = false
+        /// The last lookup's answer, when it came, and its number.
+        private var answer: (number: Int, result: Result<[Address], Failure>, at: ContinuousClock.Instant)?
+
+        init(freshFor: Duration = HostLookup.freshFor) {
+            self.freshFor = freshFor
+        }
+
+        mutating func next(at now: ContinuousClock.Instant) -> Next {
+            if let answer, case .success(let addresses) = answer.result, now - answer.at < freshFor {
+                return .use(addresses)
+            }
+            if inFlight { return .await(started) }
+            started += 1
+            inFlight = true
+            return .start(started)
+        }
+
+        /// The lookup in flight answered.
+        mutating func finished(_ result: Result<[Address], Failure>, at now: ContinuousClock.Instant) {
+            inFlight = false
+            answer = (started, result, now)
+        }
+
+        /// Lookup `number`'s answer, once it came (and until another lookup's replaces it).
+        func answer(of number: Int) -> Result<[Address], Failure>? {
+            guard let answer, answer.number == number else { return nil }
+            return answer.result
+        }
+
+        /// A connect failed (or a connection made to these addresses failed): the next connect
+        /// looks the name up again rather than reuse them. A lookup in flight goes on.
+        mutating func forget() {
+            guard let kept = answer, case .success = kept.result else { return }
+            answer = nil
+        }
+    }
+
+    /// One client's lookups of its host: the ``Memo``'s decisions carried out, each lookup on a
+    /// thread of its own, waited for until the connect's deadline.
+    final class Resolver: @unchecked Sendable {
+        // Sendable: `memo` is guarded by `condition`'s mutex; the rest is immutable.
+        let host: String
+        let port: Int
+        private let lookup: Lookup
+        private let condition = ModuleCondition()
+        private var memo: Memo
+
+        init(host: String, port: Int, lookup: @escaping Lookup, freshFor: Duration = HostLookup.freshFor) {
+            self.host = host
+            self.port = port
+            self.lookup = lookup
+            self.memo = Memo(freshFor: freshFor)
+        }
+
+        /// How many lookups were started.
+        var started: Int {
             condition.lock()
-            self.answer = answer
-            condition.broadcast()
+            defer { condition.unlock() }
+            return memo.started
+        }
+
+        /// The host's addresses: at once for a numeric address or fresh ones, else from the
+        /// lookup in flight or a new one, waited for until `deadline` (``Failure/pastDeadline``
+        /// after it; the answer is kept for the next call).
+        func resolve(until deadline: ContinuousClock.Instant) -> Result<[Address], Failure> {
+            if let numeric = HostLookup.numeric(host, port) { return .success(numeric) }
+            condition.lock()
+            let number: Int
+            switch memo.next(at: .now) {
+            case .use(let addresses):
+                condition.unlock()
+                return .success(addresses)
+            case .await(let inFlight):
+                number = inFlight
+            case .start(let new):
+                number = new
+                condition.unlock()
+                do {
+                    try ModuleThreads.start(name: "Redis lookup \(host)", kernelName: "Redis lookup") { [self] in
+                        finish(lookup(host, port))
+                    }
+                } catch {
+                    finish(.failure(.failed("no thread could be started to resolve the name: \(error)")))
+                }
+                condition.lock()
+            }
+            defer { condition.unlock() }
+            while memo.answer(of: number) == nil, condition.wait(until: deadline) {}
+            return memo.answer(of: number) ?? .failure(.pastDeadline)
+        }
+
+        /// Connecting to the addresses failed: see ``Memo/forget()``.
+        func forget() {
+            condition.lock()
+            memo.forget()
             condition.unlock()
         }
 
-        func wait(until deadline: ContinuousClock.Instant) -> Result<[Address], Failure> {
+        private func finish(_ result: Result<[Address], Failure>) {
             condition.lock()
-            defer { condition.unlock() }
-            while answer == nil, condition.wait(until: deadline) {}
-            return answer ?? .failure(.pastDeadline)
+            memo.finished(result, at: .now)
+            condition.broadcast()
+            condition.unlock()
         }
     }
 }

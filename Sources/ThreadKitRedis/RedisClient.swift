@@ -16,8 +16,9 @@ import Foundation
 /// order, and each reply goes to the command it answers.
 ///
 /// **Where the work happens.** One thread per connection ("Redis connection …") resolves the host
-/// (a name on a short-lived thread of its own, waited for no longer than the connect),
-/// connects, writes the queued commands and reads the replies; it blocks in `poll` while there is
+/// (a name on a short-lived thread of its own, waited for no longer than the connect; one lookup
+/// at a time per client, and an answer that came too late for its connect serves the next one,
+/// for up to 30 s or until a failure), connects, writes the queued commands and reads the replies; it blocks in `poll` while there is
 /// nothing to do, so an idle client uses no CPU. A caller only appends its encoded command under a
 /// short lock: ``send(_:)-(String...)`` then suspends, ``sendSync(_:)-(String...)`` blocks its
 /// thread, and ``sendAndForget(_:)-(String...)`` returns at once. No caller waits for the network.
@@ -89,7 +90,7 @@ public final class RedisClient: Sendable {
     ///   - maxAbandoned: How many timed-out commands may wait for their replies before the connection is dropped.
     ///   - connectionTimeout: How long nothing may be read while replies are due before the
     ///     connection is dropped; `nil` for `max(1 s, 10 × commandTimeout)`.
-    ///   - lookup: How a host name is resolved (tests give a slow one).
+    ///   - lookup: How a host name is resolved (tests give a slow one), one lookup at a time.
     init(_ address: Address, commandTimeout: Duration, breaker: CircuitBreaker, maxAbandoned: Int = 64,
          connectionTimeout: Duration? = nil, lookup: @escaping HostLookup.Lookup = HostLookup.system,
          observeLog: (@Sendable (String) -> Void)?) {

@@ -11,7 +11,7 @@ import Foundation
 /// A caller never touches the network: it asks the breaker, appends its encoded command to the
 /// pipeline under the lock, wakes the connection's thread (or starts one when there is none) and
 /// waits on its slot. The connection's thread ("Redis connection …") does all the rest: it resolves
-/// the host (on a thread of its own, see ``HostLookup``) and connects, both bounded by the first
+/// the host (one lookup at a time, on a thread of its own, see ``HostLookup``) and connects, both bounded by the first
 /// command's deadline, writes the commands' bytes as
 /// the socket takes them, reads and frames the replies, and fails each command at its deadline: its
 /// `poll` wakes at the earliest deadline in flight, one rolling timer per connection. When the
@@ -62,13 +62,18 @@ final class RedisClientCore: Sendable {
     /// Also receives every log line (tests watch reconnects through it; `Log`'s delegate is process-wide).
     private let observeLog: (@Sendable (String) -> Void)?
 
-    /// How the connection's thread resolves a host name (bounded by the connect's deadline).
-    private let lookup: HostLookup.Lookup
+    /// How the connection's thread resolves a TCP address's host name (bounded by the connect's
+    /// deadline): one lookup at a time, its addresses kept until a failure the breaker counts.
+    private let resolver: HostLookup.Resolver?
 
     init(address: RedisClient.Address, commandTimeout: Duration, breaker: CircuitBreaker, pipeline: ReplyPipeline<ReplySlot?>,
          lookup: @escaping HostLookup.Lookup = HostLookup.system, observeLog: (@Sendable (String) -> Void)?) {
         self.address = address
-        self.lookup = lookup
+        if case .tcp(let host, let port) = address {
+            self.resolver = HostLookup.Resolver(host: host, port: port, lookup: lookup)
+        } else {
+            self.resolver = nil
+        }
         self.commandTimeout = commandTimeout
         self.state = Locked(State(pipeline: pipeline, breaker: breaker))
         self.observeLog = observeLog
@@ -144,7 +149,7 @@ final class RedisClientCore: Sendable {
         let deadline = state.withLock { $0.pipeline.nextDeadline } ?? now + commandTimeout
         let socket: RedisConnection
         do {
-            socket = try RedisConnection.open(address, deadline: origin + deadline, timeout: commandTimeout, lookup: lookup)
+            socket = try RedisConnection.open(address, deadline: origin + deadline, timeout: commandTimeout, resolver: resolver)
         } catch {
             end(error.description, connectError: error, countsAsFailure: true)
             return
@@ -243,7 +248,9 @@ final class RedisClientCore: Sendable {
     /// Hands a reply to its command; returns why the connection must end, if it must: a reply
     /// nobody asked for, or a read-only replica's READONLY. Both are failures the breaker counts, so
     /// that its back-off spaces the connections made again to a replica (which would answer each
-    /// write with READONLY again) instead of one per command.
+    /// write with READONLY again) instead of one per command. A READONLY is one whether its command
+    /// still waits or timed out (the reply is discarded): either way it is no success, which would
+    /// close the breaker and reset its back-off.
     private func deliver(_ value: RESPValue) -> String? {
         let now = now
         var readOnly: String?
@@ -252,7 +259,7 @@ final class RedisClientCore: Sendable {
             let outcome = state.pipeline.reply(at: now)
             if case .unexpected = outcome { return (outcome, false) }
             state.phase = .connected(answered: true)
-            if readOnly != nil, case .answers = outcome { return (outcome, false) }
+            if readOnly != nil { return (outcome, false) }
             state.lastFailure = nil
             return (outcome, state.breaker.succeeded())
         }
@@ -260,15 +267,12 @@ final class RedisClientCore: Sendable {
         switch outcome {
         case .answers(let entry):
             entry.waiter?.complete(.success(value))
-            if let readOnly {
-                return "the server is a read-only replica (\(readOnly)); connecting again"
-            }
-            return nil
         case .discarded:
-            return nil
+            break
         case .unexpected:
             return "a reply came with no command waiting for it: \(value)"
         }
+        return readOnly.map { "the server is a read-only replica (\($0)); connecting again" }
     }
 
     /// The connection (or the attempt to connect) ended: fails every live command in flight, counts
@@ -281,7 +285,7 @@ final class RedisClientCore: Sendable {
     private func end(_ reason: String, connectError: RedisError? = nil, countsAsFailure: Bool, timedOut: Bool = false) {
         let now = now
         var after = Aftermath()
-        state.withLock { state in
+        let failed = state.withLock { state -> Bool in
             let entries = state.pipeline.takeAll()
             var answered = false
             if case .connected(let wasAnswered) = state.phase { answered = wasAnswered }
@@ -289,21 +293,26 @@ final class RedisClientCore: Sendable {
             var probing = false
             if case .halfOpen = state.breaker.state { probing = true }
             var retry: Duration?
-            if !state.isClosed, countsAsFailure || !answered || probing {
+            let counted = !state.isClosed && (countsAsFailure || !answered || probing)
+            if counted {
                 let isTimeout = timedOut || { if case .timedOut = connectError { true } else { false } }()
                 retry = state.fail(at: now, timedOut: isTimeout, reason: reason)
             }
             for entry in entries {
                 after.fail(entry.waiter, connectError ?? .connectionLost(reason, sent: entry.sent))
             }
-            guard !state.isClosed else { return }
+            guard !state.isClosed else { return false }
             let next = retry.map { "; next attempt in \($0)" } ?? "; the next command connects again"
             if connectError != nil {
                 after.log("could not connect to \(address): \(reason)\(next)")
             } else {
                 after.log("lost the connection to \(address): \(reason); \(entries.count) commands in flight failed\(next)")
             }
+            return counted
         }
+        // The addresses may be what failed (a moved server, a replica after a failover): the next
+        // connect looks the name up again.
+        if failed { resolver?.forget() }
         after.carryOut(self)
     }
 

@@ -21,13 +21,13 @@ final class RedisConnection: Sendable {
         close(descriptor)
     }
 
-    /// Connects to `address`, giving up at `deadline`: resolving a host name (with `lookup`, on a
-    /// thread of its own unless the host is a numeric address) counts against it too.
+    /// Connects to `address`, giving up at `deadline`: resolving a host name (with `resolver`, or
+    /// the system's resolver when it is `nil`) counts against it too.
     ///
     /// - Throws: ``RedisError/connectionRefused(address:reason:)`` when the server cannot be reached,
     ///   ``RedisError/timedOut(after:sent:)`` (not sent) when resolving and connecting take past the deadline.
     static func open(
-        _ address: RedisClient.Address, deadline: ContinuousClock.Instant, timeout: Duration, lookup: @escaping HostLookup.Lookup = HostLookup.system
+        _ address: RedisClient.Address, deadline: ContinuousClock.Instant, timeout: Duration, resolver: HostLookup.Resolver? = nil
     ) throws(RedisError) -> RedisConnection {
         switch address {
         case .unixSocket(let path):
@@ -45,7 +45,8 @@ final class RedisConnection: Sendable {
         case .tcp(let host, let port):
             let addresses: [HostLookup.Address]
             do {
-                addresses = try HostLookup.resolve(host, port, with: lookup, until: deadline).get()
+                let resolver = resolver ?? HostLookup.Resolver(host: host, port: port, lookup: HostLookup.system)
+                addresses = try resolver.resolve(until: deadline).get()
             } catch HostLookup.Failure.pastDeadline {
                 throw .timedOut(after: timeout, sent: false)
             } catch {

@@ -33,7 +33,9 @@ public enum RedisError: Error, Hashable, CustomStringConvertible {
 
     /// The error-reply prefixes of a server that cannot serve now, whatever the command: still
     /// loading its data, busy with a long script, a replica cut off from its master, a read-only
-    /// replica (the client connects again after `READONLY`, to reach the new master after a failover).
+    /// replica. A `READONLY` reply, even to a command that already timed out, also counts as a
+    /// failure in the client's circuit breaker and ends the connection: the client connects again
+    /// once the breaker's back-off allows, to reach the new master after a failover.
     public static let unavailablePrefixes = ["LOADING", "BUSY", "MASTERDOWN", "READONLY"]
 
     /// Whether Redis cannot serve now, rather than the command being wrong: every failure to connect

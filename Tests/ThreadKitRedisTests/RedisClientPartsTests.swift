@@ -198,9 +198,9 @@ struct HostLookupTests {
             asked.increment()
             return .failure(.failed("asked"))
         }
-        let v4 = HostLookup.resolve("127.0.0.1", 6379, with: lookup, until: .now + .seconds(10))
+        let v4 = HostLookup.Resolver(host: "127.0.0.1", port: 6379, lookup: lookup).resolve(until: .now + .seconds(10))
         #expect((try? v4.get())?.map(\.family) == [AF_INET])
-        let v6 = HostLookup.resolve("::1", 6379, with: lookup, until: .now + .seconds(10))
+        let v6 = HostLookup.Resolver(host: "::1", port: 6379, lookup: lookup).resolve(until: .now + .seconds(10))
         #expect((try? v6.get())?.map(\.family) == [AF_INET6])
         #expect(asked.value == 0)
     }
@@ -208,9 +208,9 @@ struct HostLookupTests {
     @Test("a name's lookup answers through its own thread: its addresses, or its failure's reason")
     func lookupAnswers() {
         let address = HostLookup.Address(family: AF_INET, bytes: [1, 2, 3])
-        let found = HostLookup.resolve("redis.example.invalid", 6379, with: { _, _ in .success([address]) }, until: .now + .seconds(10))
+        let found = HostLookup.Resolver(host: "redis.example.invalid", port: 6379, lookup: { _, _ in .success([address]) }).resolve(until: .now + .seconds(10))
         #expect(found == .success([address]))
-        let failed = HostLookup.resolve("redis.example.invalid", 6379, with: { _, _ in .failure(.failed("no such host")) }, until: .now + .seconds(10))
+        let failed = HostLookup.Resolver(host: "redis.example.invalid", port: 6379, lookup: { _, _ in .failure(.failed("no such host")) }).resolve(until: .now + .seconds(10))
         #expect(failed == .failure(.failed("no such host")))
     }
 
@@ -220,10 +220,11 @@ struct HostLookupTests {
         defer { release.countDown() }
         let (result, waited) = try await onNewThread(limit: .seconds(20)) { () -> (Result<[HostLookup.Address], HostLookup.Failure>, Duration) in
             let started = ContinuousClock.now
-            let result = HostLookup.resolve("redis.hangs.invalid", 6379, with: { _, _ in
+            let resolver = HostLookup.Resolver(host: "redis.hangs.invalid", port: 6379, lookup: { _, _ in
                 release.wait(timeout: .seconds(20))
                 return .failure(.failed("released"))
-            }, until: started + .milliseconds(300))
+            })
+            let result = resolver.resolve(until: started + .milliseconds(300))
             return (result, ContinuousClock.now - started)
         }
         #expect(result == .failure(.pastDeadline))
@@ -268,5 +269,103 @@ struct HostLookupTests {
         #expect(waited >= .milliseconds(300), "waited \(waited)")
         #expect(lookups.value == 1)
         #expect(await eventually { lines.count(containing: "could not connect to redis.hangs.invalid:6379") == 1 }, "\(lines.all)")
+    }
+}
+
+@Suite("HostLookup.Memo: one lookup at a time per client, its addresses kept while fresh (made-up times)")
+struct HostLookupMemoTests {
+    let start = ContinuousClock.now
+    let found = [HostLookup.Address(family: AF_INET, bytes: [1, 2, 3])]
+
+    @Test("a connect while a lookup is in flight waits for that one instead of starting another")
+    func oneLookupAtATime() {
+        var memo = HostLookup.Memo(freshFor: .seconds(30))
+        #expect(memo.next(at: start) == .start(1))
+        #expect(memo.next(at: start + .seconds(2)) == .await(1))
+        #expect(memo.next(at: start + .seconds(4)) == .await(1))
+        #expect(memo.answer(of: 1) == nil)
+        #expect(memo.started == 1)
+        memo.finished(.success(found), at: start + .seconds(5))
+        #expect(memo.answer(of: 1) == .success(found))
+    }
+
+    @Test("an answer that came after its connect gave up serves the next connects at once while under 30 s old, then the name is looked up again")
+    func lateAnswerKeptWhileFresh() {
+        var memo = HostLookup.Memo(freshFor: .seconds(30))
+        #expect(memo.next(at: start) == .start(1))
+        let answered = start + .milliseconds(150)
+        memo.finished(.success(found), at: answered)
+        #expect(memo.next(at: answered + .milliseconds(20)) == .use(found))
+        #expect(memo.next(at: answered + .seconds(30) - .milliseconds(1)) == .use(found))
+        #expect(memo.next(at: answered + .seconds(30)) == .start(2))
+        #expect(memo.answer(of: 1) == .success(found))
+        #expect(memo.answer(of: 2) == nil)
+    }
+
+    @Test("a failed answer goes to its connect and is not kept; forget drops kept addresses, and leaves a lookup in flight alone")
+    func failuresAndForget() {
+        var memo = HostLookup.Memo(freshFor: .seconds(30))
+        #expect(memo.next(at: start) == .start(1))
+        memo.finished(.failure(.failed("no such host")), at: start + .seconds(1))
+        #expect(memo.answer(of: 1) == .failure(.failed("no such host")))
+        #expect(memo.next(at: start + .seconds(1)) == .start(2))
+        memo.finished(.success(found), at: start + .seconds(2))
+        #expect(memo.next(at: start + .seconds(3)) == .use(found))
+        memo.forget()
+        #expect(memo.next(at: start + .seconds(3)) == .start(3))
+        memo.forget()
+        #expect(memo.next(at: start + .seconds(4)) == .await(3))
+    }
+}
+
+@Suite("HostLookup.Resolver: a hanging or slow lookup is asked once for every connect")
+struct HostLookupResolverTests {
+    @Test("three connects on a lookup that hangs each give up at their deadline and start no second lookup; its answer, once it comes, serves the next at once")
+    func hangingLookupAskedOnce() async throws {
+        let release = Latch()
+        defer { release.countDown() }
+        let lookups = Counter()
+        let address = HostLookup.Address(family: AF_INET, bytes: [1, 2, 3])
+        let resolver = HostLookup.Resolver(host: "redis.hangs.invalid", port: 6379, lookup: { _, _ in
+            lookups.increment()
+            release.wait(timeout: .seconds(20))
+            return .success([address])
+        })
+        let results = try await onNewThread(limit: .seconds(20)) {
+            (0..<3).map { _ in resolver.resolve(until: .now + .milliseconds(100)) }
+        }
+        #expect(results == Array(repeating: .failure(.pastDeadline), count: 3))
+        #expect(lookups.value == 1)
+        #expect(resolver.started == 1)
+        release.countDown()
+        let answer = try await onNewThread(limit: .seconds(20)) { resolver.resolve(until: .now + .seconds(10)) }
+        #expect(answer == .success([address]))
+        #expect(await eventually { resolver.started == 1 && lookups.value == 1 })
+    }
+
+    @Test("a client whose name lookup takes 300 ms, longer than its 100 ms command timeout, connects with the late answer: the name is looked up once")
+    func slowLookupConnects() async throws {
+        try await withRedisServer(tcp: true) { server in
+            guard case .tcp(_, let port) = server.address else { Issue.record("a TCP server"); return }
+            let lookups = Counter()
+            let lines = LogLines()
+            let client = RedisClient(
+                .tcp(host: "redis.slow.invalid", port: port), commandTimeout: .milliseconds(100), breaker: RedisClient.defaultBreaker,
+                lookup: { _, port in
+                    lookups.increment()
+                    Thread.sleep(forTimeInterval: 0.3)
+                    return .success(HostLookup.numeric("127.0.0.1", port) ?? [])
+                },
+                observeLog: { lines.append($0) })
+            do {
+                _ = try await client.send("PING")
+                Issue.record("answered before the lookup did")
+            } catch let error as RedisError {
+                #expect(error == .timedOut(after: .milliseconds(100), sent: false))
+            }
+            try await Task.sleep(for: .seconds(1))
+            #expect(await pingUntilAnswered(client), "\(lines.all)")
+            #expect(lookups.value == 1, "\(lines.all)")
+        }
     }
 }

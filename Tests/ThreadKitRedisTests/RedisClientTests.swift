@@ -296,6 +296,38 @@ struct RedisClientTests {
         }
     }
 
+    @Test("READONLY in reply to a write that already timed out is a breaker failure too: the breaker stays open and refuses the next command, and the connection ends")
+    func lateReadOnlyCountsAsFailure() async throws {
+        try await withRedisServer { server in
+            let lines = LogLines()
+            let client = makeClient(server.address, timeout: .seconds(1), lines: lines, breaker: longBackoff, connectionTimeout: .seconds(60))
+            let admin = makeClient(server.address)
+            #expect(try await admin.send("REPLICAOF", "127.0.0.1", "1") == .simpleString("OK"))
+            #expect(try await client.send("PING") == .simpleString("PONG"))
+            // Stopped, the server answers the write late: the client has given it up (a timeout,
+            // which opens the breaker for 30-60 s), and discards the READONLY when it comes.
+            server.pause()
+            do {
+                _ = try await client.send("SET", "k", "v")
+                Issue.record("a stopped server answered")
+            } catch let error as RedisError {
+                #expect(error == .timedOut(after: .seconds(1), sent: true))
+            }
+            server.resume()
+            #expect(await eventually(timeout: .seconds(10)) { lines.count(containing: "read-only replica") == 1 }, "\(lines.all)")
+            // A late READONLY that closed the breaker would let this write go, to be refused by the replica again.
+            do {
+                _ = try await client.send("SET", "k", "v")
+                Issue.record("the late READONLY closed the breaker")
+            } catch let error as RedisError {
+                guard case .unavailable(_, let lastFailure) = error else { Issue.record("expected the back-off, got \(error)"); return }
+                #expect(lastFailure.contains("read-only replica"), "\(lastFailure)")
+            }
+            #expect(lines.count(containing: "lost the connection") == 1, "\(lines.all)")
+            #expect(lines.count(containing: "connected to") == 1, "\(lines.all)")
+        }
+    }
+
     @Test("after READONLY the client connects again once its back-off allows, and writes once the server is a master again")
     func readOnlyReconnects() async throws {
         try await withRedisServer { server in
