@@ -1,0 +1,104 @@
+// RedisEndpointLeases when Redis answers with errors, or never answers again: what is given back,
+// how often it is sent again, and when it is given up.
+
+import Testing
+@_spi(ThreadKitURL) import ThreadKit
+@testable import ThreadKitRedis
+import ThreadKitTestSupport
+
+@Suite("RedisEndpointLeases: error replies and a Redis that never answers again", .needsRedisServer)
+struct EndpointLeaseFailureTests {
+    static let endpoint = "http://api.example.com:80"
+
+    func acquire(_ leases: RedisEndpointLeases, limit: Int = 2, adopt: Bool = false) async -> EndpointLeaseAnswer {
+        await withCheckedContinuation { continuation in
+            leases.acquire(EndpointLeaseRequest(endpoint: Self.endpoint, limit: limit, adopt: adopt)) { continuation.resume(returning: $0) }
+        }
+    }
+
+    /// The lease key of `leases` replaced by a string: every script run on it fails (WRONGTYPE).
+    func breakLeaseKey(_ observer: RedisClient, _ leases: RedisEndpointLeases) async throws {
+        let key = EndpointLeaseScript.keys(leases.keys(for: Self.endpoint))[0]
+        _ = try await observer.send("SET", key, "not a sorted set")
+    }
+
+    /// How many scripts the server ran or refused (EVALSHA and EVAL calls) since its stats were reset.
+    func scriptCalls(_ observer: RedisClient) async throws -> Int {
+        let info = try await observer.send("INFO", "commandstats").string ?? ""
+        var calls = 0
+        for line in info.split(whereSeparator: \.isNewline) where line.hasPrefix("cmdstat_evalsha:") || line.hasPrefix("cmdstat_eval:") {
+            guard let field = line.split(separator: ",").first?.split(separator: "=").last, let count = Int(field) else { continue }
+            calls += count
+        }
+        return calls
+    }
+
+    @Test("an acquire or an adoption Redis answers with an error reply granted nothing: no release is kept for it")
+    func errorReplyKeepsNoRelease() async throws {
+        try await withRedisServer { server in
+            let observer = makeClient(server.address)
+            let leases = RedisEndpointLeases(client: makeClient(server.address), key: "api", leaseTTL: .seconds(600))
+            try await breakLeaseKey(observer, leases)
+            for index in 0..<50 {
+                let answer = await acquire(leases, adopt: index.isMultiple(of: 2))
+                #expect(answer == .unavailable(retryIn: .milliseconds(20)))
+            }
+            #expect(leases.pendingReleaseCount == 0)
+            #expect(leases.client.followUps.withLock { $0.openCount } == 0)
+        }
+    }
+
+    @Test("a release Redis keeps answering with an error is sent again with a growing back-off, not before every command nor every poll")
+    func refusedReleaseBacksOff() async throws {
+        try await withRedisServer { server in
+            let observer = makeClient(server.address)
+            let leases = RedisEndpointLeases(client: makeClient(server.address), key: "api", leaseTTL: .seconds(600),
+                                             pollInterval: .milliseconds(20))
+            guard case .granted(let held) = await acquire(leases) else {
+                Issue.record("the first acquire was not granted")
+                return
+            }
+            try await breakLeaseKey(observer, leases)
+            _ = try await observer.send("CONFIG", "RESETSTAT")
+            leases.release(held)
+            // A dispatcher polling every 20 ms for a second, as it does while the endpoint is unavailable.
+            let start = ContinuousClock.now
+            var acquires = 0
+            while start.duration(to: .now) < .seconds(1) {
+                _ = await acquire(leases)
+                acquires += 1
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let calls = try await scriptCalls(observer)
+            // Sent at 0, then 20, 60, 140, 300, 620 ms (later on a loaded machine): at most 6 in
+            // the second, 10 allowed; not one per acquire, nor one per 20 ms.
+            #expect(leases.pendingReleaseCount == 1)
+            #expect(calls - acquires >= 1 && calls - acquires <= 10, "\(calls) scripts for \(acquires) acquires")
+        }
+    }
+
+    @Test("the release of an acquire whose outcome is unknown is dropped, and logged, leaseTTL plus maxUnknownWait after it when Redis never answers again")
+    func unknownAcquireDroppedWhenRedisNeverAnswers() async throws {
+        try await withRedisServer { server in
+            let lines = LogLines()
+            let client = makeClient(server.address, timeout: .milliseconds(200), lines: lines)
+            let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .milliseconds(300), maxUnknownWait: .milliseconds(300))
+            _ = try await client.send("PING")
+            server.pause()
+            guard case .unavailable = await acquire(leases) else {
+                Issue.record("a frozen server's acquire was not unavailable")
+                server.resume()
+                return
+            }
+            #expect(leases.pendingReleaseCount == 1)
+            let released = ContinuousClock.now
+            // Kept meanwhile (its follow-up open: a flush waits for it); ended after 600 ms (and the
+            // timer's back-off of at most 100 ms, or a probe's 200 ms timeout).
+            #expect(await eventually(timeout: .seconds(10)) { client.followUps.withLock { $0.openCount } == 0 })
+            #expect(released.duration(to: .now) >= .milliseconds(500))
+            #expect(leases.pendingReleaseCount == 0)
+            #expect(lines.count(containing: "(an acquire whose outcome is unknown) is dropped") == 1)
+            server.resume()
+        }
+    }
+}
