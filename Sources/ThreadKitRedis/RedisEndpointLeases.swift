@@ -253,6 +253,10 @@ package final class RedisEndpointLeases: EndpointCoordinator {
             case .failure(let failure):
                 var kept = release
                 kept.wasRefused = failure.isAnswered
+                if failure.isAnswered, kept.isExpiryUnknown {   // Redis runs: its acquire ran, or never will
+                    kept.expiry = min(kept.expiry, .now + leaseTTL)
+                    kept.isExpiryUnknown = false
+                }
                 keep(kept, retryIn: failure.retryIn, after: failure)
             }
         }

@@ -77,6 +77,28 @@ struct EndpointLeaseFailureTests {
         }
     }
 
+    @Test("the release of an acquire whose outcome is unknown ends leaseTTL after Redis's next answer, even an error reply")
+    func unknownAcquireEndsAfterAnErrorAnswer() async throws {
+        try await withRedisServer { server in
+            let observer = makeClient(server.address)
+            let client = makeClient(server.address, timeout: .milliseconds(200))
+            let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .milliseconds(300))
+            try await breakLeaseKey(observer, leases)
+            _ = try await client.send("PING")
+            server.pause()
+            guard case .unavailable = await acquire(leases) else {
+                Issue.record("a frozen server's acquire was not unavailable")
+                server.resume()
+                return
+            }
+            server.resume()
+            // Every answer now is WRONGTYPE; the first one starts the lease's 300 ms, not the 10 min
+            // an unanswered release is kept.
+            #expect(await eventually(timeout: .seconds(10)) { client.followUps.withLock { $0.openCount } == 0 })
+            #expect(leases.pendingReleaseCount == 0)
+        }
+    }
+
     @Test("the release of an acquire whose outcome is unknown is dropped, and logged, leaseTTL plus maxUnknownWait after it when Redis never answers again")
     func unknownAcquireDroppedWhenRedisNeverAnswers() async throws {
         try await withRedisServer { server in
