@@ -19,13 +19,15 @@ import Foundation
 ///   it waits, a lease freed by a process with a backlog goes to the askers that waited longer
 ///   first (see ``EndpointLeaseScript``), so processes that all have a backlog take turns. The cost:
 ///   a lease freed while others wait stays free until the next of them asks, a ``pollInterval`` at
-///   most; and an asker that stopped asking (its requests timed out, its process died) holds free
-///   leases back from newer askers for ten poll intervals.
+///   most; and an asker that stopped asking holds free leases back from newer askers for ten poll
+///   intervals: a process that died, but also a live one whose waiting requests timed out or were
+///   cancelled, or whose own `rate` (or local pause) holds its next start back for longer than a
+///   poll. An asker that asks through a shared pause keeps its place.
 /// - **Releases are never lost.** A release is sent with its reply awaited; one that fails (the
 ///   breaker refuses it, it times out, its connection drops, Redis answers an error) is kept, up
 ///   to ``maxPendingReleases``, and sent again: by a timer whose delay doubles with each failed
-///   round, from ``pollInterval`` up to a third of ``leaseTTL`` (never sooner than the client's
-///   back-off allows, unless that is longer), and, for one that got no answer at all, as soon as
+///   round, from ``pollInterval`` up to a third of ``leaseTTL`` (or after the client's back-off,
+///   if that is longer, up to the same third), and, for one that got no answer at all, as soon as
 ///   Redis answers one of this instance's commands without an error (a release Redis answered
 ///   with an error waits for the timer: an error answered again at once would make a storm of
 ///   commands). It is kept until Redis answers it (`0` or `1`: releasing is idempotent) or until
@@ -151,8 +153,8 @@ package final class RedisEndpointLeases: EndpointCoordinator {
                 Log.log(.redis, "endpoint leases: \(other) does not answer an acquire")
             case .failure(let failure):
                 if failure.mayHaveRun {
-                    // Answered (a reply that is not an answer): its lease's time has begun.
-                    // Not answered: Redis may still run it, whenever it goes on.
+                    // Answered with a reply that cannot be decoded: the script ran, its lease's
+                    // time has begun. Not answered: Redis may still run it, whenever it goes on.
                     let now = ContinuousClock.now
                     send(PendingRelease(lease: lease, followUp: client.beginFollowUp(),
                                         expiry: now + leaseTTL + (failure.isAnswered ? .zero : maxUnknownWait),
@@ -305,7 +307,7 @@ package final class RedisEndpointLeases: EndpointCoordinator {
             state.withLock { $0.isRetryArmed = false }
             flushPendingReleases()
         }
-        // No timer (the process is ending): the next command or answer sends them.
+        // No timer (the process is ending): Redis's next answer sends those it did not answer.
         if armed == nil { state.withLock { $0.isRetryArmed = false } }
     }
 
