@@ -112,7 +112,7 @@ struct EndpointLeaseFailureTests {
                 server.resume()
                 return
             }
-            #expect(leases.pendingReleaseCount == 1)
+            #expect(client.followUps.withLock { $0.openCount } == 1)   // kept, or in flight again
             let released = ContinuousClock.now
             // Kept meanwhile (its follow-up open: a flush waits for it); ended after 600 ms (and the
             // timer's back-off of at most 100 ms, or a probe's 200 ms timeout).
