@@ -33,6 +33,19 @@ struct EndpointLeaseFailureTests {
         return calls
     }
 
+    /// An acquire sent to `server` frozen, which times out: its outcome is unknown. Whether it was
+    /// answered unavailable (the server is left running if not).
+    func unknownAcquire(_ leases: RedisEndpointLeases, on server: RedisServer) async throws -> Bool {
+        _ = try await leases.client.send("PING")
+        server.pause()
+        guard case .unavailable = await acquire(leases) else {
+            Issue.record("a frozen server's acquire was not unavailable")
+            server.resume()
+            return false
+        }
+        return true
+    }
+
     @Test("an acquire or an adoption Redis answers with an error reply granted nothing: no release is kept for it")
     func errorReplyKeepsNoRelease() async throws {
         try await withRedisServer { server in
@@ -84,13 +97,7 @@ struct EndpointLeaseFailureTests {
             let client = makeClient(server.address, timeout: .milliseconds(200))
             let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .milliseconds(300))
             try await breakLeaseKey(observer, leases)
-            _ = try await client.send("PING")
-            server.pause()
-            guard case .unavailable = await acquire(leases) else {
-                Issue.record("a frozen server's acquire was not unavailable")
-                server.resume()
-                return
-            }
+            guard try await unknownAcquire(leases, on: server) else { return }
             server.resume()
             // Every answer now is WRONGTYPE; the first one starts the lease's 300 ms, not the 10 min
             // an unanswered release is kept.
@@ -105,13 +112,7 @@ struct EndpointLeaseFailureTests {
             let lines = LogLines()
             let client = makeClient(server.address, timeout: .milliseconds(200), lines: lines)
             let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .milliseconds(300), maxUnknownWait: .milliseconds(300))
-            _ = try await client.send("PING")
-            server.pause()
-            guard case .unavailable = await acquire(leases) else {
-                Issue.record("a frozen server's acquire was not unavailable")
-                server.resume()
-                return
-            }
+            guard try await unknownAcquire(leases, on: server) else { return }
             #expect(client.followUps.withLock { $0.openCount } == 1)   // kept, or in flight again
             let released = ContinuousClock.now
             // Kept meanwhile (its follow-up open: a flush waits for it); ended after 600 ms (and the

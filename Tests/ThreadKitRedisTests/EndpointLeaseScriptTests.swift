@@ -549,7 +549,7 @@ struct RedisEndpointLeasesReleaseTests {
         }
     }
 
-    @Test("an acquire whose answer timed out, and a release the breaker refused, are given back before the next command")
+    @Test("an acquire whose answer timed out, and a release the breaker refused, are given back once Redis answers again")
     func lostAnswersAreGivenBack() async throws {
         try await withRedisServer { server in
             // The breaker stays open until the frozen server's late reply closes it, however slow the
