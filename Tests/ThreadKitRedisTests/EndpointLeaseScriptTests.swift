@@ -368,12 +368,15 @@ extension RedisEndpointLeasesKeysTests {
     func failedReleaseEndsAtItsExpiry() async throws {
         let client = makeClient(.unixSocket(path: "/nonexistent/threadkit-no-redis.sock"), breaker: longBackoff)
         _ = try? await client.send("PING")   // refused: the breaker opens for a minute
-        let leases = RedisEndpointLeases(client: client, key: "k", leaseTTL: .milliseconds(3))
+        let leases = RedisEndpointLeases(client: client, key: "k", leaseTTL: .seconds(1))
+        let released = ContinuousClock.now
         leases.release(EndpointLease(endpoint: "http://api.example.com:80", token: "first"))
         #expect(leases.pendingReleaseCount == 1)
         #expect(client.followUps.withLock { $0.openCount } == 1)
-        // The retry timer sends it again (refused) after its lease's expiry: it ends.
+        // The retry timer (every third of the lease, at most) sends it again, refused, until its
+        // lease has expired: then it ends.
         #expect(await eventually { client.followUps.withLock { $0.openCount } == 0 })
+        #expect(released.duration(to: .now) >= .milliseconds(750))
         #expect(leases.pendingReleaseCount == 0)
     }
 
