@@ -10,9 +10,15 @@ import ThreadKitTestSupport
 struct EndpointLeaseFailureTests {
     static let endpoint = "http://api.example.com:80"
 
-    func acquire(_ leases: RedisEndpointLeases, limit: Int = 2, adopt: Bool = false) async -> EndpointLeaseAnswer {
+    /// An acquire's answer; `onAnswer` runs in its callback, on the client's thread, before the
+    /// awaiting task resumes (which a loaded machine may delay for seconds).
+    func acquire(_ leases: RedisEndpointLeases, limit: Int = 2, adopt: Bool = false,
+                 onAnswer: @escaping @Sendable () -> Void = {}) async -> EndpointLeaseAnswer {
         await withCheckedContinuation { continuation in
-            leases.acquire(EndpointLeaseRequest(endpoint: Self.endpoint, limit: limit, adopt: adopt)) { continuation.resume(returning: $0) }
+            leases.acquire(EndpointLeaseRequest(endpoint: Self.endpoint, limit: limit, adopt: adopt)) {
+                onAnswer()
+                continuation.resume(returning: $0)
+            }
         }
     }
 
@@ -33,17 +39,22 @@ struct EndpointLeaseFailureTests {
         return calls
     }
 
-    /// An acquire sent to `server` frozen, which times out: its outcome is unknown. Whether it was
-    /// answered unavailable (the server is left running if not).
-    func unknownAcquire(_ leases: RedisEndpointLeases, on server: RedisServer) async throws -> Bool {
+    /// An acquire sent to `server` frozen, which times out: its outcome is unknown. When it was
+    /// answered unavailable, and how many follow-ups were open then; `nil` if it was answered
+    /// otherwise (the server is left running then).
+    func unknownAcquire(_ leases: RedisEndpointLeases, on server: RedisServer) async throws -> (time: ContinuousClock.Instant, openFollowUps: Int)? {
         _ = try await leases.client.send("PING")
         server.pause()
-        guard case .unavailable = await acquire(leases) else {
+        let answered = LockedValue<(time: ContinuousClock.Instant, openFollowUps: Int)?>(nil)
+        let answer = await acquire(leases) {
+            answered.withLock { $0 = (.now, leases.client.followUps.withLock { $0.openCount }) }
+        }
+        guard case .unavailable = answer, let answered = answered.withLock({ $0 }) else {
             Issue.record("a frozen server's acquire was not unavailable")
             server.resume()
-            return false
+            return nil
         }
-        return true
+        return answered
     }
 
     @Test("an acquire or an adoption Redis answers with an error reply granted nothing: no release is kept for it")
@@ -97,7 +108,7 @@ struct EndpointLeaseFailureTests {
             let client = makeClient(server.address, timeout: .milliseconds(200))
             let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .milliseconds(300))
             try await breakLeaseKey(observer, leases)
-            guard try await unknownAcquire(leases, on: server) else { return }
+            guard try await unknownAcquire(leases, on: server) != nil else { return }
             server.resume()
             // Every answer now is WRONGTYPE; the first one starts the lease's 300 ms, not the 10 min
             // an unanswered release is kept.
@@ -112,13 +123,12 @@ struct EndpointLeaseFailureTests {
             let lines = LogLines()
             let client = makeClient(server.address, timeout: .milliseconds(200), lines: lines)
             let leases = RedisEndpointLeases(client: client, key: "api", leaseTTL: .milliseconds(300), maxUnknownWait: .milliseconds(300))
-            guard try await unknownAcquire(leases, on: server) else { return }
-            #expect(client.followUps.withLock { $0.openCount } == 1)   // kept, or in flight again
-            let released = ContinuousClock.now
-            // Kept meanwhile (its follow-up open: a flush waits for it); ended after 600 ms (and the
-            // timer's back-off of at most 100 ms, or a probe's 200 ms timeout).
+            guard let answered = try await unknownAcquire(leases, on: server) else { return }
+            #expect(answered.openFollowUps == 1)   // its release begun, before the answer
+            // Kept (its follow-up open: a flush waits for it) until 600 ms after it began (then
+            // the timer's back-off of at most 100 ms, or a probe's 200 ms timeout).
             #expect(await eventually(timeout: .seconds(10)) { client.followUps.withLock { $0.openCount } == 0 })
-            #expect(released.duration(to: .now) >= .milliseconds(500))
+            #expect(answered.time.duration(to: .now) >= .milliseconds(550))
             #expect(leases.pendingReleaseCount == 0)
             #expect(lines.count(containing: "(an acquire whose outcome is unknown) is dropped") == 1)
             server.resume()
