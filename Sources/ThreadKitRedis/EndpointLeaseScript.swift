@@ -112,7 +112,13 @@ enum EndpointLeaseScript {
         end
 
         local function acquire(limit, t, ttl, asker, poll)
-          if pausedUntil then return {'paused', pausedUntil - now} end
+          if pausedUntil then
+            -- Asking through a shared pause, an asker in line is alive: it keeps its place.
+            if waiting > 0 and redis.call('ZSCORE', lineKey, asker) then
+              redis.call('ZADD', aliveKey, fmt(clamp(now + LIVENESS_POLLS * poll)), asker)
+            end
+            return {'paused', pausedUntil - now}
+          end
           if redis.call('ZSCORE', leaseKey, t) then
             leaveLine(asker)
             return grant(t, ttl)

@@ -129,7 +129,7 @@ struct EndpointLeaseBook<ID: Hashable & Sendable>: Sendable {
     /// Request `id`, which ran, ended: returns its lease, to give back. A lease of this process
     /// that goes back makes a full endpoint ask again at once.
     mutating func ended(_ id: ID) -> EndpointLease? {
-        if let place = unleased.firstIndex(of: id) { unleased.remove(at: place) }
+        removeUnleased(id)
         let lease = leases.removeValue(forKey: id)
         if lease != nil, case .retryAt = ask { ask = .idle }
         return lease
@@ -153,8 +153,7 @@ struct EndpointLeaseBook<ID: Hashable & Sendable>: Sendable {
                 ask = .granted(lease)
                 return result
             }
-            if isRunning(adopted), let place = unleased.firstIndex(of: adopted) {
-                unleased.remove(at: place)
+            if isRunning(adopted), removeUnleased(adopted) {
                 leases[adopted] = lease
                 result.adopted = adopted
             } else {
@@ -164,13 +163,13 @@ struct EndpointLeaseBook<ID: Hashable & Sendable>: Sendable {
             ask = .retryAt(now + retryIn)
             // An adoption is granted whatever the limit; a coordinator that declines it anyway is
             // not asked again for that request.
-            if let adopted, let place = unleased.firstIndex(of: adopted) { unleased.remove(at: place) }
+            if let adopted { removeUnleased(adopted) }
         case .unavailable(let retryIn):
             ask = .unavailable(until: now + retryIn)
         case .paused(let remaining):
             ask = .idle
             result.pauseUntil = now + remaining
-            if let adopted, let place = unleased.firstIndex(of: adopted) { unleased.remove(at: place) }
+            if let adopted { removeUnleased(adopted) }
         }
         return result
     }
@@ -183,15 +182,26 @@ struct EndpointLeaseBook<ID: Hashable & Sendable>: Sendable {
     }
 
     /// A change of `sharing` (another coordinator, or another fallback) forgets the ask on its way
-    /// (its lease, if one is granted, goes back when it comes, as an answer no longer awaited) and
-    /// the requests to adopt (the new coordinator does not count them); running requests keep
-    /// their leases until they end.
+    /// (its lease, if one is granted, goes back when it comes, as an answer no longer awaited);
+    /// running requests keep their leases until they end. The requests to adopt stay, and the new
+    /// coordinator adopts them: its limit is the one they now count against (often the same
+    /// limit: a new `Coordination` value for the same client and key is another coordinator). It
+    /// is safe for a truly different limit too, since the requests do run against the endpoint.
+    /// Only a change to no sharing forgets them: nothing counts them then.
     mutating func setSharing(_ sharing: EndpointSharing?) {
         guard sharing != self.sharing else { return }
         self.sharing = sharing
         ask = .idle   // a lease is `.granted` only inside the slots' grant, which hands it on or back
         adopting = nil
-        unleased = []
+        if sharing == nil { unleased = [] }
+    }
+
+    /// Takes `id` out of the requests to adopt; returns whether it was one.
+    @discardableResult
+    private mutating func removeUnleased(_ id: ID) -> Bool {
+        guard let place = unleased.firstIndex(of: id) else { return false }
+        unleased.remove(at: place)
+        return true
     }
 
     private mutating func newAsk(adopting id: ID?) -> Int {

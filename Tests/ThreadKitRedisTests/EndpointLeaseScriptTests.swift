@@ -167,6 +167,30 @@ struct EndpointLeaseScriptTests {
         }
     }
 
+    @Test("an asker in line that asks through a shared pause of a hundred polls keeps its place: after the pause the older asker is still first")
+    func pauseKeepsTheLine() async throws {
+        try await withRedisServer { server in
+            let leases = LeaseHarness(server)
+            _ = try await leases.acquire("h1", limit: 1, ttl: 1_000_000, now: 10_000)
+            #expect(try await leases.acquire("a1", limit: 1, now: 11_000) == .full(retryIn: 999_000))
+            #expect(try await leases.acquire("b1", limit: 1, now: 12_000) == .full(retryIn: 998_000))
+            #expect(try await leases.line() == ["a", "b"])
+            _ = try await leases.run(.release(token: "h1"), now: 13_000)
+            #expect(try await leases.run(.pause(duration: 100_000), now: 13_000) == .pausedUntil(113_000))
+            // Both ask every five polls while paused: far longer than their ten polls of liveness in all.
+            for now in stride(from: Int64(15_000), to: 113_000, by: 5_000) {
+                #expect(try await leases.acquire("b1", limit: 1, now: now) == .paused(remaining: 113_000 - now))
+                #expect(try await leases.acquire("a1", limit: 1, now: now) == .paused(remaining: 113_000 - now))
+            }
+            #expect(try await leases.line() == ["a", "b"])
+            // The pause over, the newer asker asks first: the older one is still ahead.
+            #expect(try await leases.acquire("b1", limit: 1, now: 113_000) == .full(retryIn: 1_000))
+            #expect(try await leases.acquire("a1", limit: 1, ttl: 1_000, now: 113_000) == .granted(expiry: 114_000))
+            #expect(try await leases.line() == ["b"])
+            try await leases.expectEveryKeyHasTTL()
+        }
+    }
+
     @Test("with limit 3, free leases go by rank in line: as many oldest askers as leases are free, newcomers after them")
     func freeLeasesByRank() async throws {
         try await withRedisServer { server in
@@ -344,15 +368,16 @@ extension RedisEndpointLeasesKeysTests {
     func failedReleaseEndsAtItsExpiry() async throws {
         let client = makeClient(.unixSocket(path: "/nonexistent/threadkit-no-redis.sock"), breaker: longBackoff)
         _ = try? await client.send("PING")   // refused: the breaker opens for a minute
-        let leases = RedisEndpointLeases(client: client, key: "k", leaseTTL: .milliseconds(3))
+        let leases = RedisEndpointLeases(client: client, key: "k", leaseTTL: .seconds(1))
+        let released = ContinuousClock.now
         leases.release(EndpointLease(endpoint: "http://api.example.com:80", token: "first"))
         #expect(leases.pendingReleaseCount == 1)
         #expect(client.followUps.withLock { $0.openCount } == 1)
-        try await Task.sleep(for: .milliseconds(20))
-        // The next command sends the kept one again first: refused, and past its lease's expiry, it ends.
-        leases.release(EndpointLease(endpoint: "http://api.example.com:80", token: "second"))
-        #expect(leases.pendingReleaseCount == 1)
-        #expect(client.followUps.withLock { $0.openCount } == 1)
+        // The retry timer (every third of the lease, at most) sends it again, refused, until its
+        // lease has expired: then it ends.
+        #expect(await eventually { client.followUps.withLock { $0.openCount } == 0 })
+        #expect(released.duration(to: .now) >= .milliseconds(750))
+        #expect(leases.pendingReleaseCount == 0)
     }
 
     @Test("a release dropped beyond maxPendingReleases is logged, once until Redis answers")
@@ -527,7 +552,7 @@ struct RedisEndpointLeasesReleaseTests {
         }
     }
 
-    @Test("an acquire whose answer timed out, and a release the breaker refused, are given back before the next command")
+    @Test("an acquire whose answer timed out, and a release the breaker refused, are given back once Redis answers again")
     func lostAnswersAreGivenBack() async throws {
         try await withRedisServer { server in
             // The breaker stays open until the frozen server's late reply closes it, however slow the

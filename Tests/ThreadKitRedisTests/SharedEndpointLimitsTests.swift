@@ -74,6 +74,12 @@ private func heldLeases(_ client: RedisClient, key: String = "api", endpoint: UR
     return try await client.send("ZCARD", EndpointLeaseScript.keys(leases.keys(for: endpoint.description))[0]).integer ?? -1
 }
 
+/// How many processes wait in line on the server for `endpoint` under `key`.
+private func inLine(_ client: RedisClient, key: String = "api", endpoint: URLDispatcher.Endpoint) async throws -> Int64 {
+    let leases = RedisEndpointLeases(client: client, key: key)
+    return try await client.send("ZCARD", EndpointLeaseScript.keys(leases.keys(for: endpoint.description))[2]).integer ?? -1
+}
+
 @Suite("URLDispatcher endpoint limits shared on Redis", .needsRedisServer, .serialized)
 struct SharedEndpointLimitsTests {
     @Test("two dispatchers sharing maxRequests 2 never have more than 2 in flight together, and give every lease back")
@@ -320,14 +326,17 @@ struct SharedEndpointLimitsTests {
             try await withTwoDispatchers(fallingBack, sharedLimits(redis.address, maxRequests: 2, leaseTTL: ttl)) { a, b in
                 redis.pause()
                 let hanging = (0..<2).map { _ in Task { try await a.data(for: URLRequest(url: http.url("/hang"))) } }
+                defer { for task in hanging { task.cancel() } }
                 let startedAlone = await eventually { http.current == 2 }
                 redis.resume()
                 #expect(startedAlone)
                 // Adopted: both hold a lease now, granted whatever the limit.
                 #expect(try await waitFor { try await heldLeases(observer, endpoint: http.endpoint) == 2 })
                 let waiting = Task { try await b.data(for: URLRequest(url: http.url("/after"))) }
-                try await Task.sleep(for: .milliseconds(300))
-                #expect(http.total == 2)   // the fleet is at its limit: the other request waits
+                // The other dispatcher asked and was declined (it is in line on Redis): the fleet is
+                // at its limit, so its request has not started.
+                #expect(try await waitFor { try await inLine(observer, endpoint: http.endpoint) == 1 })
+                #expect(http.total == 2)
                 for task in hanging { task.cancel() }
                 _ = try await waiting.value
                 #expect(http.total == 3)

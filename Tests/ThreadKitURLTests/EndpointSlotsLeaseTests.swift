@@ -284,15 +284,26 @@ struct EndpointSlotsLeaseTests {
         #expect(next.acquireLease == 4 && next.adoptsLease)   // request 2's turn
     }
 
-    @Test("a change of sharing forgets the requests to adopt: the new coordinator does not count them")
-    func sharingChangeForgetsAdoptions() {
+    @Test("a change of sharing to another coordinator keeps the requests to adopt, and the new one adopts them; a change to no sharing forgets them")
+    func sharingChangeKeepsAdoptions() {
         var slots = Slots(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen))
         _ = slots.submit(1, kind: .short, now: .zero)
         _ = slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 1, now: ms(1))
         #expect(slots.book.unleasedCount == 1)
+        // The same limit written again (a new coordinator object for the same client and key).
         let switched = slots.setLimits(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen, by: Self.second), now: ms(2))
+        #expect(slots.book.unleasedCount == 1)
+        #expect(switched.acquireLease == 2 && switched.adoptsLease)
+        let adopted = slots.leaseAnswered(.granted(EndpointLease(endpoint: "e", token: "t2")), serial: 2, now: ms(3))
+        #expect(adopted.adopted == [1])
         #expect(slots.book.unleasedCount == 0)
-        #expect(switched.acquireLease == nil)
-        #expect(slots.wake(now: ms(30)).acquireLease == nil)
+        // A request the fallback started, then a change to local slots: nothing counts it, it is forgotten.
+        _ = slots.setLimits(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: shared(.failOpen), now: ms(4))
+        _ = slots.submit(2, kind: .short, now: ms(5))
+        _ = slots.leaseAnswered(.unavailable(retryIn: ms(20)), serial: 3, now: ms(6))
+        #expect(slots.book.unleasedCount == 1)
+        let local = slots.setLimits(maxRequests: 3, maxLongRequests: 1, rate: nil, sharing: nil, now: ms(7))
+        #expect(slots.book.unleasedCount == 0)
+        #expect(local.acquireLease == nil)
     }
 }

@@ -10,8 +10,10 @@
 ///   that refuses). `answer` is the dispatcher's own code, which never blocks.
 /// - ``release(_:)``, ``renew(_:)`` and ``pause(endpoint:for:)`` send their command and do not wait
 ///   for its reply. A release that fails, before it is sent or after (its reply lost), is kept and
-///   sent again until the coordinator answers it, or until the lease has expired anyway,
-///   ``leaseTTL`` after the release (see the implementation for how many it keeps).
+///   sent again until the coordinator answers it, or until the lease has expired anyway:
+///   ``leaseTTL`` after the release at the earliest. The release of an acquire whose outcome is
+///   unknown (sent, its answer lost) is kept longer, since the coordinator may run that acquire
+///   late: an implementation bounds how long (see it for the bound, and how many it keeps).
 package protocol EndpointCoordinator: AnyObject, Sendable {
     /// How long a lease lives unless renewed; the dispatcher renews a running request's lease every
     /// third of it.
