@@ -23,9 +23,9 @@
 /// it was sent, or an error reply: ``CoordinatorAnswer/unavailable(consumed:retryIn:)`` with
 /// `consumed`) is followed by the end of the token it proposed, sent the same way until the
 /// lease it may have made would have expired: that lease is handed back at once, not after its
-/// TTL. A nested reserve with an unknown outcome may instead have counted a start under the lease
-/// it was nested in: the lease's last end here is numbered to cover it, so the lease ends with the
-/// holder's last task whether Redis ran that reserve or not (and its proposed token's end covers
+/// TTL. A nested reserve counts a start under the lease it is nested in before it is sent: the
+/// lease's last end here is numbered to cover it, so the lease ends with the holder's last task
+/// whether Redis ran that reserve or not, and even when that end goes while the reserve is in flight (and its proposed token's end covers
 /// the case where the lease had gone and the reserve made a new one). What is left: an end reaching
 /// Redis before the reserve it hands back (a reserve still unread on a dropped connection) finds no
 /// lease; that lease lasts its TTL.
@@ -106,19 +106,27 @@ final class RedisStartCoordinator: StartCoordinator {
 
     func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer {
         let token = SharedThrottleCall.randomID()
+        // A nested reserve counts on its lease before it is sent: the lease's last end covers it
+        // even if that end goes while this reserve is in flight.
+        let counted = request.holding != nil && held.withLock { $0.leases.asking(holding: request.holding) }
         let (answer, reservedAt) = decide(request, token: token)
-        switch answer {
-        case .reserved(_, let held?):
-            hold(held)
-        case .unavailable(consumed: true, _) where request.monitor == .serial:
-            // Redis may have run it: a start it counted under the lease it was nested in is covered
-            // by that lease's last end, and a lease it made is handed back now.
-            held.withLock { $0.leases.unknownOutcome(holding: request.holding) }
+        var reservedToken: UInt64?
+        if case .reserved(_, let lease?) = answer { reservedToken = lease }
+        if counted || reservedToken != nil {
+            let holding = counted ? request.holding : nil
+            let outcome = held.withLock { $0.leases.answered(holding: holding, reserved: reservedToken) }
+            switch (outcome, reservedToken) {
+            case (.renew, let lease?): renew(lease)
+            case (.endAgain(let number), let lease?): sendEnd(number, of: lease)
+            default: break
+            }
+        }
+        if case .unavailable(consumed: true, _) = answer, request.monitor == .serial {
+            // Redis may have run it: a lease it made is handed back now (a start it counted under
+            // the lease it was nested in is covered by that lease's last end).
             let call = SharedThrottleCall(.finished(token: token, number: 1))
             Self.send("the end of lease \(token), reserved with no answer", on: client, keys,
                       retryingFor: .microseconds(horizon.addingClamped(leaseTTL)), untilAcknowledged: true) { _ in call }
-        default:
-            break
         }
         observe?(answer, reservedAt)
         return answer
@@ -153,15 +161,18 @@ final class RedisStartCoordinator: StartCoordinator {
             Log.log(.redis, "\(keys): lease \(token) handed back, but this queue does not hold it")
             return
         }
-        // Until acknowledged, or until the lease would have expired anyway.
-        let call = SharedThrottleCall(.finished(token: token, number: end.number))
-        Self.send("end \(end.number) of lease \(token)", on: client, keys, retryingFor: .microseconds(leaseTTL),
+        sendEnd(end.number, of: token)
+    }
+
+    /// Sends end `number` of lease `token`, until acknowledged, or until the lease would have expired anyway.
+    private func sendEnd(_ number: Int64, of token: UInt64) {
+        let call = SharedThrottleCall(.finished(token: token, number: number))
+        Self.send("end \(number) of lease \(token)", on: client, keys, retryingFor: .microseconds(leaseTTL),
                   untilAcknowledged: true) { _ in call }
     }
 
-    /// One more reservation holds the lease `token`; the first starts its renewal.
-    private func hold(_ token: UInt64) {
-        guard held.withLock({ $0.leases.reserved(token) }) else { return }
+    /// Starts renewing the lease `token`, new to this process, every third of its TTL.
+    private func renew(_ token: UInt64) {
         let call = SharedThrottleCall(.renew(token: token, leaseTTL: leaseTTL))
         let renewal: TimerHandle
         do {
@@ -176,7 +187,7 @@ final class RedisStartCoordinator: StartCoordinator {
         }
         // Handed back meanwhile (by another thread): no renewal.
         let kept = held.withLock { held -> Bool in
-            guard held.leases.leases[token] != nil else { return false }
+            guard let lease = held.leases.leases[token], lease.lastSent == nil else { return false }
             held.renewals[token] = renewal
             return true
         }
