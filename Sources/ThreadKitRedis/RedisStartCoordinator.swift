@@ -15,7 +15,7 @@
 ///   logged and given up (a lease runs to its expiry, a pause holds in this process only).
 ///
 /// **Ends reach Redis.** Each reservation proposes its lease's token, a random number
-/// (``asker`` and the tokens: see `SharedThrottle`'s discussion), so this process knows the token
+/// (the tokens: see `SharedThrottle`'s discussion), so this process knows the token
 /// of a lease its reserve may have taken even when the reply is lost. An end is numbered per lease
 /// (``HeldLeases``), which makes it idempotent: one whose reply is lost (timed out, or the
 /// connection lost after it was sent) is sent again, as one refused is, until Redis acknowledges
@@ -30,7 +30,8 @@
 /// Redis before the reserve it hands back (a reserve still unread on a dropped connection) finds no
 /// lease; that lease lasts its TTL.
 ///
-/// **Served in turn.** The coordinator is one asker of the key's `.serial` line (``asker``): a
+/// **Served in turn.** Each queue is one asker of the key's `.serial` line (its
+/// `CoordinatedRequest.asker`, so queues sharing a `Coordination` value take turns too): a
 /// declined reserve keeps its place, and it is told to ask again within `SharedThrottle.waiterPoll`
 /// (20 ms) while another process holds the lease, so the processes with a backlog take the lease in
 /// turn.
@@ -58,8 +59,6 @@ final class RedisStartCoordinator: StartCoordinator {
     let observe: (@Sendable (CoordinatorAnswer, _ reservedAt: Int64?) -> Void)?
     /// How often a held lease is renewed: a third of the lease TTL.
     let renewEvery: Duration
-    /// This queue's place in the key's `.serial` line: a random number in 1...2⁵³−1.
-    let asker = SharedThrottleCall.randomID()
 
     /// The leases held and the timers that renew them, by token.
     struct Held {
@@ -135,7 +134,7 @@ final class RedisStartCoordinator: StartCoordinator {
     private func decide(_ request: CoordinatedRequest, token: UInt64) -> (CoordinatorAnswer, reservedAt: Int64?) {
         let call = SharedThrottleCall(.reserve(
             gap: max(0, request.gap.microsecondsRoundedUp), monitor: request.monitor, limit: request.rules.limit,
-            horizon: horizon, leaseTTL: leaseTTL, holding: request.holding, token: token, asker: asker))
+            horizon: horizon, leaseTTL: leaseTTL, holding: request.holding, token: token, asker: request.asker))
         do {
             let reply = try call.runSync(on: client, keys: keys)
             guard case .decision(let decision) = reply else {

@@ -37,7 +37,7 @@ struct RedisStartCoordinatorAnswerTests {
 
     @Test("The script's decisions: a reservation's wait and token, a decline's retry, a mismatch that names both rules")
     func decisionsMap() {
-        let request = CoordinatedRequest(gap: .milliseconds(10), monitor: .serial, limit: .rate(5, per: .seconds(1)), holding: nil)
+        let request = CoordinatedRequest(gap: .milliseconds(10), monitor: .serial, limit: .rate(5, per: .seconds(1)), holding: nil, asker: 1)
         #expect(coordinator.answer(to: .reserved(at: 9_000, wait: 1_500, token: 7), asked: request) == .reserved(wait: .microseconds(1_500), token: 7))
         #expect(coordinator.answer(to: .declined(retryIn: 2_000), asked: request) == .declined(retryIn: .milliseconds(2)))
         let stored = SharedThrottle.Rules(monitor: .concurrent, limit: nil)
@@ -251,7 +251,7 @@ struct RedisCoordinationTests {
             let coordinator = RedisStartCoordinator(
                 client: makeClient(server.address, timeout: .milliseconds(200), breaker: breaker), keys: RedisLimitKeys("unknown"),
                 leaseTTL: .seconds(60))
-            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil)
+            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil, asker: 1)
             guard case .reserved(_, let token?) = await onNewThread({ coordinator.reserve(request) }) else {
                 Issue.record("no lease")
                 return
@@ -275,7 +275,8 @@ struct RedisCoordinationTests {
             }, "the timed-out reserve did not run, or its lease was not handed back")
             // Another process gets the lease at once.
             let other = RedisStartCoordinator(client: makeClient(server.address), keys: RedisLimitKeys("unknown"))
-            guard case .reserved = await onNewThread({ other.reserve(request) }) else {
+            let otherRequest = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil, asker: 2)
+            guard case .reserved = await onNewThread({ other.reserve(otherRequest) }) else {
                 Issue.record("the lease of the timed-out reserve still holds")
                 return
             }
@@ -353,7 +354,7 @@ struct RedisCoordinationTests {
             let coordinator = RedisStartCoordinator(
                 client: makeClient(server.address, timeout: .milliseconds(200), breaker: breaker), keys: RedisLimitKeys("release"),
                 leaseTTL: .seconds(60))
-            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil)
+            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil, asker: 1)
             guard case .reserved(_, let token?) = await onNewThread({ coordinator.reserve(request) }) else {
                 Issue.record("no lease")
                 return
@@ -378,7 +379,7 @@ struct RedisCoordinationTests {
             let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .seconds(2), maxBackoff: .seconds(2))
             let coordinator = RedisStartCoordinator(
                 client: makeClient(server.address, timeout: .milliseconds(200), breaker: breaker), keys: RedisLimitKeys("pause"))
-            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .concurrent, limit: nil, holding: nil)
+            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .concurrent, limit: nil, holding: nil, asker: 1)
             guard case .reserved = await onNewThread({ coordinator.reserve(request) }) else {
                 Issue.record("not reserved")
                 return
