@@ -77,6 +77,18 @@ final class RedisStartCoordinator: StartCoordinator {
     /// When to ask again after a failure that is not the breaker's refusal: the next ask finds the
     /// breaker open (it opened on that failure) and is answered at once, with its exact back-off.
     static let retryAfterFailure = Duration.milliseconds(10)
+    /// The longest wait between two sends of a follow-up (an end, a renewal, a pause) that did not
+    /// run for a reason the breaker does not see (a server `BUSY` or `LOADING`): the default
+    /// breaker's longest back-off, 2 s.
+    static let maxRetryAfterFailure = Duration.seconds(2)
+
+    /// When a follow-up that did not run is sent again, the breaker not open: ``retryAfterFailure``
+    /// after the first try, then twice the wait before each time, up to ``maxRetryAfterFailure``, so
+    /// a server that says it is busy is not asked every 10 ms.
+    static func followUpRetry(after previous: Duration?) -> Duration {
+        guard let previous else { return retryAfterFailure }
+        return min(previous * 2, maxRetryAfterFailure)
+    }
     /// When to ask again after an answer that asking again soon would only repeat (a script error,
     /// a reply the script does not give): not a busy loop of errors in the log.
     static let retryAfterError = Duration.seconds(1)
@@ -245,14 +257,15 @@ final class RedisStartCoordinator: StartCoordinator {
     /// that it would change nothing), so that a lease handed back or a pause asked for while Redis is
     /// briefly out of reach still reaches the other processes:
     /// - one the client refuses at once (its breaker is open), or one Redis answers it cannot run
-    ///   now (`LOADING`, `BUSY`…), did not run: sent again when the breaker may let it through;
+    ///   now (`LOADING`, `BUSY`…), did not run: sent again when the breaker may let it through, or,
+    ///   the breaker not open, after a wait that doubles each time (``followUpRetry(after:)``);
     /// - one whose reply is lost (timed out, or the connection lost after it was sent) may have run:
     ///   sent again only when `untilAcknowledged` (an end, which is idempotent);
     /// - any other error reply would come again: logged, not sent again.
     private static func send(
         _ what: String, on client: RedisClient, _ keys: RedisLimitKeys,
         retryingFor window: Duration = .zero, untilAcknowledged: Bool = false, firstTry: ContinuousClock.Instant = .now,
-        followUp: UInt64? = nil, _ call: @escaping @Sendable (_ elapsed: Duration) -> SharedThrottleCall
+        followUp: UInt64? = nil, lastRetry: Duration? = nil, _ call: @escaping @Sendable (_ elapsed: Duration) -> SharedThrottleCall
     ) {
         // Held from the first try until acknowledged or given up: `RedisClient.flush` waits for it.
         let followUp = followUp ?? client.beginFollowUp()
@@ -270,10 +283,11 @@ final class RedisStartCoordinator: StartCoordinator {
                 if case .server = failure { Log.log(.redis, "\(keys): \(what) failed (\(failure))") }
                 return
             }
-            let retryIn = if case .unavailable(let retryIn, _) = failure { max(retryIn, .milliseconds(1)) } else { retryAfterFailure }
+            // The breaker's own back-off when it is open; else one that doubles (a server busy or loading).
+            let retryIn = if case .unavailable(let retryIn, _) = failure { max(retryIn, .milliseconds(1)) } else { followUpRetry(after: lastRetry) }
             let scheduled = ContinuousClock.now + retryIn < firstTry + window && (try? TimerThread.shared.schedule(after: retryIn) {
                 send(what, on: client, keys, retryingFor: window, untilAcknowledged: untilAcknowledged, firstTry: firstTry,
-                     followUp: followUp, call)
+                     followUp: followUp, lastRetry: retryIn, call)
             }) != nil
             if !scheduled {
                 client.endFollowUp(followUp)

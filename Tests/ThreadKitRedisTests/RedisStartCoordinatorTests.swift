@@ -35,6 +35,18 @@ struct RedisStartCoordinatorAnswerTests {
         }
     }
 
+    @Test("A follow-up a busy server did not run is sent again after 10 ms, then a wait that doubles up to 2 s, not every 10 ms")
+    func followUpRetryBacksOff() {
+        var waits: [Duration] = []
+        var previous: Duration?
+        for _ in 0..<10 {
+            let next = RedisStartCoordinator.followUpRetry(after: previous)
+            waits.append(next)
+            previous = next
+        }
+        #expect(waits == [10, 20, 40, 80, 160, 320, 640, 1_280, 2_000, 2_000].map { .milliseconds($0) })
+    }
+
     @Test("The script's decisions: a reservation's wait and token, a decline's retry, a mismatch that names both rules")
     func decisionsMap() {
         let request = CoordinatedRequest(gap: .milliseconds(10), monitor: .serial, limit: .rate(5, per: .seconds(1)), holding: nil, asker: 1)
