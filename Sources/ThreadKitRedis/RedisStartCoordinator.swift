@@ -67,6 +67,8 @@ final class RedisStartCoordinator: StartCoordinator {
     }
 
     private let held = Locked(Held())
+    /// The leases this process holds, as numbered so far: for tests.
+    var heldLeases: HeldLeases { held.withLock { $0.leases } }
 
     /// The default horizon: one second.
     static let defaultHorizon = Duration.seconds(1)

@@ -295,6 +295,44 @@ struct RedisCoordinationTests {
         }
     }
 
+    @Test(".serial: the holder's last end, sent while a nested reserve under its lease is held up, hands the lease back once Redis runs both, not after the TTL")
+    func lastEndWhileNestedReserveInFlight() async throws {
+        try await withRedisServer { server async throws in
+            let keys = RedisLimitKeys("in-flight")
+            let coordinator = RedisStartCoordinator(client: makeClient(server.address, timeout: .seconds(5)), keys: keys, leaseTTL: .seconds(60))
+            let outer = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil, asker: 1)
+            guard case .reserved(_, let token?) = await onNewThread({ coordinator.reserve(outer) }) else {
+                Issue.record("no lease")
+                return
+            }
+            // The server stops reading: a nested reserve is sent and waits for its answer.
+            server.pause()
+            let nested = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: token, asker: 1)
+            async let nestedAnswer = onNewThread { coordinator.reserve(nested) }
+            // Counted on its lease just before it is sent, then written to the connection at once.
+            let counted = await eventually(timeout: .seconds(5)) { coordinator.heldLeases.leases[token]?.inFlight == 1 }
+            #expect(counted)
+            try await Task.sleep(for: .milliseconds(200))
+            // The holder's task ends meanwhile: its last end follows the reserve on the connection.
+            coordinator.finished(token: token)
+            server.resume()
+            guard case .reserved(_, token) = await nestedAnswer else {
+                Issue.record("the nested reserve did not join the lease")
+                return
+            }
+            // No task runs any more: the nested reservation is given up unused.
+            coordinator.finished(token: token)
+            #expect(coordinator.heldLeases.leases.isEmpty)
+            // Another process gets the lease within seconds, not the 60 s TTL.
+            let other = RedisStartCoordinator(client: makeClient(server.address), keys: keys)
+            let otherRequest = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil, asker: 2)
+            let served = await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(20)) {
+                if case .reserved = other.reserve(otherRequest) { true } else { false }
+            }
+            #expect(served, "the lease outlived its holder's last end")
+        }
+    }
+
     /// With no interval each queue asks again the moment its task ends, before the other's next
     /// poll: without the line it would take every turn. With 100 ms, the gap after each end is
     /// checked (a reservation may start a tenth of it late on a loaded machine rather than be
