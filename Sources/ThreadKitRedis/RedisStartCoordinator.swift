@@ -32,9 +32,9 @@
 ///
 /// **Served in turn.** Each queue is one asker of the key's `.serial` line (its
 /// `CoordinatedRequest.asker`, so queues sharing a `Coordination` value take turns too): a
-/// declined reserve keeps its place, and it is told to ask again within `SharedThrottle.waiterPoll`
-/// (20 ms) while another process holds the lease, so the processes with a backlog take the lease in
-/// turn.
+/// declined reserve keeps its place, and while another process holds the lease it is told to ask
+/// again within `SharedThrottle.waiterPoll` (20 ms) if it is first in line (further back, up to
+/// five times that), so the processes with a backlog take the lease in turn.
 ///
 /// **Long `.serial` tasks.** While this process holds a lease (from its reservation until the
 /// last start under it is handed back with ``finished(token:)``), ``TimerThread/shared`` renews it
