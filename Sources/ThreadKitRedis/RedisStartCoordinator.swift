@@ -15,7 +15,7 @@
 ///   logged and given up (a lease runs to its expiry, a pause holds in this process only).
 ///
 /// **Ends reach Redis.** Each reservation proposes its lease's token, a random number
-/// (``asker`` and the tokens: see `SharedThrottle`'s discussion), so this process knows the token
+/// (the tokens: see `SharedThrottle`'s discussion), so this process knows the token
 /// of a lease its reserve may have taken even when the reply is lost. An end is numbered per lease
 /// (``HeldLeases``), which makes it idempotent: one whose reply is lost (timed out, or the
 /// connection lost after it was sent) is sent again, as one refused is, until Redis acknowledges
@@ -23,17 +23,18 @@
 /// it was sent, or an error reply: ``CoordinatorAnswer/unavailable(consumed:retryIn:)`` with
 /// `consumed`) is followed by the end of the token it proposed, sent the same way until the
 /// lease it may have made would have expired: that lease is handed back at once, not after its
-/// TTL. A nested reserve with an unknown outcome may instead have counted a start under the lease
-/// it was nested in: the lease's last end here is numbered to cover it, so the lease ends with the
-/// holder's last task whether Redis ran that reserve or not (and its proposed token's end covers
+/// TTL. A nested reserve counts a start under the lease it is nested in before it is sent: the
+/// lease's last end here is numbered to cover it, so the lease ends with the holder's last task
+/// whether Redis ran that reserve or not, and even when that end goes while the reserve is in flight (and its proposed token's end covers
 /// the case where the lease had gone and the reserve made a new one). What is left: an end reaching
 /// Redis before the reserve it hands back (a reserve still unread on a dropped connection) finds no
 /// lease; that lease lasts its TTL.
 ///
-/// **Served in turn.** The coordinator is one asker of the key's `.serial` line (``asker``): a
-/// declined reserve keeps its place, and it is told to ask again within `SharedThrottle.waiterPoll`
-/// (20 ms) while another process holds the lease, so the processes with a backlog take the lease in
-/// turn.
+/// **Served in turn.** Each queue is one asker of the key's `.serial` line (its
+/// `CoordinatedRequest.asker`, so queues sharing a `Coordination` value take turns too): a
+/// declined reserve keeps its place, and while another process holds the lease it is told to ask
+/// again within `SharedThrottle.waiterPoll` (20 ms) if it is first in line (further back, up to
+/// five times that), so the processes with a backlog take the lease in turn.
 ///
 /// **Long `.serial` tasks.** While this process holds a lease (from its reservation until the
 /// last start under it is handed back with ``finished(token:)``), ``TimerThread/shared`` renews it
@@ -58,8 +59,6 @@ final class RedisStartCoordinator: StartCoordinator {
     let observe: (@Sendable (CoordinatorAnswer, _ reservedAt: Int64?) -> Void)?
     /// How often a held lease is renewed: a third of the lease TTL.
     let renewEvery: Duration
-    /// This queue's place in the key's `.serial` line: a random number in 1...2⁵³−1.
-    let asker = SharedThrottleCall.randomID()
 
     /// The leases held and the timers that renew them, by token.
     struct Held {
@@ -68,6 +67,8 @@ final class RedisStartCoordinator: StartCoordinator {
     }
 
     private let held = Locked(Held())
+    /// The leases this process holds, as numbered so far: for tests.
+    var heldLeases: HeldLeases { held.withLock { $0.leases } }
 
     /// The default horizon: one second.
     static let defaultHorizon = Duration.seconds(1)
@@ -78,6 +79,18 @@ final class RedisStartCoordinator: StartCoordinator {
     /// When to ask again after a failure that is not the breaker's refusal: the next ask finds the
     /// breaker open (it opened on that failure) and is answered at once, with its exact back-off.
     static let retryAfterFailure = Duration.milliseconds(10)
+    /// The longest wait between two sends of a follow-up (an end, a renewal, a pause) that did not
+    /// run for a reason the breaker does not see (a server `BUSY` or `LOADING`): the default
+    /// breaker's longest back-off, 2 s.
+    static let maxRetryAfterFailure = Duration.seconds(2)
+
+    /// When a follow-up that did not run is sent again, the breaker not open: ``retryAfterFailure``
+    /// after the first try, then twice the wait before each time, up to ``maxRetryAfterFailure``, so
+    /// a server that says it is busy is not asked every 10 ms.
+    static func followUpRetry(after previous: Duration?) -> Duration {
+        guard let previous else { return retryAfterFailure }
+        return min(previous * 2, maxRetryAfterFailure)
+    }
     /// When to ask again after an answer that asking again soon would only repeat (a script error,
     /// a reply the script does not give): not a busy loop of errors in the log.
     static let retryAfterError = Duration.seconds(1)
@@ -106,19 +119,27 @@ final class RedisStartCoordinator: StartCoordinator {
 
     func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer {
         let token = SharedThrottleCall.randomID()
+        // A nested reserve counts on its lease before it is sent: the lease's last end covers it
+        // even if that end goes while this reserve is in flight.
+        let counted = request.holding != nil && held.withLock { $0.leases.asking(holding: request.holding) }
         let (answer, reservedAt) = decide(request, token: token)
-        switch answer {
-        case .reserved(_, let held?):
-            hold(held)
-        case .unavailable(consumed: true, _) where request.monitor == .serial:
-            // Redis may have run it: a start it counted under the lease it was nested in is covered
-            // by that lease's last end, and a lease it made is handed back now.
-            held.withLock { $0.leases.unknownOutcome(holding: request.holding) }
+        var reservedToken: UInt64?
+        if case .reserved(_, let lease?) = answer { reservedToken = lease }
+        if counted || reservedToken != nil {
+            let holding = counted ? request.holding : nil
+            let outcome = held.withLock { $0.leases.answered(holding: holding, reserved: reservedToken) }
+            switch (outcome, reservedToken) {
+            case (.renew, let lease?): renew(lease)
+            case (.endAgain(let number), let lease?): sendEnd(number, of: lease)
+            default: break
+            }
+        }
+        if case .unavailable(consumed: true, _) = answer, request.monitor == .serial {
+            // Redis may have run it: a lease it made is handed back now (a start it counted under
+            // the lease it was nested in is covered by that lease's last end).
             let call = SharedThrottleCall(.finished(token: token, number: 1))
             Self.send("the end of lease \(token), reserved with no answer", on: client, keys,
                       retryingFor: .microseconds(horizon.addingClamped(leaseTTL)), untilAcknowledged: true) { _ in call }
-        default:
-            break
         }
         observe?(answer, reservedAt)
         return answer
@@ -127,7 +148,7 @@ final class RedisStartCoordinator: StartCoordinator {
     private func decide(_ request: CoordinatedRequest, token: UInt64) -> (CoordinatorAnswer, reservedAt: Int64?) {
         let call = SharedThrottleCall(.reserve(
             gap: max(0, request.gap.microsecondsRoundedUp), monitor: request.monitor, limit: request.rules.limit,
-            horizon: horizon, leaseTTL: leaseTTL, holding: request.holding, token: token, asker: asker))
+            horizon: horizon, leaseTTL: leaseTTL, holding: request.holding, token: token, asker: request.asker))
         do {
             let reply = try call.runSync(on: client, keys: keys)
             guard case .decision(let decision) = reply else {
@@ -153,15 +174,18 @@ final class RedisStartCoordinator: StartCoordinator {
             Log.log(.redis, "\(keys): lease \(token) handed back, but this queue does not hold it")
             return
         }
-        // Until acknowledged, or until the lease would have expired anyway.
-        let call = SharedThrottleCall(.finished(token: token, number: end.number))
-        Self.send("end \(end.number) of lease \(token)", on: client, keys, retryingFor: .microseconds(leaseTTL),
+        sendEnd(end.number, of: token)
+    }
+
+    /// Sends end `number` of lease `token`, until acknowledged, or until the lease would have expired anyway.
+    private func sendEnd(_ number: Int64, of token: UInt64) {
+        let call = SharedThrottleCall(.finished(token: token, number: number))
+        Self.send("end \(number) of lease \(token)", on: client, keys, retryingFor: .microseconds(leaseTTL),
                   untilAcknowledged: true) { _ in call }
     }
 
-    /// One more reservation holds the lease `token`; the first starts its renewal.
-    private func hold(_ token: UInt64) {
-        guard held.withLock({ $0.leases.reserved(token) }) else { return }
+    /// Starts renewing the lease `token`, new to this process, every third of its TTL.
+    private func renew(_ token: UInt64) {
         let call = SharedThrottleCall(.renew(token: token, leaseTTL: leaseTTL))
         let renewal: TimerHandle
         do {
@@ -176,7 +200,7 @@ final class RedisStartCoordinator: StartCoordinator {
         }
         // Handed back meanwhile (by another thread): no renewal.
         let kept = held.withLock { held -> Bool in
-            guard held.leases.leases[token] != nil else { return false }
+            guard let lease = held.leases.leases[token], lease.lastSent == nil else { return false }
             held.renewals[token] = renewal
             return true
         }
@@ -235,14 +259,15 @@ final class RedisStartCoordinator: StartCoordinator {
     /// that it would change nothing), so that a lease handed back or a pause asked for while Redis is
     /// briefly out of reach still reaches the other processes:
     /// - one the client refuses at once (its breaker is open), or one Redis answers it cannot run
-    ///   now (`LOADING`, `BUSY`…), did not run: sent again when the breaker may let it through;
+    ///   now (`LOADING`, `BUSY`…), did not run: sent again when the breaker may let it through, or,
+    ///   the breaker not open, after a wait that doubles each time (``followUpRetry(after:)``);
     /// - one whose reply is lost (timed out, or the connection lost after it was sent) may have run:
     ///   sent again only when `untilAcknowledged` (an end, which is idempotent);
     /// - any other error reply would come again: logged, not sent again.
     private static func send(
         _ what: String, on client: RedisClient, _ keys: RedisLimitKeys,
         retryingFor window: Duration = .zero, untilAcknowledged: Bool = false, firstTry: ContinuousClock.Instant = .now,
-        followUp: UInt64? = nil, _ call: @escaping @Sendable (_ elapsed: Duration) -> SharedThrottleCall
+        followUp: UInt64? = nil, lastRetry: Duration? = nil, _ call: @escaping @Sendable (_ elapsed: Duration) -> SharedThrottleCall
     ) {
         // Held from the first try until acknowledged or given up: `RedisClient.flush` waits for it.
         let followUp = followUp ?? client.beginFollowUp()
@@ -260,10 +285,11 @@ final class RedisStartCoordinator: StartCoordinator {
                 if case .server = failure { Log.log(.redis, "\(keys): \(what) failed (\(failure))") }
                 return
             }
-            let retryIn = if case .unavailable(let retryIn, _) = failure { max(retryIn, .milliseconds(1)) } else { retryAfterFailure }
+            // The breaker's own back-off when it is open; else one that doubles (a server busy or loading).
+            let retryIn = if case .unavailable(let retryIn, _) = failure { max(retryIn, .milliseconds(1)) } else { followUpRetry(after: lastRetry) }
             let scheduled = ContinuousClock.now + retryIn < firstTry + window && (try? TimerThread.shared.schedule(after: retryIn) {
                 send(what, on: client, keys, retryingFor: window, untilAcknowledged: untilAcknowledged, firstTry: firstTry,
-                     followUp: followUp, call)
+                     followUp: followUp, lastRetry: retryIn, call)
             }) != nil
             if !scheduled {
                 client.endFollowUp(followUp)

@@ -21,8 +21,8 @@ import ThreadKit
 ///   deletion and TTL, and its fields go through text). The line lives in the same string rather
 ///   than a key of its own: reading and writing it costs no command at all, the state's TTL covers
 ///   it, and while nobody waits it is the one number `waiting = 0`. It holds one entry per asker
-///   that asked within its retry and the grace (200 ms), so it is as long as the fleet's waiting
-///   queues at most;
+///   that asked within its retry (at most the horizon) and the grace (200 ms), and at most
+///   `SharedThrottle.maxWaiters` (64) entries;
 /// - `threadkit:{<key>}:throttle:log`, a list of the latest starts, oldest first, trimmed to exactly
 ///   `count` entries. A list rather than a sorted set: starts are recorded in time order (each at or
 ///   after the one before), several may share one microsecond (a sorted set would merge equal
@@ -87,6 +87,7 @@ enum SharedThrottleScript {
 
     static let source = LimitScript.prelude(named: "shared throttle") + #"""
         local WAITER_POLL, WAITER_GRACE = \#(SharedThrottle.waiterPoll), \#(SharedThrottle.waiterGrace)
+        local MAX_WAITER_POLL, MAX_WAITERS = \#(SharedThrottle.maxWaiterPoll), \#(SharedThrottle.maxWaiters)
         local LAYOUT, WAITER = '<ddddddddddddddd', '<ddd'
         local stateKey, logKey = KEYS[1], KEYS[2]
         local op = ARGV[1]
@@ -165,7 +166,7 @@ enum SharedThrottleScript {
 
         local dropAt = expiry()
         if dropAt and dropAt <= now then
-          -- Nothing binds any more: the state goes, its rules and log with it (the token key stays).
+          -- Nothing binds any more: the state goes, its rules, line and log with it.
           lastStart, lastGap, lastEnd, leaseToken, leaseExpiry, reserves, ends, pausedUntil = nil, 0, nil, nil, nil, nil, nil, nil
           rulesMonitor, rulesCount, rulesWindow, logged, logUntil, waiters = nil, nil, nil, 0, -1, {}
           redis.call('DEL', logKey)
@@ -204,18 +205,22 @@ enum SharedThrottleScript {
           end
         end
 
-        -- Declines a `.serial` request: its asker joins the line, or keeps its place, live until the retry
-        -- plus the grace.
+        -- Declines a `.serial` request: its asker joins the line (unless it is full), or keeps its place,
+        -- live until the retry (within the horizon) plus the grace; further back, it asks less often.
         local function enqueue(retryIn)
-          retryIn = max(retryIn, MIN_RETRY)
-          local liveUntil = clamp(clamp(now + retryIn) + WAITER_GRACE)
-          for _, waiter in ipairs(waiters) do
-            if waiter[1] == asker then
-              waiter[3] = liveUntil
-              return {'declined', retryIn}
-            end
+          local place = nil
+          for index, waiter in ipairs(waiters) do
+            if waiter[1] == asker then place = index break end
           end
-          waiters[#waiters + 1] = {asker, now, liveUntil}
+          local rank = (place or (#waiters + 1)) - 1
+          retryIn = max(min(retryIn, horizon), MIN_RETRY)
+          if rank > 0 then retryIn = max(retryIn, min(WAITER_POLL * (1 + rank), MAX_WAITER_POLL)) end
+          local liveUntil = clamp(clamp(now + min(retryIn, horizon)) + WAITER_GRACE)
+          if place then
+            waiters[place][3] = liveUntil
+          elseif #waiters < MAX_WAITERS then
+            waiters[#waiters + 1] = {asker, now, liveUntil}
+          end
           return {'declined', retryIn}
         end
 

@@ -35,9 +35,21 @@ struct RedisStartCoordinatorAnswerTests {
         }
     }
 
+    @Test("A follow-up a busy server did not run is sent again after 10 ms, then a wait that doubles up to 2 s, not every 10 ms")
+    func followUpRetryBacksOff() {
+        var waits: [Duration] = []
+        var previous: Duration?
+        for _ in 0..<10 {
+            let next = RedisStartCoordinator.followUpRetry(after: previous)
+            waits.append(next)
+            previous = next
+        }
+        #expect(waits == [10, 20, 40, 80, 160, 320, 640, 1_280, 2_000, 2_000].map { .milliseconds($0) })
+    }
+
     @Test("The script's decisions: a reservation's wait and token, a decline's retry, a mismatch that names both rules")
     func decisionsMap() {
-        let request = CoordinatedRequest(gap: .milliseconds(10), monitor: .serial, limit: .rate(5, per: .seconds(1)), holding: nil)
+        let request = CoordinatedRequest(gap: .milliseconds(10), monitor: .serial, limit: .rate(5, per: .seconds(1)), holding: nil, asker: 1)
         #expect(coordinator.answer(to: .reserved(at: 9_000, wait: 1_500, token: 7), asked: request) == .reserved(wait: .microseconds(1_500), token: 7))
         #expect(coordinator.answer(to: .declined(retryIn: 2_000), asked: request) == .declined(retryIn: .milliseconds(2)))
         let stored = SharedThrottle.Rules(monitor: .concurrent, limit: nil)
@@ -251,7 +263,7 @@ struct RedisCoordinationTests {
             let coordinator = RedisStartCoordinator(
                 client: makeClient(server.address, timeout: .milliseconds(200), breaker: breaker), keys: RedisLimitKeys("unknown"),
                 leaseTTL: .seconds(60))
-            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil)
+            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil, asker: 1)
             guard case .reserved(_, let token?) = await onNewThread({ coordinator.reserve(request) }) else {
                 Issue.record("no lease")
                 return
@@ -275,10 +287,49 @@ struct RedisCoordinationTests {
             }, "the timed-out reserve did not run, or its lease was not handed back")
             // Another process gets the lease at once.
             let other = RedisStartCoordinator(client: makeClient(server.address), keys: RedisLimitKeys("unknown"))
-            guard case .reserved = await onNewThread({ other.reserve(request) }) else {
+            let otherRequest = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil, asker: 2)
+            guard case .reserved = await onNewThread({ other.reserve(otherRequest) }) else {
                 Issue.record("the lease of the timed-out reserve still holds")
                 return
             }
+        }
+    }
+
+    @Test(".serial: the holder's last end, sent while a nested reserve under its lease is held up, hands the lease back once Redis runs both, not after the TTL")
+    func lastEndWhileNestedReserveInFlight() async throws {
+        try await withRedisServer { server async throws in
+            let keys = RedisLimitKeys("in-flight")
+            let coordinator = RedisStartCoordinator(client: makeClient(server.address, timeout: .seconds(5)), keys: keys, leaseTTL: .seconds(60))
+            let outer = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil, asker: 1)
+            guard case .reserved(_, let token?) = await onNewThread({ coordinator.reserve(outer) }) else {
+                Issue.record("no lease")
+                return
+            }
+            // The server stops reading: a nested reserve is sent and waits for its answer.
+            server.pause()
+            let nested = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: token, asker: 1)
+            async let nestedAnswer = onNewThread { coordinator.reserve(nested) }
+            // Counted on its lease just before it is sent, then written to the connection at once.
+            let counted = await eventually(timeout: .seconds(5)) { coordinator.heldLeases.leases[token]?.inFlight == 1 }
+            #expect(counted)
+            try await Task.sleep(for: .milliseconds(200))
+            // The holder's task ends meanwhile: its last end follows the reserve on the connection.
+            coordinator.finished(token: token)
+            server.resume()
+            guard case .reserved(_, token) = await nestedAnswer else {
+                Issue.record("the nested reserve did not join the lease")
+                return
+            }
+            // No task runs any more: the nested reservation is given up unused.
+            coordinator.finished(token: token)
+            #expect(coordinator.heldLeases.leases.isEmpty)
+            // Another process gets the lease within seconds, not the 60 s TTL.
+            let other = RedisStartCoordinator(client: makeClient(server.address), keys: keys)
+            let otherRequest = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil, asker: 2)
+            let served = await eventually(timeout: .seconds(5), pollingEvery: .milliseconds(20)) {
+                if case .reserved = other.reserve(otherRequest) { true } else { false }
+            }
+            #expect(served, "the lease outlived its holder's last end")
         }
     }
 
@@ -353,7 +404,7 @@ struct RedisCoordinationTests {
             let coordinator = RedisStartCoordinator(
                 client: makeClient(server.address, timeout: .milliseconds(200), breaker: breaker), keys: RedisLimitKeys("release"),
                 leaseTTL: .seconds(60))
-            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil)
+            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .serial, limit: nil, holding: nil, asker: 1)
             guard case .reserved(_, let token?) = await onNewThread({ coordinator.reserve(request) }) else {
                 Issue.record("no lease")
                 return
@@ -378,7 +429,7 @@ struct RedisCoordinationTests {
             let breaker = CircuitBreaker(failureThreshold: 1, baseBackoff: .seconds(2), maxBackoff: .seconds(2))
             let coordinator = RedisStartCoordinator(
                 client: makeClient(server.address, timeout: .milliseconds(200), breaker: breaker), keys: RedisLimitKeys("pause"))
-            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .concurrent, limit: nil, holding: nil)
+            let request = CoordinatedRequest(gap: .milliseconds(1), monitor: .concurrent, limit: nil, holding: nil, asker: 1)
             guard case .reserved = await onNewThread({ coordinator.reserve(request) }) else {
                 Issue.record("not reserved")
                 return

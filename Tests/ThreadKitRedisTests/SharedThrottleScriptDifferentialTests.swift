@@ -120,10 +120,18 @@ struct SharedThrottleScriptDifferentialTests {
             case .reserve: configured = true
             case .finished, .renew, .pause: break
             }
-            if let expiry = model.expiry, expiry <= max(now, model.lastNow ?? now) { counts["state dropped", default: 0] += 1 }
+            let stateDropped = model.expiry.map { $0 <= max(now, model.lastNow ?? now) } ?? false
+            if stateDropped { counts["state dropped", default: 0] += 1 }
+            let waitingBefore = Set(model.waiters.map(\.asker))
             let call = SharedThrottleCall(operation, now: now)
             let answer = try await call.run(on: script.client, keys: script.keys)
             let expected = model.apply(call)
+            // A waiter left the line without being granted the lease, the state kept: dropped alone.
+            var granted: UInt64?
+            if case .reserve(_, _, _, _, _, _, _, let asker) = operation, case .decision(.reserved) = expected { granted = asker }
+            if !stateDropped, !waitingBefore.subtracting(model.waiters.map(\.asker)).subtracting([granted].compactMap { $0 }).isEmpty {
+                counts["waiter dropped", default: 0] += 1
+            }
             #expect(answer == expected, "seed \(seed) event \(event): \(operation) at \(now)")
             let stored = try await script.stored()
             #expect(stored.fields == model.expectedFields, "seed \(seed) event \(event): \(operation) at \(now)")
@@ -157,7 +165,14 @@ struct SharedThrottleScriptDifferentialTests {
                 step = at - earliest + step
             case .decision(.declined(let retryIn)):
                 counts["declined", default: 0] += 1
-                if random.chance(0.7) { step = retryIn }
+                if monitor == .serial && random.chance(0.08) {
+                    // It goes silent past its retry and the grace (its queue emptied, its process
+                    // hangs) while the others keep the state alive: the line drops it alone.
+                    counts["silent waiter", default: 0] += 1
+                    step = retryIn + SharedThrottle.waiterGrace + Int64(random.weighted([0: 1, 1: 1, 3_000: 1]))
+                } else if random.chance(0.7) {
+                    step = retryIn
+                }
             case .decision(.mismatch): counts["mismatch", default: 0] += 1
             case .finished(let accepted): counts[accepted ? "finished" : "stale finish", default: 0] += 1
             case .renewed(let accepted): counts[accepted ? "renewed" : "stale renewal", default: 0] += 1
@@ -172,6 +187,7 @@ struct SharedThrottleScriptDifferentialTests {
         if monitor == .serial {
             #expect(counts["finished", default: 0] > 0 && counts["stale finish", default: 0] > 0 && counts["nested", default: 0] > 0 && counts["renewed", default: 0] > 0, "\(counts)")
             #expect(counts["in line", default: 0] > 0 && counts["end sent again", default: 0] > 0 && counts["reply lost", default: 0] > 0, "\(counts)")
+            #expect(counts["waiter dropped", default: 0] > 0, "\(counts)")
         }
         #expect(counts["declined", default: 0] > 0 || horizon == 100_000, "\(counts)")
         #expect(counts["state dropped", default: 0] > 0, "\(counts)")

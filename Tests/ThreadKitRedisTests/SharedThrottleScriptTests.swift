@@ -177,6 +177,44 @@ struct SharedThrottleScriptTests {
         }
     }
 
+    @Test(".serial on Redis: a waiter that stops asking is dropped after its retry and the grace, as in the model, and holds the line up no longer")
+    func deadWaiterDropped() async throws {
+        try await withRedisServer { server async throws in
+            let script = ThrottleScriptHarness(server)
+            let poll = SharedThrottle.waiterPoll, grace = SharedThrottle.waiterGrace
+            #expect(try await script.reserve(0, gap: 0, monitor: .serial, token: 10, asker: 1) == .reserved(at: 0, wait: 0, token: 10))
+            // B is declined (told to ask again in one horizon, sooner than a poll), then dies.
+            #expect(try await script.reserve(100, gap: 0, monitor: .serial, horizon: 5_000, token: 11, asker: 2) == .declined(retryIn: 5_000))
+            let deadline = 100 + 5_000 + grace
+            #expect(try await script.stored().fields["waiters"] == "2:100:\(deadline)")
+            #expect(try await script.finished(10, now: 200))
+            // Until then A is held behind B, the line kept with the state.
+            #expect(try await script.reserve(deadline - 1, gap: 0, monitor: .serial, token: 12, asker: 1) == .declined(retryIn: 2 * poll))
+            // Once B's life is over (exactly at it), A is first and is served, and leaves the line.
+            #expect(try await script.reserve(deadline, gap: 0, monitor: .serial, token: 13, asker: 1) == .reserved(at: deadline, wait: 0, token: 13))
+            #expect(try await script.stored().fields["waiters"] == nil)
+        }
+    }
+
+    @Test(".serial on Redis: waiters further back poll less, up to five polls, and the line holds at most maxWaiters askers, as in the model")
+    func lineCappedAndPollByRank() async throws {
+        try await withRedisServer { server async throws in
+            let script = ThrottleScriptHarness(server)
+            let poll = SharedThrottle.waiterPoll
+            #expect(try await script.reserve(0, gap: 0, monitor: .serial, token: 10, asker: 1_000) == .reserved(at: 0, wait: 0, token: 10))
+            var retries: [SharedThrottle.Decision] = []
+            for asker in 1...SharedThrottle.maxWaiters {
+                retries.append(try await script.reserve(1, gap: 0, monitor: .serial, token: 11, asker: UInt64(asker)))
+            }
+            let expected = [9_999] + (1..<SharedThrottle.maxWaiters).map { min(poll * Int64(1 + $0), SharedThrottle.maxWaiterPoll) }
+            #expect(retries == expected.map { .declined(retryIn: $0) })
+            // Full: one more is declined without a place.
+            #expect(try await script.reserve(2, gap: 0, monitor: .serial, token: 12, asker: 999) == .declined(retryIn: SharedThrottle.maxWaiterPoll))
+            let line = try await script.stored().fields["waiters"]?.split(separator: ",") ?? []
+            #expect(line.count == SharedThrottle.maxWaiters && !line.contains { $0.hasPrefix("999:") })
+        }
+    }
+
     @Test(".serial on Redis: the holder's next reserve queues behind the older waiter, who is served next; the line lives in the state")
     func servedInTurn() async throws {
         try await withRedisServer { server async throws in
@@ -187,10 +225,10 @@ struct SharedThrottleScriptTests {
             #expect(try await script.reserve(100, gap: 0, monitor: .serial, token: 11, asker: 2) == .declined(retryIn: 9_900))
             #expect(try await script.stored().fields["waiters"] == "2:100:\(10_000 + grace)")
             #expect(try await script.finished(10, now: 200))
-            // The holder asks again at once: behind 2.
-            #expect(try await script.reserve(200, gap: 0, monitor: .serial, token: 12, asker: 1) == .declined(retryIn: poll))
+            // The holder asks again at once: behind 2, second in line, so it polls at twice the first's pace.
+            #expect(try await script.reserve(200, gap: 0, monitor: .serial, token: 12, asker: 1) == .declined(retryIn: 2 * poll))
             #expect(try await script.reserve(300, gap: 0, monitor: .serial, token: 13, asker: 2) == .reserved(at: 300, wait: 0, token: 13))
-            #expect(try await script.stored().fields["waiters"] == "1:200:\(200 + poll + grace)")
+            #expect(try await script.stored().fields["waiters"] == "1:200:\(200 + 2 * poll + grace)")
             // A nested start bypasses the line.
             #expect(try await script.reserve(310, gap: 0, monitor: .serial, holding: 13, token: 14, asker: 2) == .reserved(at: 310, wait: 0, token: 13))
             // An end sent twice counts once: the lease holds until the second end.

@@ -18,12 +18,12 @@ struct CoordinatedStartsTests {
     }
 
     func request(gap: Duration = .milliseconds(100), monitor: ThrottledQueue.Monitor = .concurrent, holding: UInt64? = nil) -> CoordinatedStarts.Step {
-        .ask(CoordinatedRequest(gap: gap, monitor: monitor, limit: nil, holding: holding))
+        .ask(CoordinatedRequest(gap: gap, monitor: monitor, limit: nil, holding: holding, asker: 5))
     }
 
     @Test("It asks once; others wait for the answer; a reservation starts at its time, counted from the answer's arrival")
     func askThenStart() {
-        var starts = CoordinatedStarts(policy: .failClosed)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         let answer1 = step(&starts, allowed: 0, now: 5)
         #expect(answer1 == request())
         let answer2 = step(&starts, allowed: 0, now: 6)
@@ -42,7 +42,7 @@ struct CoordinatedStartsTests {
 
     @Test("A decline is asked again at the time it gave, not before")
     func declineWaits() {
-        var starts = CoordinatedStarts(policy: .failClosed)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         _ = step(&starts, allowed: 0, now: 0)
         _ = starts.answered(.declined(retryIn: .milliseconds(300)), now: at(1))
         let answer6 = step(&starts, allowed: 0, now: 2)
@@ -53,7 +53,7 @@ struct CoordinatedStartsTests {
 
     @Test("A reservation that the local rules have moved past (a pause) is given up, its lease handed back, and asked again")
     func staleReservationReleased() {
-        var starts = CoordinatedStarts(policy: .failClosed)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
         _ = starts.answered(.reserved(wait: .milliseconds(50), token: 7), now: at(0))
         let answer8 = step(&starts, allowed: 500, now: 500, monitor: .serial)
@@ -64,7 +64,7 @@ struct CoordinatedStartsTests {
 
     @Test(".serial: the lease is handed back at the end; a nested start asks holding it")
     func serialTokens() {
-        var starts = CoordinatedStarts(policy: .failClosed)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
         _ = starts.answered(.reserved(wait: .zero, token: 3), now: at(0))
         starts.started()
@@ -80,7 +80,7 @@ struct CoordinatedStartsTests {
 
     @Test("A reservation left unused when the queue goes idle is given up")
     func giveUp() {
-        var starts = CoordinatedStarts(policy: .failClosed)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
         _ = starts.answered(.reserved(wait: .milliseconds(50), token: 9), now: at(0))
         let answer12 = starts.giveUpReservation(now: at(1))
@@ -91,7 +91,7 @@ struct CoordinatedStartsTests {
 
     @Test(".failClosed: nothing starts until the coordinator may be asked again; the loss and the recovery are reported")
     func failClosed() {
-        var starts = CoordinatedStarts(policy: .failClosed)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         _ = step(&starts, allowed: 0, now: 0)
         let answer14 = starts.answered(.unavailable(consumed: false, retryIn: .milliseconds(80)), now: at(0))
         #expect(answer14 == .lost(reason: "unavailable"))
@@ -105,7 +105,7 @@ struct CoordinatedStartsTests {
 
     @Test(".failOpen: the start goes at once, on the local rules only")
     func failOpen() {
-        var starts = CoordinatedStarts(policy: .failOpen)
+        var starts = CoordinatedStarts(policy: .failOpen, asker: 5)
         _ = step(&starts, allowed: 0, now: 0)
         _ = starts.answered(.unavailable(consumed: true, retryIn: .seconds(1)), now: at(3))
         let answer18 = step(&starts, allowed: 0, now: 3)
@@ -114,7 +114,7 @@ struct CoordinatedStartsTests {
 
     @Test(".localFallback: starts at share of the rate, counted from the last coordinated start and from a consumed command")
     func localFallback() {
-        var starts = CoordinatedStarts(policy: .localFallback(share: 0.5))
+        var starts = CoordinatedStarts(policy: .localFallback(share: 0.5), asker: 5)
         // A coordinated start at 0 with a 100 ms gap.
         _ = step(&starts, allowed: 0, now: 0)
         _ = starts.answered(.reserved(wait: .zero, token: nil), now: at(0))
@@ -136,7 +136,7 @@ struct CoordinatedStartsTests {
 
     @Test(".localFallback with .serial: the local lease is taken and handed back inside the fallback")
     func localFallbackSerial() {
-        var starts = CoordinatedStarts(policy: .localFallback(share: 0.5))
+        var starts = CoordinatedStarts(policy: .localFallback(share: 0.5), asker: 5)
         _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
         _ = starts.answered(.unavailable(consumed: false, retryIn: .seconds(1)), now: at(0))
         let answer21 = step(&starts, allowed: 0, now: 0, monitor: .serial)
@@ -160,7 +160,7 @@ struct CoordinatedStartsTests {
         #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100)) == .milliseconds(10))
         #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(5)) == .milliseconds(1))
         #expect(CoordinatedStarts.latenessAllowance(gap: .zero) == .milliseconds(1))
-        var starts = CoordinatedStarts(policy: .failClosed)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         _ = step(&starts, allowed: 0, now: 0)
         _ = starts.answered(.reserved(wait: .milliseconds(50), token: nil), now: at(0))
         // Exactly the allowance late: still started, at its time.
@@ -172,7 +172,7 @@ struct CoordinatedStartsTests {
         #expect(late == request())
         #expect(starts.reservation == nil)
         // A late .serial reservation hands its lease back first.
-        var serial = CoordinatedStarts(policy: .failClosed)
+        var serial = CoordinatedStarts(policy: .failClosed, asker: 5)
         _ = step(&serial, allowed: 0, now: 0, monitor: .serial)
         _ = serial.answered(.reserved(wait: .milliseconds(50), token: 4), now: at(0))
         let lateSerial = step(&serial, allowed: 0, now: 70, monitor: .serial)
@@ -186,7 +186,7 @@ struct CoordinatedStartsTests {
         #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100), lateInARow: 1) == .milliseconds(20))
         #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100), lateInARow: 6) == .milliseconds(640))
         #expect(CoordinatedStarts.latenessAllowance(gap: .milliseconds(100), lateInARow: 60) == .milliseconds(640))
-        var starts = CoordinatedStarts(policy: .failClosed)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         // Woken 15 ms late each time (a loaded machine), with a 10 ms allowance.
         _ = step(&starts, allowed: 0, now: 0)
         _ = starts.answered(.reserved(wait: .milliseconds(50), token: nil), now: at(0))
@@ -201,7 +201,7 @@ struct CoordinatedStartsTests {
 
     @Test("A reservation carries the gap it was asked with; one asked with another gap than the next task's is given up")
     func reservationCarriesItsGap() {
-        var starts = CoordinatedStarts(policy: .failClosed)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         _ = step(&starts, allowed: 0, now: 0, gap: .milliseconds(100))
         _ = starts.answered(.reserved(wait: .milliseconds(20), token: nil), now: at(0))
         #expect(starts.reservation?.gap == .milliseconds(100))
@@ -212,7 +212,7 @@ struct CoordinatedStartsTests {
 
     @Test("A start nested in a coordinated task running inside a fallback task asks the fallback holding the fallback's lease")
     func nestedFallbackHoldsInnermostLocalLease() {
-        var starts = CoordinatedStarts(policy: .localFallback(share: 0.5))
+        var starts = CoordinatedStarts(policy: .localFallback(share: 0.5), asker: 5)
         // Redis down: the outer task starts on the fallback's lease.
         _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
         _ = starts.answered(.unavailable(consumed: false, retryIn: .milliseconds(40)), now: at(0))
@@ -237,7 +237,7 @@ struct CoordinatedStartsTests {
 
     @Test("A fallback decline is asked again no later than the coordinator may answer again")
     func fallbackDeclineCappedByCoordinatorRetry() {
-        var starts = CoordinatedStarts(policy: .localFallback(share: 0.5))
+        var starts = CoordinatedStarts(policy: .localFallback(share: 0.5), asker: 5)
         _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
         _ = starts.answered(.unavailable(consumed: false, retryIn: .milliseconds(40)), now: at(0))
         _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
@@ -252,7 +252,7 @@ struct CoordinatedStartsTests {
 
     @Test("A nested reservation left unused when its holder ends is given up with the holder's lease")
     func nestedReservationGivenUpAtHolderEnd() {
-        var starts = CoordinatedStarts(policy: .failClosed)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         _ = step(&starts, allowed: 0, now: 0, monitor: .serial)
         _ = starts.answered(.reserved(wait: .zero, token: 3), now: at(0))
         starts.started()
@@ -266,12 +266,12 @@ struct CoordinatedStartsTests {
 
     @Test("A rules mismatch is logged with its reason and handled like an unavailable coordinator, by the policy")
     func mismatch() {
-        var closed = CoordinatedStarts(policy: .failClosed)
+        var closed = CoordinatedStarts(policy: .failClosed, asker: 5)
         _ = step(&closed, allowed: 0, now: 0)
         let lost = closed.answered(.mismatch(reason: "the key is .serial"), now: at(0))
         #expect(lost == .lost(reason: "the key is .serial"))
         #expect(step(&closed, allowed: 0, now: 1) == .wait(until: at(1_000)))
-        var fallback = CoordinatedStarts(policy: .localFallback(share: 0.5))
+        var fallback = CoordinatedStarts(policy: .localFallback(share: 0.5), asker: 5)
         _ = step(&fallback, allowed: 0, now: 0)
         _ = fallback.answered(.mismatch(reason: "the key is .serial"), now: at(0))
         #expect(step(&fallback, allowed: 0, now: 0) == .startAt(at(0)))

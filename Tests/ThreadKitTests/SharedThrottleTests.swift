@@ -427,7 +427,7 @@ struct SharedThrottleTests {
         // Until then A is held behind B; the expiry keeps the line with the state.
         #expect(model.expiry == deadline)
         let held = model.request(request(deadline - 1, gap: 0, monitor: .serial, token: 12, asker: 1))
-        #expect(held == .declined(retryIn: SharedThrottle.waiterPoll))
+        #expect(held == .declined(retryIn: 2 * SharedThrottle.waiterPoll))
         // A joined the line meanwhile; once B's life is over, A is first and is served.
         let served = model.request(request(deadline, gap: 0, monitor: .serial, token: 13, asker: 1))
         #expect(served == .reserved(at: deadline, wait: 0, token: 13))
@@ -456,9 +456,9 @@ struct SharedThrottleTests {
         // Told to ask again when the lease expires (10_000), sooner than a poll.
         #expect(model.waiters[0].since == 10 && model.waiters[0].liveUntil == 10_000 + SharedThrottle.waiterGrace)
         _ = model.finished(token: 10, number: 1, now: 40)
-        // The lease is free: 2 is not first, 3 is.
+        // The lease is free: 2 is not first, 3 is; second in line, 2 polls at half the first's pace.
         let second = model.request(request(50, gap: 0, monitor: .serial, token: 14, asker: 2))
-        #expect(second == .declined(retryIn: SharedThrottle.waiterPoll))
+        #expect(second == .declined(retryIn: 2 * SharedThrottle.waiterPoll))
         let first = model.request(request(60, gap: 0, monitor: .serial, token: 15, asker: 3))
         #expect(first == .reserved(at: 60, wait: 0, token: 15))
         #expect(model.waiters.map(\.asker) == [2])
@@ -469,19 +469,69 @@ struct SharedThrottleTests {
         #expect(concurrent.waiters.isEmpty)
     }
 
-    @Test(".serial: a waiter declined for the horizon keeps its place past that retry; the others wait for it")
+    @Test(".serial: a waiter declined for the horizon is told to ask again within it, and keeps its place for that and the grace; the others wait for it")
     func horizonWaiterKeepsItsPlace() {
         var model = SharedThrottle()
         _ = model.request(request(0, gap: 50_000, monitor: .serial, token: 10, asker: 1))
         _ = model.finished(token: 10, number: 1, now: 100)
-        // The next start is at 50_100: beyond a 1 ms horizon, 2 asks again in 49 ms and stays in line until then.
+        // The next start is at 50_100: beyond a 1 ms horizon, 2 is told to ask again within the
+        // horizon (not in 49 ms), and stays in line for that and the grace.
         let far = model.request(request(200, gap: 0, monitor: .serial, horizon: 1_000, token: 11, asker: 2))
-        #expect(far == .declined(retryIn: 48_900))
-        #expect(model.waiters == [SharedThrottle.Waiter(asker: 2, since: 200, liveUntil: 200 + 48_900 + SharedThrottle.waiterGrace)])
+        #expect(far == .declined(retryIn: 1_000))
+        #expect(model.waiters == [SharedThrottle.Waiter(asker: 2, since: 200, liveUntil: 200 + 1_000 + SharedThrottle.waiterGrace)])
+        // Second in line: twice the poll, beyond the horizon.
         let other = model.request(request(49_500, gap: 0, monitor: .serial, horizon: 1_000, token: 12, asker: 1))
-        #expect(other == .declined(retryIn: SharedThrottle.waiterPoll))
+        #expect(other == .declined(retryIn: 2 * SharedThrottle.waiterPoll))
         let back = model.request(request(49_100, gap: 0, monitor: .serial, horizon: 1_000, token: 13, asker: 2))
         #expect(back == .reserved(at: 50_100, wait: 600, token: 13))
+    }
+
+    @Test(".serial: waiters further back poll less (the poll times one more than the rank, up to five polls); the first keeps the poll")
+    func retryGrowsWithRank() {
+        var model = SharedThrottle()
+        _ = model.request(request(0, gap: 0, monitor: .serial, token: 10, asker: 100))
+        // The lease expires at 10_000: the first waiter is told that (sooner than a poll), the next ones more.
+        let retries = (1...7).map { asker -> Request in request(Int64(asker), gap: 0, monitor: .serial, token: 10 + UInt64(asker), asker: UInt64(asker)) }
+            .map { model.request($0) }
+        let poll = SharedThrottle.waiterPoll
+        #expect(retries == [9_999, 2 * poll, 3 * poll, 4 * poll, 5 * poll, 5 * poll, 5 * poll].map { .declined(retryIn: $0) })
+        #expect(model.waiters.map(\.asker) == Array(1...7))
+        #expect(model.waiters.map(\.liveUntil) == zip(1...7, [9_999, 2 * poll, 3 * poll, 4 * poll, 5 * poll, 5 * poll, 5 * poll]).map {
+            Int64($0) + $1 + SharedThrottle.waiterGrace
+        })
+    }
+
+    @Test(".serial: the line holds at most maxWaiters askers; one more is declined without a place, and takes one once a place is free")
+    func lineIsCapped() {
+        var model = SharedThrottle()
+        _ = model.request(request(0, gap: 0, monitor: .serial, token: 10, asker: 1_000))
+        for asker in 1...SharedThrottle.maxWaiters {
+            _ = model.request(request(1, gap: 0, monitor: .serial, token: 11, asker: UInt64(asker)))
+        }
+        #expect(model.waiters.count == SharedThrottle.maxWaiters)
+        let beyond = model.request(request(2, gap: 0, monitor: .serial, token: 12, asker: 999))
+        #expect(beyond == .declined(retryIn: SharedThrottle.maxWaiterPoll))
+        #expect(model.waiters.count == SharedThrottle.maxWaiters && !model.waiters.contains { $0.asker == 999 })
+        // The lease goes to the first in line, which leaves it: a place is free for 999.
+        _ = model.finished(token: 10, number: 1, now: 3)
+        let first = model.request(request(4, gap: 0, monitor: .serial, token: 13, asker: 1))
+        #expect(first == .reserved(at: 4, wait: 0, token: 13))
+        _ = model.request(request(5, gap: 0, monitor: .serial, token: 14, asker: 999))
+        #expect(model.waiters.count == SharedThrottle.maxWaiters && model.waiters.last?.asker == 999)
+    }
+
+    @Test(".serial: however long the wait (a pause of an hour), a waiter is told to ask again within the horizon, and its place outlives it by the horizon and the grace at most")
+    func waiterLifeBoundedByTheHorizon() {
+        var model = SharedThrottle()
+        _ = model.request(request(0, gap: 0, monitor: .serial, token: 10, asker: 1))
+        _ = model.finished(token: 10, number: 1, now: 10)
+        _ = model.pause(for: 3_600_000_000, now: 20)
+        let declined = model.request(request(30, gap: 0, monitor: .serial, horizon: 1_000_000, token: 11, asker: 2))
+        #expect(declined == .declined(retryIn: 1_000_000))
+        #expect(model.waiters == [SharedThrottle.Waiter(asker: 2, since: 30, liveUntil: 30 + 1_000_000 + SharedThrottle.waiterGrace)])
+        // Gone once that passed without an ask.
+        _ = model.request(request(30 + 1_000_000 + SharedThrottle.waiterGrace, gap: 0, monitor: .serial, token: 12, asker: 3))
+        #expect(model.waiters.map(\.asker) == [3])
     }
 
     @Test(".serial: a renewed lease lasts leaseTTL from the renewal, is never shortened, and an expired one is not brought back")

@@ -96,6 +96,47 @@ struct ThrottledQueueCoordinationTests {
         #expect(coordinator.state.lease == nil)
     }
 
+    @Test(".serial: two queues given one coordinator are two askers in line, and take the lease in turn as two processes do")
+    func queuesSharingACoordinatorTakeTurns() async throws {
+        let coordinator = InMemoryCoordinator(horizon: .milliseconds(50))
+        let shared = coordinator.client("shared")
+        let queues = ["a", "b"].map {
+            ThrottledQueue(label: $0, interval: .zero, monitor: .serial, limit: nil, coordinator: shared, whenUnavailable: .failClosed)
+        }
+        let runs = Recorder<String>()
+        let perQueue = 8
+        for index in 0..<perQueue {
+            for queue in queues {
+                try queue.async {
+                    // The first task holds the lease until the other queue stands in line, however
+                    // late a loaded machine starts it (5 s at most).
+                    let deadline = ContinuousClock.now + .seconds(5)
+                    while index == 0, coordinator.state.waiters.isEmpty, ContinuousClock.now < deadline {
+                        Thread.sleep(forTimeInterval: 0.001)
+                    }
+                    Thread.sleep(forTimeInterval: 0.01)
+                    runs.append(queue.label)
+                }
+            }
+        }
+        await waitIdle(queues)
+        let order = runs.values
+        #expect(order.count == 2 * perQueue)
+        // Neither runs two in a row while the other has tasks waiting, except after a reservation
+        // given up (reached late on a loaded machine), whose turn passes to the other queue. With
+        // one asker for both, the queue that ends asks again at once, finds itself first in line,
+        // and runs its whole backlog.
+        var left = ["a": perQueue, "b": perQueue]
+        var twiceInARow = 0
+        for (previous, next) in zip(order, order.dropFirst()) {
+            left[previous, default: 0] -= 1
+            if previous == next && left[previous == "a" ? "b" : "a", default: 0] > 0 { twiceInARow += 1 }
+        }
+        let givenUp = coordinator.reservations.count - order.count
+        #expect(twiceInARow <= givenUp, "\(order), \(givenUp) reservations given up")
+        #expect(coordinator.state.lease == nil)
+    }
+
     @Test("A pause in one queue pauses the others, and a shorter pause does not shorten it")
     func pauseIsShared() async throws {
         let coordinator = InMemoryCoordinator(horizon: .seconds(2))

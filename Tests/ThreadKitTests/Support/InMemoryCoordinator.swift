@@ -33,14 +33,11 @@ final class InMemoryCoordinator: @unchecked Sendable {
     final class Client: StartCoordinator {
         let shared: InMemoryCoordinator
         let name: String
-        /// Its place in the `.serial` line.
-        let asker: UInt64
         init(_ shared: InMemoryCoordinator, name: String) {
             self.shared = shared
             self.name = name
-            asker = shared.locked { $0.random.next() >> 11 } | 1
         }
-        func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer { shared.reserve(request, client: name, asker: asker) }
+        func reserve(_ request: CoordinatedRequest) -> CoordinatorAnswer { shared.reserve(request, client: name) }
         /// Ends reach the model in order, one by one: each is the next number of its lease.
         func finished(token: UInt64) {
             _ = shared.locked { $0.model.finished(token: token, number: ($0.model.lease?.ends ?? 0) + 1, now: Self.now()) }
@@ -77,7 +74,7 @@ final class InMemoryCoordinator: @unchecked Sendable {
         lock.withLock { body(self) }
     }
 
-    private func reserve(_ request: CoordinatedRequest, client: String, asker: UInt64) -> CoordinatorAnswer {
+    private func reserve(_ request: CoordinatedRequest, client: String) -> CoordinatorAnswer {
         lock.lock()
         let now = Client.now()
         let held = hold
@@ -97,7 +94,7 @@ final class InMemoryCoordinator: @unchecked Sendable {
         let decision = model.request(SharedThrottle.Request(
             now: now, gap: request.gap.microsecondsRoundedUp, monitor: request.monitor,
             limit: request.limitInMicroseconds, horizon: horizon, leaseTTL: leaseTTL, holding: request.holding,
-            token: random.next() >> 11 | 1, asker: asker))
+            token: random.next() >> 11 | 1, asker: request.asker))
         if case .reserved(let at, _, _) = decision { recorded.append((client, at)) }
         if held != nil { blockedCalls += 1 }
         lock.unlock()

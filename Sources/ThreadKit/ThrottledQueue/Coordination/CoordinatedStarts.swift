@@ -82,6 +82,8 @@ struct CoordinatedStarts {
     }
 
     let policy: UnavailablePolicy
+    /// The queue's place in the coordinator's `.serial` line (``CoordinatedRequest/asker``).
+    let asker: UInt64
     private(set) var reservation: Reservation?
     private(set) var askAfter: MonotonicInstant?
     private(set) var isAsking = false
@@ -103,8 +105,11 @@ struct CoordinatedStarts {
         return lastLocalToken
     }
 
-    init(policy: UnavailablePolicy) {
+    /// - Parameter asker: The queue's id in the `.serial` line, in 1...2^53−1: by default, a random one.
+    init(policy: UnavailablePolicy, asker: UInt64 = .random(in: 1...UInt64(SharedThrottle.microsecondLimit))) {
+        precondition(SharedThrottle.isID(asker), "CoordinatedStarts: asker must be in 1...2^53-1, got \(asker)")
         self.policy = policy
+        self.asker = asker
     }
 
     /// What to do for a start that the local rules allow from `localAllowed`, at `now` (not before it).
@@ -128,7 +133,7 @@ struct CoordinatedStarts {
         isAsking = true
         var holding: UInt64?
         if nested, case .shared(let token)?? = running.last(where: { $0?.isShared == true }) { holding = token }
-        let request = CoordinatedRequest(gap: gap, monitor: monitor, limit: limit, holding: holding)
+        let request = CoordinatedRequest(gap: gap, monitor: monitor, limit: limit, holding: holding, asker: asker)
         asked = (request, nested)
         return .ask(request)
     }

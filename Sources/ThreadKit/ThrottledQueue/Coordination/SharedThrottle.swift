@@ -63,9 +63,13 @@
 /// oldest waiter may take it (anyone when nobody waits), and a grant takes the asker out of the
 /// line. So a process with a backlog that hands the lease back and asks again at once finds the
 /// process that waited before it first in line, and the lease goes round the waiting processes in
-/// turn. Starts nested in the holder's task bypass the line. A waiter that does not ask again
+/// turn. Starts nested in the holder's task bypass the line. A waiter is told to ask again within
+/// the horizon however long it has to wait (a long gap, a pause), and one that does not ask again
 /// within ``waiterGrace`` after the retry it was told (a crashed process, a queue that emptied) is
-/// dropped, so it holds the line up by at most that much.
+/// dropped, so it holds the line up by at most that much, and no place outlives its asker by more
+/// than the horizon and the grace. The first in line is told to ask again within
+/// ``waiterPoll``; those further back, less often (up to ``maxWaiterPoll``); and the line holds at
+/// most ``maxWaiters`` askers (one more is declined without a place).
 ///
 /// **One set of rules per key.** The first request stores its ``Rules`` (the monitor and the
 /// limit) with the state; a request with other rules is answered ``Decision/mismatch(stored:)``
@@ -82,7 +86,7 @@
 /// 285 years, not a wrapped negative number). Tokens and askers are in 1...2^53−1 for the same reason.
 ///
 /// State stays bounded: the log holds at most `count` starts in a ring (O(1) per start), the line
-/// one entry per asker that asked within its retry and grace, an expired lease is dropped (its
+/// at most ``maxWaiters`` askers, each of which asked within the horizon and grace, an expired lease is dropped (its
 /// start is taken to have ended at the expiry), a pause that has passed is dropped, and the whole
 /// state is dropped at ``expiry``, when it decides nothing any more (the script's key TTL).
 package struct SharedThrottle: Sendable, Equatable {
@@ -100,6 +104,15 @@ package struct SharedThrottle: Sendable, Equatable {
     /// wake-up, which a loaded host or a slow reply (the client's command timeout is 100 ms by
     /// default) may stretch well past the retry; a process that died holds the line up no longer.
     package static let waiterGrace: Int64 = 10 * waiterPoll
+    /// How soon a waiter further back in line asks again at most, in microseconds: five polls,
+    /// 100 ms. A waiter at rank `r` (0 the first) is told `waiterPoll × (1 + r)` up to this, so the
+    /// runs a line costs per second stay about linear in its length, while the first in line hears
+    /// of a lease handed back within one poll.
+    package static let maxWaiterPoll: Int64 = 5 * waiterPoll
+    /// The most askers the line holds: 64. One asking while it is full is declined without a place
+    /// (told ``maxWaiterPoll``), and takes one when it asks again once a place is free; every run of
+    /// the script reads and writes the whole line, so it stays small.
+    package static let maxWaiters = 64
 
     /// One process's request for its next start.
     package struct Request: Sendable, Equatable {
@@ -189,7 +202,8 @@ package struct SharedThrottle: Sendable, Equatable {
         package var asker: UInt64
         /// When it first asked: its place in the line.
         package var since: Int64
-        /// When it is dropped unless it asks again: the retry it was told plus ``SharedThrottle/waiterGrace``.
+        /// When it is dropped unless it asks again: the retry it was told (at most the horizon) plus
+        /// ``SharedThrottle/waiterGrace``.
         package var liveUntil: Int64
     }
 
@@ -230,7 +244,7 @@ package struct SharedThrottle: Sendable, Equatable {
         let nested = request.monitor == .serial && lease != nil && lease?.token == request.holding
         let inLine = request.monitor == .serial && !nested
         if inLine, let lease {
-            return enqueue(request.asker, retryIn: min(lease.expiry - now, request.horizon, Self.waiterPoll), now: now)
+            return enqueue(request.asker, retryIn: min(lease.expiry - now, request.horizon, Self.waiterPoll), horizon: request.horizon, now: now)
         }
         var at = max(now, pausedUntil ?? now)
         if let lastStart {
@@ -244,10 +258,10 @@ package struct SharedThrottle: Sendable, Equatable {
         }
         let wait = at - now
         if inLine, let oldest = waiters.first, oldest.asker != request.asker {
-            return enqueue(request.asker, retryIn: max(Self.waiterPoll, wait - request.horizon), now: now)
+            return enqueue(request.asker, retryIn: max(Self.waiterPoll, wait - request.horizon), horizon: request.horizon, now: now)
         }
         guard wait <= request.horizon else {
-            if inLine { return enqueue(request.asker, retryIn: wait - request.horizon, now: now) }
+            if inLine { return enqueue(request.asker, retryIn: wait - request.horizon, horizon: request.horizon, now: now) }
             return .declined(retryIn: max(Self.minimumRetry, wait - request.horizon))
         }
         rules = request.rules
@@ -266,15 +280,20 @@ package struct SharedThrottle: Sendable, Equatable {
         return .reserved(at: at, wait: wait, token: lease?.token)
     }
 
-    /// Declines `asker`'s `.serial` request, to ask again `retryIn` later (at least
-    /// ``minimumRetry``): it joins the line, or keeps its place there, live until then plus
-    /// ``waiterGrace``.
-    private mutating func enqueue(_ asker: UInt64, retryIn: Int64, now: Int64) -> Decision {
-        let retryIn = max(Self.minimumRetry, retryIn)
-        let liveUntil = now.addingClamped(retryIn).addingClamped(Self.waiterGrace)
-        if let index = waiters.firstIndex(where: { $0.asker == asker }) {
+    /// Declines `asker`'s `.serial` request, to ask again `retryIn` later, but within `horizon` (at
+    /// least ``minimumRetry``; one further back in line than the first, at least ``waiterPoll`` times
+    /// one more than its rank, up to ``maxWaiterPoll``): it joins the line (unless it holds
+    /// ``maxWaiters`` already), or keeps its place there, live until then (at most `horizon` from
+    /// now) plus ``waiterGrace``.
+    private mutating func enqueue(_ asker: UInt64, retryIn: Int64, horizon: Int64, now: Int64) -> Decision {
+        let index = waiters.firstIndex { $0.asker == asker }
+        let rank = index ?? waiters.count
+        var retryIn = max(Self.minimumRetry, min(retryIn, horizon))
+        if rank > 0 { retryIn = max(retryIn, min(Self.waiterPoll * Int64(1 + rank), Self.maxWaiterPoll)) }
+        let liveUntil = now.addingClamped(min(retryIn, horizon)).addingClamped(Self.waiterGrace)
+        if let index {
             waiters[index].liveUntil = liveUntil
-        } else {
+        } else if waiters.count < Self.maxWaiters {
             waiters.append(Waiter(asker: asker, since: now, liveUntil: liveUntil))
         }
         return .declined(retryIn: retryIn)

@@ -2,9 +2,10 @@
 /// worker asks it before granting any start, and waits out the reservation on its own clock.
 ///
 /// A later module implements it on Redis (one Lua script mirroring ``SharedThrottle``); the tests
-/// implement it in memory on ``SharedThrottle`` itself. Each coordinator is one asker of the key's
-/// `.serial` line and proposes the token of each lease its reserves may take (see
-/// ``SharedThrottle``): the protocol carries neither, since they are the coordinator's own.
+/// implement it in memory on ``SharedThrottle`` itself. Each queue is one asker of the key's
+/// `.serial` line (``CoordinatedRequest/asker``, one id per queue, even for queues that share a
+/// coordinator), and the coordinator proposes the token of each lease its reserves may take (see
+/// ``SharedThrottle``): the protocol does not carry the token, which is the coordinator's own.
 ///
 /// - ``reserve(_:)`` may block for a network round trip. The queue never calls it under its lock,
 ///   nor on a cooperative thread: it is called by the queue's worker (for `async` work and `run`
@@ -32,12 +33,16 @@ package struct CoordinatedRequest: Sendable, Equatable {
     package var limit: RateLimit?
     /// For a `.serial` start nested in the queue's running task: the token of that task's lease.
     package var holding: UInt64?
+    /// The asking queue's place in the key's `.serial` line (``SharedThrottle/Request/asker``): one
+    /// random id per queue, in 1...2^53−1.
+    package var asker: UInt64
 
-    package init(gap: Duration, monitor: ThrottledQueue.Monitor, limit: RateLimit?, holding: UInt64?) {
+    package init(gap: Duration, monitor: ThrottledQueue.Monitor, limit: RateLimit?, holding: UInt64?, asker: UInt64) {
         self.gap = gap
         self.monitor = monitor
         self.limit = limit
         self.holding = holding
+        self.asker = asker
     }
 
     /// The limit in microseconds, as ``SharedThrottle`` takes it.
