@@ -211,7 +211,7 @@ struct RedisCoordinationTests {
             let answers = CoordinatorAnswers()
             let queues = ["long", "waiting"].map {
                 redisQueue($0, client: makeClient(server.address), key: "long", interval: .milliseconds(1), monitor: .serial,
-                           horizon: .milliseconds(50), leaseTTL: .milliseconds(1_200), answers: answers)
+                           horizon: .milliseconds(50), leaseTTL: .milliseconds(2_400), answers: answers)
             }
             let running = Counter(), overlaps = Counter()
             let longStarted = Latch(), release = Latch()
@@ -231,13 +231,13 @@ struct RedisCoordinationTests {
                 otherStarted.value = .now
                 running.increment(by: -1)
             }
-            // The long task runs for four lease TTLs at least, and until the waiting queue has been
+            // The long task runs for two lease TTLs at least, and until the waiting queue has been
             // declined twice: it asked while the lease would long have expired without renewal.
-            // Renewed every 400 ms, the 1.2 s lease survives a stall of the timer thread of 800 ms.
+            // Renewed every 800 ms, the 2.4 s lease survives a stall of the timer thread of 1.6 s.
             func declines() -> Int {
                 answers.all.filter { if case .declined = $0.answer { $0.queue == "waiting" } else { false } }.count
             }
-            #expect(await eventually(timeout: .seconds(30)) { declines() >= 2 && ContinuousClock.now - longStartedAt >= .milliseconds(4 * 1_200) })
+            #expect(await eventually(timeout: .seconds(30)) { declines() >= 2 && ContinuousClock.now - longStartedAt >= .milliseconds(2 * 2_400) })
             release.countDown()
             #expect(await waitUntilIdle(queues))
             #expect(overlaps.value == 0)
