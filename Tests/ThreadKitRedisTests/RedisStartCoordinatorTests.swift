@@ -448,12 +448,13 @@ struct RedisCoordinationTests {
                 try await Task.sleep(for: .milliseconds(5))
                 pausedUntil = try await observer.throttleStateField(stateKey, "pausedUntil").string.flatMap { Int64($0) }
             }
+            // Measured before TIME is sent: a thread held back after its reply cannot shrink the bound.
+            let sinceAsked = asked.duration(to: .now)
             let time = try await observer.send("TIME").array?.compactMap { $0.string.flatMap { Int64($0) } } ?? []
             guard let pausedUntil, time.count == 2 else {
                 Issue.record("no pause on Redis (\(String(describing: pausedUntil))) or no TIME (\(time))")
                 return
             }
-            let sinceAsked = asked.duration(to: .now)
             let remaining = Duration.microseconds(pausedUntil - (time[0] * 1_000_000 + time[1]))
             // The pause ends 5 s after it was asked for, however late it was sent: what is left is
             // 5 s less the time since (a pause re-timed from the retry, 1-2 s later, would have
