@@ -1,3 +1,5 @@
+import Foundation
+
 /// Rule 2 of ``ExecutionContexts``: the registry of blocked threads that hold something, and the
 /// check, before a thread blocks, that its wait does not close a cycle among them.
 extension ExecutionContexts {
@@ -5,8 +7,13 @@ extension ExecutionContexts {
     /// end: stops the process if the wait would close a cycle of blocked threads.
     ///
     /// Call it only after the re-entry check (the thread does not hold `context`).
-    static func blocking<T>(for context: SerialContext, _ wait: () throws -> T) rethrows -> T {
-        try includingMainQueue { try includingTaskHolds(except: context) { try register(waitFor: context, wait) } }
+    ///
+    /// - Parameter kind: The wait's kind, as ``Diagnostics`` reports the thread meanwhile:
+    ///   `"sync"`, `"wait"` (for a task), `"full queue"`.
+    static func blocking<T>(for context: SerialContext, kind: String = "sync", _ wait: () throws -> T) rethrows -> T {
+        try ThreadActivity.current.blocked(kind, on: .context(context)) {
+            try includingMainQueue { try includingTaskHolds(except: context) { try register(waitFor: context, wait) } }
+        }
     }
 
     /// ``blocking(for:_:)`` once the task's holds are on the thread's record.
@@ -17,11 +24,17 @@ extension ExecutionContexts {
         let held = record.held
         // A thread that serves a nested request while blocked in an outer wait is registered
         // already: its outer entry comes back once this wait ends.
-        let outer = Registry.shared.withLock { graph in
+        let registered = Registry.shared.withLock { graph -> Result<(count: Int, waitsFor: SerialContext)?, Deadlock> in
             if let cycle = graph.cycle(if: thread, holding: held, waitsFor: context) {
-                preconditionFailure(message(for: cycle))
+                return .failure(Deadlock(message: message(for: cycle)))
             }
-            return graph.block(thread, holding: held, waitingFor: context).map { (count: $0.holds.count, waitsFor: $0.waitsFor) }
+            return .success(graph.block(thread, holding: held, waitingFor: context).map { (count: $0.holds.count, waitsFor: $0.waitsFor) })
+        }
+        // Stopped outside the registry's lock: the threads' list the message ends with reads it.
+        let outer: (count: Int, waitsFor: SerialContext)?
+        switch registered {
+        case .failure(let deadlock): deadlock.stop()
+        case .success(let entry): outer = entry
         }
         record.registrationChanged(isRegistered: true)
         defer {
@@ -36,6 +49,21 @@ extension ExecutionContexts {
             record.registrationChanged(isRegistered: outer != nil)
         }
         return try wait()
+    }
+
+    /// A wait that would close a cycle: the process stops, after writing the message and what
+    /// every thread ThreadKit knows is doing to standard error.
+    ///
+    /// Not the whole ``Diagnostics/snapshot(longWaitsOver:)``: the stopping thread may hold a
+    /// component's lock (a pool's, in a wait for room in its queue), which the snapshot would take.
+    private struct Deadlock: Error {
+        let message: String
+
+        func stop() -> Never {
+            let threads = Diagnostics.threadsText()
+            FileHandle.standardError.write(Data("ThreadKit \(message)\n\nThreads:\n\(threads)".utf8))
+            preconditionFailure(message)
+        }
     }
 
     /// A thread in the registry: its record's identity, and its name for messages.

@@ -60,6 +60,7 @@ enum NamedThread {
         func run() {
             nameCurrentThread(name, kernelName: kernelName)
             setExactTimerSlack()
+            ThreadActivity.startCurrent(name: name, kernelName: kernelName)
             body.take()!()
         }
     }
@@ -144,6 +145,16 @@ enum NamedThread {
     static func currentName() -> String {
         if let name = ThreadName.current { return name }
         if let name = Thread.current.name, !name.isEmpty { return name }
+        if let name = kernelNameOfCurrentThread() { return name }
+        return Thread.isMainThread ? "main" : "thread"
+    }
+
+    /// The name the kernel shows for the calling thread, else ``currentName()``.
+    static func currentKernelName() -> String {
+        kernelNameOfCurrentThread() ?? currentName()
+    }
+
+    private static func kernelNameOfCurrentThread() -> String? {
         #if canImport(Glibc) || canImport(Musl)
         var buffer = [CChar](repeating: 0, count: 64)
         if let getName = Self.getName, getName(pthread_self(), &buffer, buffer.count) == 0 {
@@ -151,7 +162,7 @@ enum NamedThread {
             if !name.isEmpty { return name }
         }
         #endif
-        return Thread.isMainThread ? "main" : "thread"
+        return nil
     }
 }
 
