@@ -98,10 +98,16 @@ package final class ThreadActivity: @unchecked Sendable {
         set(State(phase: .sleeping, since: .now(), until: deadline))
     }
 
-    /// The running thread's work is now `work`, since it was set running (a labelled task on a
-    /// thread that runs several in a row). Keeps the time it was set running.
-    package func setWork(_ work: String?) {
-        mutex.withLock { state.work = work }
+    /// Runs `body`, work its submitter labelled `label`, with the thread reporting that label as
+    /// its work meanwhile (and the time it started), then what it reported before.
+    ///
+    /// The one way a `label:` given on submission reaches the dump: a labelled submission wraps its
+    /// work in this, so unlabelled work pays nothing.
+    package static func labelled<T, Failure: Error>(_ label: String, _ body: () throws(Failure) -> T) throws(Failure) -> T {
+        let activity = current
+        let before = activity.exchange(State(phase: .running, since: .now(), work: label))
+        defer { activity.set(before) }
+        return try body()
     }
 
     /// Runs `body`, a blocking wait of `kind` (`"sync"`, `"wait"`) for `target`, with the thread
