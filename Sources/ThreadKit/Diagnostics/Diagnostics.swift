@@ -45,6 +45,17 @@ public enum Diagnostics {
             components: components, otherThreads: blockedOutside, waits: waits, cycles: cycles(of: waits))
     }
 
+    /// Every live component's counters, gauges and histograms, and the process-wide thread and
+    /// wait gauges, in the Prometheus text exposition format (version 0.0.4): serve it at
+    /// `/metrics` with the content type `text/plain; version=0.0.4; charset=utf-8`.
+    ///
+    /// Names follow the format's conventions: `threadkit_<part>_<what>_<unit>`, `_total` for
+    /// counters, one `# HELP` and `# TYPE` line per family, and the component's name in a label:
+    /// `threadkit_pool_tasks_completed_total{pool="io"} 1042`.
+    public static func prometheusText() -> String {
+        PrometheusText.render(snapshot())
+    }
+
     /// Every thread with an activity, one aligned row each: what the deadlock detector writes
     /// before it stops the process. Takes only the threads' own locks, never a component's.
     static func threadsText() -> String {

@@ -66,7 +66,7 @@ extension Snapshot {
         return lines
     }
 
-    /// One aligned row per thread: name, kernel name, id, state and its time, what it does.
+    /// One aligned row per thread: name, kernel name, id, state, its time (column 4), what it does.
     static func threadLines(_ threads: [Thread]) -> [String] {
         let rows = threads.map { thread -> [String] in
             var what: [String] = []
@@ -82,7 +82,9 @@ extension Snapshot {
         let widths = (0..<columns).map { column in rows.map { $0[column].count }.max() ?? 0 }
         return rows.map { row in
             let padded = row.enumerated().map { column, cell in
-                column == columns - 1 ? cell : cell.padding(toLength: widths[column], withPad: " ", startingAt: 0)
+                let room = String(repeating: " ", count: widths[column] - cell.count)
+                // The time is right-aligned; the last column is not padded.
+                return column == 4 ? room + cell : column == columns - 1 ? cell : cell + room
             }
             return ("  " + padded.joined(separator: "  ")).trimmingTrailingSpaces()
         }

@@ -10,7 +10,7 @@ import Foundation
 ///
 /// Times are given as durations before ``takenAt`` (in seconds), measured on the monotonic clock,
 /// so a clock set while the program runs cannot distort them.
-public struct Snapshot: Codable, Sendable, CustomStringConvertible {
+public struct Snapshot: Codable, Sendable, Equatable, CustomStringConvertible {
     /// The wall-clock time the snapshot was taken.
     public var takenAt: Date
     /// The process the snapshot describes.
@@ -60,7 +60,7 @@ public struct Snapshot: Codable, Sendable, CustomStringConvertible {
 extension Snapshot {
     /// One live component: a thread pool, a timer thread, a throttled queue, a dedicated thread,
     /// a URL dispatcher or a Redis client.
-    public struct Component: Codable, Sendable {
+    public struct Component: Codable, Sendable, Equatable {
         /// The component's type: `"ThreadPool"`, `"TimerThread"`, `"ThrottledQueue"`,
         /// `"DedicatedThread"`, `"URLDispatcher"` or `"RedisClient"`.
         public var kind: String
