@@ -73,6 +73,9 @@ private final class SignalDumps: Sendable {
 
     func install(_ signal: Int32, _ output: Diagnostics.Output) {
         outputs.withLock { $0[signal] = output }
+        // The thread takes the signals it serves even if the thread that started it blocked them.
+        var control = Self.unblockSignals
+        _ = write(Self.writeEnd.load(ordering: .acquiring), &control, 1)
         var action = sigaction()
         #if canImport(Glibc) || canImport(Musl)
         action.__sigaction_handler.sa_handler = { signal in SignalDumps.handle(signal) }
@@ -104,7 +107,8 @@ private final class SignalDumps: Sendable {
             activity.running("dump")
             // Signals read at once give one dump per distinct output, in the order they came.
             let signals = bytes[..<count].map { Int32($0) }
-            let outputs = shared.outputs.withLock { table in signals.compactMap { table[$0] } }
+            let (outputs, served) = shared.outputs.withLock { table in (signals.compactMap { table[$0] }, Array(table.keys)) }
+            if bytes[..<count].contains(unblockSignals) { unblock(served) }
             var written: [Diagnostics.Output] = []
             for output in outputs where !written.contains(output) {
                 written.append(output)
@@ -115,6 +119,19 @@ private final class SignalDumps: Sendable {
 
     /// Writes `text` to `output`. A file that cannot be opened gets no dump: there is nowhere
     /// left to say so.
+    /// The byte ``install(_:_:)`` writes after a signal is added: no signal has the number 0.
+    private static let unblockSignals: UInt8 = 0
+
+    /// Unblocks `signals` on the calling thread, which inherited the mask of the thread that
+    /// started it: a process-directed signal (`kill -USR1 <pid>`) then reaches it even if every
+    /// other thread blocks it.
+    private static func unblock(_ signals: [Int32]) {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for signal in signals { sigaddset(&set, signal) }
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
+    }
+
     private static func deliver(_ text: String, to output: Diagnostics.Output) {
         switch output {
         case .standardError: writeAll(text, to: STDERR_FILENO)
