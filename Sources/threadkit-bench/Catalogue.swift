@@ -45,6 +45,7 @@ enum Catalogue {
             ("url.loopback", URLWorkloads.loopback),
             ("url.timeout", URLWorkloads.timeout),
             ("url.history", URLWorkloads.history),
+            ("diagnostics.dump", DiagnosticsWorkloads.dump),
         ]
         list += RedisWorkloads.catalogue
         return list

@@ -64,6 +64,7 @@ struct Goal {
         workload("timer.repeat", against: "DispatchSourceTimer", ["drift at end": 1.0]),
         workload("throttle.precision", against: "GCD chain", ["error p50": 0.2, "error p99": 1.0], zero: ["early starts"]),
         workload("log.disabled", ["per call": .atMost(2, unit: "ns")]),
+        workload("diagnostics.dump", ["dump max": .atMost(50, unit: "ms")]),
         workload("dedicated.throughput", against: "GCD serial", ["wall per item": 0.5]),
         workload("dedicated.sync", against: "GCD serial", ["per call": 1.0]),
         workload("dispatch.sync.held", against: "GCD serial", ["per call": 1.5]),
