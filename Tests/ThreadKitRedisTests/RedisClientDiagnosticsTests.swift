@@ -48,6 +48,11 @@ struct RedisClientDiagnosticsTests {
             #expect(thread.name == name)
             #expect(thread.kernelName == "Redis conn")
             #expect(thread.kernelThreadID > 0)
+            let families = try PrometheusParser.parse(Diagnostics.prometheusText())
+            let labels = ["client": server.address.description]
+            #expect(PrometheusParser.value(families, "threadkit_redis_commands_total", labels) == 7)
+            #expect(PrometheusParser.value(families, "threadkit_redis_command_errors_total", labels.merging(["reason": "timeout"]) { $1 }) == 0)
+            #expect(PrometheusParser.value(families, "threadkit_redis_breaker_open", labels) == 0)
             #expect(Diagnostics.snapshot().description.contains("RedisClient \"\(server.address)\": address=\(server.address) commandTimeout=5s"))
         }
     }

@@ -64,6 +64,13 @@ extension URLIntegrationTests {
             ])
             #expect(after?.endpoints == [Snapshot.Endpoint(endpoint: endpoint, running: 0, queued: 0)])
             #expect(after?.pendingCount == 0)
+            let families = try PrometheusParser.parse(Diagnostics.prometheusText())
+            let labels = ["dispatcher": dispatcher.diagnosticsName, "endpoint": endpoint]
+            #expect(PrometheusParser.value(families, "threadkit_url_requests_total", labels.merging(["outcome": "success"]) { $1 }) == 4)
+            #expect(PrometheusParser.value(families, "threadkit_url_requests_total", labels.merging(["outcome": "cancelled"]) { $1 }) == 0)
+            #expect(PrometheusParser.value(families, "threadkit_url_requests_running", labels) == 0)
+            #expect(families.first { $0.name == "threadkit_url_requests_total" }?.type == "counter")
+            #expect(families.first { $0.name == "threadkit_url_requests_queued" }?.type == "gauge")
         }
     }
 
