@@ -53,7 +53,7 @@ extension URLDispatcher: DiagnosticsReporting {
         var configuration = [
             Snapshot.Field("maxRequests", String(limits.maxRequests)),
             Snapshot.Field("maxLongRequests", String(limits.maxLongRequests)),
-            Snapshot.Field("rate", limits.rate.map(String.init(describing:)) ?? "none"),
+            Snapshot.Field("rate", limits.rate.map { "\($0.count)/\(DiagnosticsClock.text($0.window))" } ?? "none"),
             Snapshot.Field("honorRetryAfter", String(limits.honorRetryAfter)),
             Snapshot.Field("maxRetryAfter", DiagnosticsClock.text(limits.maxRetryAfter)),
             Snapshot.Field("coordination", limits.coordination.endpoints == nil ? "local" : "shared"),

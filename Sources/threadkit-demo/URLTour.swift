@@ -137,6 +137,11 @@ func urlDispatcherTour() async throws {
     let refusedAt = ContinuousClock.now
     let pause = client.statistics(for: endpoint).pausedUntil.map { refusedAt.duration(to: $0) } ?? .zero
     say("  /quota answered \(refused.statusCode) with Retry-After: 1; the endpoint pauses for \(milliseconds(pause))")
+    say("  the dispatcher in Diagnostics.snapshot() now:")
+    let dump = Diagnostics.snapshot().description.split(separator: "\n", omittingEmptySubsequences: false)
+    for line in dump.drop(while: { !$0.hasPrefix("URLDispatcher \"\(client.diagnosticsName)\"") }).prefix(while: { !$0.isEmpty }) {
+        say("    \(line)")
+    }
     let (_, after) = try await client.data(for: URLRequest(url: base.appendingPathComponent("quota")))
     say("  the next request got \(after.statusCode) after \(milliseconds(ContinuousClock.now - refusedAt))")
 
