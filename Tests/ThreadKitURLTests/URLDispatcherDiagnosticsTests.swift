@@ -149,6 +149,10 @@ extension URLIntegrationTests {
         dispatcher?.dispose()
         dispatcher = nil
         #expect(await eventually { !Diagnostics.snapshot().components.contains { $0.name == name } })
+        let never = URLDispatcher(limits: .init(maxRetryAfter: .seconds(Int64.max)))
+        defer { never.dispose() }
+        let setting = entry(of: never)?.configuration.first { $0.name == "maxRetryAfter" }?.value
+        #expect(setting?.hasPrefix("92233720368547758") == true && setting?.hasSuffix("s") == true)
         #expect(URLDispatcher.shared.diagnosticsName == "shared")
         #expect(Diagnostics.snapshot().components.contains { $0.kind == "URLDispatcher" && $0.name == "shared" })
     }
