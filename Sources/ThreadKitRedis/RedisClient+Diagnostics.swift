@@ -1,30 +1,20 @@
 @_spi(ThreadKitURL) import ThreadKit
 
-/// What a ``RedisClient`` counts for the diagnostics, under its lock where it holds it anyway.
+/// What a ``RedisClient`` counts for the diagnostics, under its lock where it holds it anyway:
+/// `commands` handed to the connection's thread; `refused` at once (the breaker open, or the client
+/// released); failed at their deadline (`timedOut`), with their lost connection (`lost`), or for want
+/// of one (`connectFailed`); and the `connections` made, the first included.
 struct RedisCounts: Sendable, Equatable {
-    /// Commands handed to the connection's thread.
-    var commands = 0
-    /// Commands refused at once: the breaker open, or the client released.
-    var refused = 0
-    /// Commands failed at their deadline.
-    var timedOut = 0
-    /// Commands failed because their connection was lost.
-    var lost = 0
-    /// Commands failed because no connection could be made.
-    var connectFailed = 0
-    /// Connections made, the first included.
-    var connections = 0
+    var commands = 0, refused = 0, timedOut = 0, lost = 0, connectFailed = 0, connections = 0
 }
 
-/// One reading of a client's books, taken under its lock.
+/// One reading of a client's books, taken under its lock: its counts, the commands still waiting
+/// for their replies (those past their deadline not counted), whether the breaker refuses commands
+/// (open, or letting one probe through), whether a connection is up, and the threads that run now
+/// (the connection's, a host lookup's).
 struct RedisReading {
     var counts: RedisCounts
-    /// Commands still waiting for their replies (those past their deadline not counted).
-    var pending: Int
-    /// Whether the breaker refuses commands (open, or letting one probe through).
-    var breakerOpen: Bool
-    var connected: Bool
-    /// The connection's thread and the host lookup's, those that run now.
+    var pending: Int, breakerOpen: Bool, connected: Bool
     var threads: [ThreadActivity]
 }
 
