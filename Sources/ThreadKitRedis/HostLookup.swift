@@ -142,6 +142,7 @@ enum HostLookup {
         private let lookup: Lookup
         private let condition = ModuleCondition()
         private var memo: Memo
+        private var lookingUp: ThreadActivity?
 
         init(host: String, port: Int, lookup: @escaping Lookup, freshFor: Duration = HostLookup.freshFor) {
             self.host = host
@@ -175,6 +176,11 @@ enum HostLookup {
                 condition.unlock()
                 do {
                     try ModuleThreads.start(name: "Redis lookup \(host)", kernelName: "Redis lookup") { [self] in
+                        let activity = ThreadActivity.current
+                        activity.running("looking up \(host)")
+                        condition.lock()
+                        lookingUp = activity
+                        condition.unlock()
                         finish(lookup(host, port))
                     }
                 } catch {
@@ -187,6 +193,13 @@ enum HostLookup {
             return memo.answer(of: number) ?? .failure(.pastDeadline)
         }
 
+        /// The thread of the lookup in flight, if one is (for the diagnostics).
+        var lookupThread: ThreadActivity? {
+            condition.lock()
+            defer { condition.unlock() }
+            return lookingUp
+        }
+
         /// Connecting to the addresses failed: see ``Memo/forget()``.
         func forget() {
             condition.lock()
@@ -197,6 +210,7 @@ enum HostLookup {
         private func finish(_ result: Result<[Address], Failure>) {
             condition.lock()
             memo.finished(result, at: .now)
+            lookingUp = nil
             condition.broadcast()
             condition.unlock()
         }

@@ -102,6 +102,7 @@ public final class RedisClient: Sendable {
         core = RedisClientCore(
             address: address, commandTimeout: commandTimeout, breaker: Self.breaker(breaker, commandTimeout: commandTimeout),
             pipeline: pipeline, lookup: lookup, observeLog: observeLog)
+        DiagnosticsRegistry.add(self)
     }
 
     /// `breaker`, waiting for a probe's outcome at least one command timeout and the wait margin:
@@ -114,6 +115,7 @@ public final class RedisClient: Sendable {
     }
 
     deinit {
+        DiagnosticsRegistry.remove(ObjectIdentifier(self))
         core.shutDown()
     }
 
@@ -310,8 +312,10 @@ public final class RedisClient: Sendable {
         let (mark, deadline) = startFlush(timeout)
         while true {
             let settled = !followUps.withLock { $0.isOpen(through: mark) }
-            let ping = submit(Self.encode(["PING"])).blockingWaitForResult(
-                until: .now + commandTimeout + Self.waitMargin, timeout: .timedOut(after: commandTimeout, sent: true))
+            let slot = submit(Self.encode(["PING"]))
+            let ping = ThreadActivity.current.blocked("flush", on: core) {
+                slot.blockingWaitForResult(until: .now + commandTimeout + Self.waitMargin, timeout: .timedOut(after: commandTimeout, sent: true))
+            }
             guard let pause = try flushRound(ping, settled: settled, deadline: deadline, timeout: timeout) else { return }
             usleep(UInt32(clamping: pause.microsecondsRoundedUp))
         }
@@ -356,7 +360,9 @@ public final class RedisClient: Sendable {
         let slot = submit(command)
         // The connection's thread fails the command at its deadline, saying whether it was sent;
         // the wait's own bound, a moment later, holds even if that thread cannot run.
-        let result = slot.blockingWaitForResult(until: deadline + Self.waitMargin, timeout: .timedOut(after: commandTimeout, sent: true))
+        let result = ThreadActivity.current.blocked("reply", on: core) {
+            slot.blockingWaitForResult(until: deadline + Self.waitMargin, timeout: .timedOut(after: commandTimeout, sent: true))
+        }
         return try Self.unwrap(result)
     }
 

@@ -44,6 +44,10 @@ final class RedisClientCore: Sendable {
         var wakePending = false
         /// The client was released: no new command, no new connection.
         var isClosed = false
+        /// What the diagnostics count, where the lock is held anyway.
+        var counts = RedisCounts()
+        /// The connection's thread, while there is one.
+        var ioThread: ThreadActivity?
 
         mutating func fail(at now: Duration, timedOut: Bool, reason: String) -> Duration? {
             lastFailure = reason
@@ -104,10 +108,15 @@ final class RedisClientCore: Sendable {
         let now = now
         enum Next { case refuse(RedisError), start, wake, none }
         let next = state.withLock { state -> Next in
-            if state.isClosed { return .refuse(.connectionLost("the client was released", sent: false)) }
+            if state.isClosed {
+                state.counts.refused += 1
+                return .refuse(.connectionLost("the client was released", sent: false))
+            }
             if case .refused(let retryIn) = state.breaker.permit(now: now) {
+                state.counts.refused += 1
                 return .refuse(.unavailable(retryIn: retryIn, lastFailure: state.lastFailure ?? "a probe command is under way"))
             }
+            state.counts.commands += 1
             _ = state.pipeline.enqueue(slot, bytes: command, deadline: now + commandTimeout)
             switch state.phase {
             case .idle:
@@ -146,7 +155,12 @@ final class RedisClientCore: Sendable {
 
     /// The connection's thread: connects, then serves the connection until it ends.
     private func run() {
-        let deadline = state.withLock { $0.pipeline.nextDeadline } ?? now + commandTimeout
+        let activity = ThreadActivity.current
+        activity.running("connecting")
+        let deadline = state.withLock { state in
+            state.ioThread = activity
+            return state.pipeline.nextDeadline
+        } ?? now + commandTimeout
         let socket: RedisConnection
         do {
             socket = try RedisConnection.open(address, deadline: origin + deadline, timeout: commandTimeout, resolver: resolver)
@@ -154,9 +168,12 @@ final class RedisClientCore: Sendable {
             end(error.description, connectError: error, countsAsFailure: true)
             return
         }
-        state.withLock { $0.phase = .connected(answered: false) }
+        state.withLock { state in
+            state.phase = .connected(answered: false)
+            state.counts.connections += 1
+        }
         log("connected to \(address)")
-        serve(socket)
+        serve(socket, activity)
     }
 
     /// What a change of state under a lock leaves to do once the lock is let go: commands to fail
@@ -177,7 +194,7 @@ final class RedisClientCore: Sendable {
 
     /// The loop of a connected thread: fails the commands past their deadline, writes what is
     /// queued, waits in `poll` for bytes, room to write, a wake-up or the next deadline, and reads.
-    private func serve(_ socket: RedisConnection) {
+    private func serve(_ socket: RedisConnection, _ activity: ThreadActivity) {
         var parser = RESPParser()
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         var outgoing: [UInt8] = []
@@ -192,6 +209,7 @@ final class RedisClientCore: Sendable {
                 if state.isClosed { return .closed }
                 let expired = state.pipeline.expire(at: now)
                 for entry in expired { after.fail(entry.waiter, .timedOut(after: timeout, sent: entry.sent)) }
+                state.counts.timedOut += expired.count
                 if !expired.isEmpty {
                     let sent = expired.filter(\.sent).count
                     let retry = state.fail(at: now, timedOut: true, reason: "a command timed out after \(timeout)")
@@ -204,10 +222,11 @@ final class RedisClientCore: Sendable {
             }
             after.carryOut(self)
             let wait: Duration?
+            var sleepUntil: ContinuousClock.Instant?
             switch step {
             case .closed: return end("the client was released", countsAsFailure: false)
             case .drop(let reason): return end("dropped the connection: \(reason)", countsAsFailure: true, timedOut: true)
-            case .wait(let deadline): wait = deadline.map { $0 - self.now }
+            case .wait(let deadline): (wait, sleepUntil) = (deadline.map { $0 - self.now }, deadline.map { origin + $0 })
             }
             if written < outgoing.count {
                 switch socket.write(outgoing[written...]) {
@@ -219,7 +238,10 @@ final class RedisClientCore: Sendable {
             }
             let events = Int16(POLLIN) | (written < outgoing.count ? Int16(POLLOUT) : 0)
             var fds = [pollfd(fd: socket.descriptor, events: events, revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
-            if poll(&fds, 2, RedisConnection.pollMilliseconds(wait)) < 0 {
+            activity.sleeping(until: sleepUntil)
+            let polled = poll(&fds, 2, RedisConnection.pollMilliseconds(wait))
+            activity.running("replies")
+            if polled < 0 {
                 if errno == EINTR { continue }
                 return end("poll failed: \(RedisConnection.describe(errno))", countsAsFailure: true)
             }
@@ -287,6 +309,8 @@ final class RedisClientCore: Sendable {
         var after = Aftermath()
         let failed = state.withLock { state -> Bool in
             let entries = state.pipeline.takeAll()
+            state.ioThread = nil
+            if connectError != nil { state.counts.connectFailed += entries.count } else { state.counts.lost += entries.count }
             var answered = false
             if case .connected(let wasAnswered) = state.phase { answered = wasAnswered }
             state.phase = .idle
@@ -315,6 +339,23 @@ final class RedisClientCore: Sendable {
         if failed { resolver?.forget() }
         after.carryOut(self)
     }
+
+    /// What the diagnostics read: one brief hold of the lock, then of the host lookup's own.
+    func diagnostics() -> RedisReading {
+        var reading = state.withLock { state in
+            var open = false
+            if case .closed = state.breaker.state {} else { open = true }
+            var connected = false
+            if case .connected = state.phase { connected = true }
+            return RedisReading(counts: state.counts, pending: state.pipeline.count - state.pipeline.abandonedCount,
+                                breakerOpen: open, connected: connected, threads: [state.ioThread].compactMap { $0 })
+        }
+        if let lookup = resolver?.lookupThread { reading.threads.append(lookup) }
+        return reading
+    }
+
+    /// The connection's thread, which a blocked caller waits for (see ``DiagnosticsWaitTarget``).
+    var holdingThread: ThreadActivity? { state.withLock { $0.ioThread } }
 
     /// The client was released: the connection's thread fails what is in flight and ends the connection.
     func shutDown() {

@@ -29,6 +29,8 @@ struct RequestRecord: Sendable {
     let endpoint: URLDispatcher.Endpoint
     let kind: URLDispatcher.Kind
     let request: URLRequest
+    /// The blocked `dataSync` caller, told when its request gets its slot (for the diagnostics).
+    var syncWaiter: SyncWaiter? = nil
     let mailbox = RequestMailbox()
 }
 

@@ -39,9 +39,12 @@ import ThreadKit
 /// the past makes sense (a pause, a `Retry-After` date), and a timeout is neither.
 public final class URLDispatcher: Sendable {
     /// A dispatcher with the default limits and an ephemeral session configuration; never disposed.
-    public static let shared = URLDispatcher()
+    public static let shared = URLDispatcher(limits: .init(), configuration: .ephemeral, name: "shared")
 
     let core: URLDispatcherCore
+    /// Its name in ``Diagnostics``: `"shared"`, else `"URLDispatcher#<n>"`, n counting from 1 in
+    /// the order dispatchers were made.
+    package let diagnosticsName: String
 
     /// A dispatcher whose endpoints get `limits` until ``setLimits(_:for:)`` says otherwise.
     ///
@@ -54,9 +57,19 @@ public final class URLDispatcher: Sendable {
     ///     its cache off, whatever it says (`urlCache = nil`, `.reloadIgnoringLocalCacheData`):
     ///     FoundationNetworking's cache lookup races with a cancel and takes the process down
     ///     (swift-corelibs-foundation issue 3296).
-    public init(limits: EndpointLimits = .init(), configuration: URLSessionConfiguration = .ephemeral) {
+    public convenience init(limits: EndpointLimits = .init(), configuration: URLSessionConfiguration = .ephemeral) {
+        self.init(limits: limits, configuration: configuration, name: nil)
+    }
+
+    private init(limits: EndpointLimits, configuration: URLSessionConfiguration, name: String?) {
         limits.check(call: "URLDispatcher.init(limits:configuration:)")
         core = URLDispatcherCore(limits: limits, configuration: configuration)
+        diagnosticsName = name ?? Self.nextDiagnosticsName()
+        DiagnosticsRegistry.add(self)
+    }
+
+    deinit {
+        DiagnosticsRegistry.remove(ObjectIdentifier(self))
     }
 
     /// Gives `endpoint` its own limits, from now on: waiting requests start at once if they now fit;
@@ -92,7 +105,7 @@ public final class URLDispatcher: Sendable {
     /// request's `timeoutInterval`. Every registered request is then submitted. Called by the
     /// public `call` on its caller's thread, so that a timeout that cannot work stops there, first.
     func makeRecord(_ request: URLRequest, kind: Kind, timeout: Duration?, idleTimeout: Duration?,
-                    queueTimeout: Duration?, call: String = #function) throws -> RequestRecord {
+                    queueTimeout: Duration?, syncWaiter: SyncWaiter? = nil, call: String = #function) throws -> RequestRecord {
         let total = Self.kept(timeout ?? Self.timeout(of: request, call: call), "timeout", call)
         let idle = idleTimeout.map { Self.kept($0, "idleTimeout", call) } ?? total
         let queue = queueTimeout.map { Self.kept($0, "queueTimeout", call) } ?? total
@@ -100,7 +113,7 @@ public final class URLDispatcher: Sendable {
         let endpoint = try Endpoint(url: url)
         let running: RequestTimeouts.Running = kind == .short ? .total(total) : .headersThenIdle(headers: total, idle: idle)
         return core.register(endpoint: endpoint, kind: kind, request: request,
-                             timeouts: RequestTimeouts(queue: queue, running: running))
+                             timeouts: RequestTimeouts(queue: queue, running: running), syncWaiter: syncWaiter)
     }
 
     /// A timeout as the dispatcher keeps it (see "Arguments" above): a negative one stops, naming
@@ -195,14 +208,14 @@ public final class URLDispatcher: Sendable {
     /// - Throws: ``URLDispatcherError`` or the transfer's `URLError`.
     @available(*, noasync, message: "it blocks the thread; use 'try await data(for:)' in async code")
     public func dataSync(for request: URLRequest, timeout: Duration? = nil) throws -> (Data, HTTPURLResponse) {
-        let record = try makeRecord(request, kind: .short, timeout: timeout, idleTimeout: nil, queueTimeout: nil)
         let waiter = SyncWaiter()
+        let record = try makeRecord(request, kind: .short, timeout: timeout, idleTimeout: nil, queueTimeout: nil, syncWaiter: waiter)
         record.mailbox.attach(CollectingSink(endpoint: record.endpoint) { waiter.finish($0) })
         if let error = core.submit(record) {
             record.mailbox.detach()
             throw error
         }
-        return try waiter.blockingWaitForResult().get()
+        return try waiter.blockingWaitForResult(endpoint: record.endpoint).get()
     }
 
     /// Sends `request` and reports to `delegate`: the response, the body's chunks, then exactly one
@@ -236,11 +249,13 @@ public final class URLDispatcher: Sendable {
     }
 }
 
-/// Blocks a `dataSync` caller until its result is in.
+/// Blocks a `dataSync` caller until its result is in, reported blocked for a slot of its endpoint,
+/// then (once it has one) for the response.
 final class SyncWaiter: @unchecked Sendable {
-    // Sendable: `result` is guarded by `condition`'s lock.
+    // Sendable: `result` and `started` are guarded by `condition`'s lock.
     private let condition = NSCondition()
     private var result: Result<(Data, HTTPURLResponse), any Error>?
+    private var started = false
 
     func finish(_ result: Result<(Data, HTTPURLResponse), any Error>) {
         condition.lock()
@@ -249,12 +264,28 @@ final class SyncWaiter: @unchecked Sendable {
         condition.unlock()
     }
 
-    func blockingWaitForResult() -> Result<(Data, HTTPURLResponse), any Error> {
+    /// The request got its slot and its transfer started: the wait is now for the response.
+    func slotGranted() {
+        condition.lock()
+        started = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func blockingWaitForResult(endpoint: URLDispatcher.Endpoint) -> Result<(Data, HTTPURLResponse), any Error> {
+        let activity = ThreadActivity.current
+        activity.blocked("slot", on: URLWaitTarget("a slot of endpoint \(endpoint)")) {
+            wait { started || result != nil }
+        }
+        return activity.blocked("response", on: URLWaitTarget("the response of endpoint \(endpoint)")) {
+            wait { result != nil }
+            return condition.withLock { result! }
+        }
+    }
+
+    private func wait(until done: () -> Bool) {
         condition.lock()
         defer { condition.unlock() }
-        while true {
-            if let result { return result }
-            condition.wait()
-        }
+        while !done() { condition.wait() }
     }
 }

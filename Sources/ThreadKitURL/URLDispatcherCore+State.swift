@@ -9,6 +9,8 @@ extension URLDispatcherCore {
     struct EndpointEntry: Sendable {
         var limits: URLDispatcher.EndpointLimits
         var slots: EndpointSlots<Int>
+        /// How its requests ended, for the diagnostics' `requests_total`.
+        var outcomes = RequestOutcomes()
 
         init(limits: URLDispatcher.EndpointLimits) {
             self.limits = limits
@@ -59,6 +61,7 @@ extension URLDispatcherCore {
             case .end(let ending, let timer):
                 effects.cancelTimers += [timer, request.renewal].compactMap { $0 }
                 forget(request)
+                endpoints[request.record.endpoint]?.outcomes.count(ending)
                 release(request.record, outcome: ending.outcome, now: now, into: &effects)
                 effects.completions.append((request.record, ending))
             case .cancelTransfer(let transfer, _, let timer):
@@ -67,6 +70,7 @@ extension URLDispatcherCore {
             case .releaseSlot(let ending, let deliver):
                 effects.cancelTimers += [request.renewal].compactMap { $0 }
                 forget(request)
+                endpoints[request.record.endpoint]?.outcomes.count(ending)
                 release(request.record, outcome: ending.outcome, now: now, into: &effects)
                 if deliver { effects.completions.append((request.record, ending)) }
             case .deliverCompletion(let ending):
@@ -78,6 +82,7 @@ extension URLDispatcherCore {
         /// its endpoint's slots if `countAsFailed`: returns the error its owner gets thrown.
         mutating func refuse(_ record: RequestRecord, _ ending: RequestEnding, countAsFailed: Bool) -> any Error {
             requests[record.id] = nil
+            endpoints[record.endpoint]?.outcomes.count(ending)
             if countAsFailed { endpoints[record.endpoint]!.slots.countUnsubmittedFailure() }
             return URLDispatcherCore.error(ending, of: record)!   // a refusal is never `.completed`
         }

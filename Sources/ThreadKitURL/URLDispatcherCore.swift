@@ -84,10 +84,10 @@ final class URLDispatcherCore: Sendable {
 
     /// A new request, known to the dispatcher from now on; it must then be submitted.
     func register(endpoint: URLDispatcher.Endpoint, kind: URLDispatcher.Kind, request: URLRequest,
-                  timeouts: RequestTimeouts) -> RequestRecord {
+                  timeouts: RequestTimeouts, syncWaiter: SyncWaiter? = nil) -> RequestRecord {
         state.withLock { state in
             state.nextID += 1
-            let record = RequestRecord(id: state.nextID, endpoint: endpoint, kind: kind, request: request)
+            let record = RequestRecord(id: state.nextID, endpoint: endpoint, kind: kind, request: request, syncWaiter: syncWaiter)
             state.requests[record.id] = Request(record: record, life: Life(timeouts: timeouts))
             return record
         }
@@ -243,6 +243,7 @@ final class URLDispatcherCore: Sendable {
             return (task, timeout)
         }
         guard let (task, timeout) = made else { return }
+        record.syncWaiter?.slotGranted()
         armTimeout(record, timeout)
         task.resume()
         logSoon("started \(record.request.httpMethod ?? "GET") \(record.request.url?.absoluteString ?? "?")")

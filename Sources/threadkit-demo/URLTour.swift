@@ -11,7 +11,8 @@ import ThreadKitURL
 /// An embedded "API" with rules: at most `maxConcurrent` requests at once and `ratePerSecond` per
 /// second. A request that breaks a rule is answered 429 with `Retry-After: 1` and counted as a
 /// violation. `/events` is a long stream (10 chunks, 150 ms apart), `/slow` hangs, and `/quota`
-/// answers 429 `Retry-After: 1` once, as an API does when a daily quota runs out.
+/// answers 429 `Retry-After: 1` once, as an API does when a daily quota runs out. `/metrics`,
+/// outside the rules, serves `Diagnostics.prometheusText()`, as a service's scrape endpoint does.
 final class DemoAPIRules: Sendable {
     static let maxConcurrent = 3
     static let ratePerSecond = 15
@@ -27,6 +28,10 @@ final class DemoAPIRules: Sendable {
     var violations: Int { rules.withLock { $0.violations } }
 
     func answer(_ request: LoopbackHTTPServer.Request) -> LoopbackHTTPServer.Reply {
+        if request.path == "/metrics" {
+            return .respond(status: 200, headers: ["Content-Type": "text/plain; version=0.0.4; charset=utf-8"],
+                            body: Array(Diagnostics.prometheusText().utf8))
+        }
         let broken = rules.withLock { rules -> Bool in
             let now = request.arrival
             rules.recent = rules.recent.filter { now - $0 < .seconds(1) } + [now]
@@ -132,11 +137,24 @@ func urlDispatcherTour() async throws {
     let refusedAt = ContinuousClock.now
     let pause = client.statistics(for: endpoint).pausedUntil.map { refusedAt.duration(to: $0) } ?? .zero
     say("  /quota answered \(refused.statusCode) with Retry-After: 1; the endpoint pauses for \(milliseconds(pause))")
+    say("  the dispatcher in Diagnostics.snapshot() now:")
+    let dump = Diagnostics.snapshot().description.split(separator: "\n", omittingEmptySubsequences: false)
+    for line in dump.drop(while: { !$0.hasPrefix("URLDispatcher \"\(client.diagnosticsName)\"") }).prefix(while: { !$0.isEmpty }) {
+        say("    \(line)")
+    }
     let (_, after) = try await client.data(for: URLRequest(url: base.appendingPathComponent("quota")))
     say("  the next request got \(after.statusCode) after \(milliseconds(ContinuousClock.now - refusedAt))")
 
     say("  server's peak concurrency: \(api.server.peak) (limit \(DemoAPI.maxConcurrent)); rule violations: \(api.violations)")
     say("  client statistics: \(client.statistics(for: endpoint))")
+
+    // The process's metrics, scraped from the server's /metrics as Prometheus would.
+    let (metrics, scrape) = try await client.data(for: URLRequest(url: base.appendingPathComponent("metrics")))
+    let lines = String(decoding: metrics, as: UTF8.self).split(separator: "\n")
+    say("  GET /metrics: \(scrape.statusCode), \(scrape.value(forHTTPHeaderField: "Content-Type") ?? "?"), \(lines.count) lines; this client's:")
+    for line in lines where line.hasPrefix("threadkit_url_requests_total{dispatcher=\"\(client.diagnosticsName)\"") && !line.hasSuffix(" 0") {
+        say("    \(line)")
+    }
 }
 
 /// What the tour's tasks count.

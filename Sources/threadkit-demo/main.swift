@@ -302,6 +302,11 @@ step("Sharing one limit across processes (Redis)",
 SharedLimitTour.run()
 finishStep()
 
+step("Diagnostics: what is running now",
+     shows: "every live component, its threads and what they do, as `kill -USR1` would print it with dumpOnSignal")
+say(Diagnostics.snapshot().description)
+finishStep()
+
 say()
 say("== Done " + String(repeating: "=", count: 62))
 say("  the tour took \(milliseconds(ContinuousClock.now - tourStart))")

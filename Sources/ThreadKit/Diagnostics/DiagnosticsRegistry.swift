@@ -92,6 +92,8 @@ package struct DiagnosticsClock: Sendable {
 
     private static func trimmed(_ value: Double) -> String {
         let rounded = (value * 1000).rounded() / 1000
+        // Past 1e15 a Double holds no fraction, and past Int.max `Int(_:)` traps (a timeout of "never").
+        guard rounded.magnitude < 1e15 else { return String(format: "%.0f", rounded) }
         return rounded == rounded.rounded() ? String(Int(rounded)) : String(rounded)
     }
 }
