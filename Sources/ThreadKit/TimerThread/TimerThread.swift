@@ -26,7 +26,8 @@ public final class TimerThread: Sendable {
 
     /// The calls, the lock and the thread; what the thread and the handles hold, rather than this front.
     let core: TimerCore
-    private let isShared: Bool
+    /// Whether this is ``shared``.
+    let isShared: Bool
 
     /// Creates a private timer; its thread starts with the first call.
     ///
@@ -44,9 +45,11 @@ public final class TimerThread: Sendable {
         self.name = name
         self.isShared = isShared
         self.core = TimerCore(name: name)
+        DiagnosticsRegistry.add(self)
     }
 
     deinit {
+        DiagnosticsRegistry.remove(ObjectIdentifier(self))
         core.release()
     }
 

@@ -1,0 +1,84 @@
+/// What one hold of a timer's mutex copies out for its entry in a snapshot (see
+/// ``TimerCore/diagnosticsReading(next:)``); formatted after the lock is let go.
+struct TimerReading {
+    /// One of the next calls due.
+    struct Call {
+        var deadline: MonotonicInstant
+        /// The call's tag, if it has one; shown only as a string, a number or its type's name.
+        var tag: AnyHashable?
+        /// A repeating call's interval.
+        var interval: Duration?
+    }
+
+    var pending: Int
+    var next: [Call]
+    var metrics: TimerMetrics
+    var activity: ThreadActivity?
+}
+
+extension TimerThread: DiagnosticsReporting {
+    /// How many of the next calls due a snapshot lists.
+    static let callsShown = 5
+
+    /// The timer's entry: whether it is the shared one, its counts and lateness histogram, the next
+    /// calls due with their tags, and its thread (once it has started).
+    package func report(_ clock: DiagnosticsClock) -> Snapshot.Component {
+        let reading = core.diagnosticsReading(next: Self.callsShown)
+        let metrics = reading.metrics
+        return Snapshot.Component(
+            kind: "TimerThread", name: name, configuration: [Snapshot.Field("shared", String(isShared))],
+            metrics: [
+                Snapshot.Metric("calls_pending", .gauge, Double(reading.pending), help: "Calls that will run (again)."),
+                Snapshot.Metric(
+                    "calls_scheduled_total", .counter, Double(metrics.scheduled),
+                    help: "Calls scheduled (a repeating call once)."),
+                Snapshot.Metric(
+                    "calls_fired_total", .counter, Double(metrics.fired),
+                    help: "Runs of calls (each run of a repeating call)."),
+                Snapshot.Metric(
+                    "calls_cancelled_total", .counter, Double(metrics.cancelled),
+                    help: "Calls stopped before they ran (again): cancelled, or dropped by dispose or release."),
+                Snapshot.Metric(
+                    histogram: "lateness_seconds", sum: metrics.latenessSum, buckets: metrics.latenessBuckets,
+                    help: "How late each run started after its deadline."),
+            ],
+            threads: reading.activity.map { [clock.thread($0)] } ?? [],
+            pending: reading.next.map { call in
+                Snapshot.Pending(
+                    what: Self.shown(call.tag), dueIn: clock.seconds(until: call.deadline),
+                    reason: call.interval.map { "repeating every \(DiagnosticsClock.text($0))" } ?? "due")
+            },
+            pendingCount: reading.pending)
+    }
+
+    /// A tag as a dump shows it, without calling its code: a string quoted, a number as written,
+    /// anything else by its type's name; `untagged` without one.
+    static func shown(_ tag: AnyHashable?) -> String {
+        guard let tag else { return "untagged" }
+        let value = tag.base
+        let type = type(of: value)
+        if type == String.self { return "\"\(value as! String)\"" }
+        if type == Substring.self { return "\"\(value as! Substring)\"" }
+        if let number = Self.number(value, of: type) { return number }
+        return _typeName(type, qualified: false)
+    }
+
+    /// A standard integer or floating-point number as text; `nil` for any other type.
+    private static func number(_ value: Any, of type: Any.Type) -> String? {
+        switch type {
+        case is Int.Type: String(value as! Int)
+        case is Int8.Type: String(value as! Int8)
+        case is Int16.Type: String(value as! Int16)
+        case is Int32.Type: String(value as! Int32)
+        case is Int64.Type: String(value as! Int64)
+        case is UInt.Type: String(value as! UInt)
+        case is UInt8.Type: String(value as! UInt8)
+        case is UInt16.Type: String(value as! UInt16)
+        case is UInt32.Type: String(value as! UInt32)
+        case is UInt64.Type: String(value as! UInt64)
+        case is Double.Type: String(value as! Double)
+        case is Float.Type: String(value as! Float)
+        default: nil
+        }
+    }
+}
