@@ -22,9 +22,9 @@ private struct CustomTag: Hashable, Sendable {
         #expect(entry.pending.map(\.what) == ["\"a\"", "7", "CustomTag"])
         #expect(entry.pending.map(\.reason) == ["due", "due", "due"])
         let dueIn = entry.pending.map(\.dueIn)
-        #expect(dueIn[0] > 99 && dueIn[0] <= 100)
-        #expect(dueIn[1] > 199 && dueIn[1] <= 200)
-        #expect(dueIn[2] > 299 && dueIn[2] <= 300)
+        #expect(dueIn[0] > 90 && dueIn[0] <= 100)
+        #expect(dueIn[1] > 190 && dueIn[1] <= 200)
+        #expect(dueIn[2] > 290 && dueIn[2] <= 300)
         #expect(entry.metric("calls_pending") == 3)
         #expect(entry.metric("calls_scheduled_total") == 3)
         #expect(entry.metric("calls_fired_total") == 0)
@@ -58,7 +58,7 @@ private struct CustomTag: Hashable, Sendable {
         })
         let thread = try #require(diagnosticsComponent("TimerThread", named: name)?.threads.first)
         #expect(thread.name == name)
-        #expect(thread.until.map { $0 > 98 && $0 <= 100 } == true)
+        #expect(thread.until.map { $0 > 90 && $0 <= 100 } == true)
     }
 
     @Test func aRepeatingCallSaysHowOftenItRepeats() async throws {
@@ -133,7 +133,7 @@ private struct CustomTag: Hashable, Sendable {
             fastest = min(fastest, ContinuousClock.now - started)
             #expect(entry.pendingCount == 100_000)
             #expect(entry.pending.count == TimerThread.callsShown)
-            #expect(entry.pending.first.map { $0.dueIn > 999 && $0.dueIn <= 1_000 } == true)
+            #expect(entry.pending.first.map { $0.dueIn > 900 && $0.dueIn <= 1_000 } == true)
         }
         // The report copies five calls out of the heap's top (microseconds); the bound for a
         // whole dump with 100,000 pending calls is 50 ms, which a sort of the heap under the lock misses.
@@ -147,7 +147,8 @@ private struct CustomTag: Hashable, Sendable {
             try timer.schedule(after: .zero) {}
             #expect(diagnosticsComponent("TimerThread", named: name) != nil)
         }
-        #expect(diagnosticsComponent("TimerThread", named: name) == nil)
+        // A snapshot taken by another test at this moment may hold it a little longer.
+        #expect(await eventually { diagnosticsComponent("TimerThread", named: name) == nil })
     }
 }
 

@@ -3,7 +3,7 @@ import Synchronization
 extension ThreadPool: DiagnosticsReporting, DiagnosticsWaitTarget {
     /// What one hold of the mutex copies out of the pool for its entry in a snapshot.
     private struct Reading {
-        var threads = 0, idle = 0, spinning = 0, queued = 0, completed = 0, peak = 0
+        var threads = 0, idle = 0, queued = 0, completed = 0, peak = 0
         var started = 0, left = 0, blockedSubmitters = 0
         var workers: [(number: Int, activity: ThreadActivity)] = []
     }
@@ -17,7 +17,7 @@ extension ThreadPool: DiagnosticsReporting, DiagnosticsWaitTarget {
             let idle = idleWorkers.current
             return Reading(
                 threads: machine.threads, idle: min(machine.threads, idle.sleepers + idle.spinners),
-                spinning: idle.spinners, queued: readIntake().queued,
+                queued: readIntake().queued,
                 completed: machine.workers.all.reduce(completedCount.load(ordering: .relaxed)) {
                     $0 + $1.completed.load(ordering: .relaxed)
                 },
@@ -32,24 +32,20 @@ extension ThreadPool: DiagnosticsReporting, DiagnosticsWaitTarget {
             Snapshot.Field("queueLimit", queueLimit.map(String.init) ?? "none"),
             Snapshot.Field("whenFull", Self.text(overflowPolicy)),
         ]
-        let metrics: [Snapshot.Metric] = [
-            Snapshot.Metric("threads", .gauge, Double(reading.threads), help: "Threads alive, busy or idle."),
-            Snapshot.Metric("threads_busy", .gauge, Double(reading.threads - reading.idle), help: "Threads running a task."),
-            Snapshot.Metric("threads_idle", .gauge, Double(reading.idle), help: "Threads waiting for work."),
-            Snapshot.Metric("threads_peak", .gauge, Double(reading.peak), help: "The most threads alive at once."),
-            Snapshot.Metric(
-                "threads_started_total", .counter, Double(reading.started),
-                help: "Threads the pool started (or tried to: a start the system refused counts)."),
-            Snapshot.Metric(
-                "threads_exited_total", .counter, Double(reading.left),
-                help: "Threads that left the pool, collected when idle or at shutdown."),
-            Snapshot.Metric("tasks_queued", .gauge, Double(reading.queued), help: "Tasks waiting for a thread."),
-            Snapshot.Metric(
-                "tasks_completed_total", .counter, Double(reading.completed), help: "Tasks that ran to their end."),
-            Snapshot.Metric(
-                "submitters_blocked", .gauge, Double(reading.blockedSubmitters),
-                help: "Threads blocked in a submission, waiting for room in the full queue."),
+        let counts: [(name: String, kind: Snapshot.Metric.Kind, value: Int, help: String)] = [
+            ("threads", .gauge, reading.threads, "Threads alive, busy or idle."),
+            ("threads_busy", .gauge, reading.threads - reading.idle, "Threads running a task."),
+            ("threads_idle", .gauge, reading.idle, "Threads waiting for work."),
+            ("threads_peak", .gauge, reading.peak, "The most threads alive at once."),
+            ("threads_started_total", .counter, reading.started,
+             "Threads the pool started (or tried to: a start the system refused counts)."),
+            ("threads_exited_total", .counter, reading.left, "Threads that left the pool, collected when idle or at shutdown."),
+            ("tasks_queued", .gauge, reading.queued, "Tasks waiting for a thread."),
+            ("tasks_completed_total", .counter, reading.completed, "Tasks that ran to their end."),
+            ("submitters_blocked", .gauge, reading.blockedSubmitters,
+             "Threads blocked in a submission, waiting for room in the full queue."),
         ]
+        let metrics = counts.map { Snapshot.Metric($0.name, $0.kind, Double($0.value), help: $0.help) }
         return Snapshot.Component(
             kind: "ThreadPool", name: name, configuration: configuration, metrics: metrics,
             threads: reading.workers.sorted { $0.number < $1.number }.map { clock.thread($0.activity) },

@@ -57,28 +57,15 @@ extension TimerThread: DiagnosticsReporting {
         guard let tag else { return "untagged" }
         let value = tag.base
         let type = type(of: value)
-        if type == String.self { return "\"\(value as! String)\"" }
-        if type == Substring.self { return "\"\(value as! Substring)\"" }
-        if let number = Self.number(value, of: type) { return number }
+        if type == String.self || type == Substring.self { return "\"\(value)\"" }
+        // The standard library's own description of its numbers: no user code.
+        if numberTypes.contains(ObjectIdentifier(type)) { return String(describing: value) }
         return _typeName(type, qualified: false)
     }
 
-    /// A standard integer or floating-point number as text; `nil` for any other type.
-    private static func number(_ value: Any, of type: Any.Type) -> String? {
-        switch type {
-        case is Int.Type: String(value as! Int)
-        case is Int8.Type: String(value as! Int8)
-        case is Int16.Type: String(value as! Int16)
-        case is Int32.Type: String(value as! Int32)
-        case is Int64.Type: String(value as! Int64)
-        case is UInt.Type: String(value as! UInt)
-        case is UInt8.Type: String(value as! UInt8)
-        case is UInt16.Type: String(value as! UInt16)
-        case is UInt32.Type: String(value as! UInt32)
-        case is UInt64.Type: String(value as! UInt64)
-        case is Double.Type: String(value as! Double)
-        case is Float.Type: String(value as! Float)
-        default: nil
-        }
-    }
+    /// The standard integer and floating-point types, which a dump shows as numbers.
+    private static let numberTypes: Set<ObjectIdentifier> = Set([
+        Int.self, Int8.self, Int16.self, Int32.self, Int64.self, UInt.self, UInt8.self, UInt16.self, UInt32.self,
+        UInt64.self, Double.self, Float.self,
+    ].map { ObjectIdentifier($0 as Any.Type) })
 }
