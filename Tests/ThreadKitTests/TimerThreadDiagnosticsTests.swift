@@ -87,13 +87,13 @@ private struct CustomTag: Hashable, Sendable {
     }
 
     @Test func aTagIsShownWithoutCallingItsCode() {
-        #expect(TimerThread.shown(nil) == "untagged")
-        #expect(TimerThread.shown(AnyHashable("x")) == "\"x\"")
-        #expect(TimerThread.shown(AnyHashable(Substring("sub"))) == "\"sub\"")
-        #expect(TimerThread.shown(AnyHashable(Int8(-3))) == "-3")
-        #expect(TimerThread.shown(AnyHashable(UInt64(42))) == "42")
-        #expect(TimerThread.shown(AnyHashable(0.5)) == "0.5")
-        #expect(TimerThread.shown(AnyHashable(CustomTag(id: 3))) == "CustomTag")
+        #expect(TimerCore.shown(nil) == "untagged")
+        #expect(TimerCore.shown(AnyHashable("x")) == "\"x\"")
+        #expect(TimerCore.shown(AnyHashable(Substring("sub"))) == "\"sub\"")
+        #expect(TimerCore.shown(AnyHashable(Int8(-3))) == "-3")
+        #expect(TimerCore.shown(AnyHashable(UInt64(42))) == "42")
+        #expect(TimerCore.shown(AnyHashable(0.5)) == "0.5")
+        #expect(TimerCore.shown(AnyHashable(CustomTag(id: 3))) == "CustomTag")
     }
 
     @Test func theEarliestElementsOfAHeapComeInOrderWithoutSortingIt() {
@@ -129,10 +129,10 @@ private struct CustomTag: Hashable, Sendable {
         for _ in 0..<3 {
             let clock = DiagnosticsClock(now: .now())
             let started = ContinuousClock.now
-            let entry = timer.report(clock)
+            let entry = timer.core.report(clock)
             fastest = min(fastest, ContinuousClock.now - started)
             #expect(entry.pendingCount == 100_000)
-            #expect(entry.pending.count == TimerThread.callsShown)
+            #expect(entry.pending.count == TimerCore.callsShown)
             #expect(entry.pending.first.map { $0.dueIn > 900 && $0.dueIn <= 1_000 } == true)
         }
         // The report copies five calls out of the heap's top (microseconds); the bound for a

@@ -58,8 +58,12 @@ final class TimerCore: @unchecked Sendable {
         var tagsByCall: [ObjectIdentifier: AnyHashable] = [:]
     }
 
-    init(name: String) {
+    /// Whether this is ``TimerThread/shared``'s core.
+    let isShared: Bool
+
+    init(name: String, isShared: Bool = false) {
         self.name = name
+        self.isShared = isShared
     }
 
     // MARK: - Calls

@@ -16,14 +16,14 @@ struct TimerReading {
     var activity: ThreadActivity?
 }
 
-extension TimerThread: DiagnosticsReporting {
+extension TimerCore: DiagnosticsReporting {
     /// How many of the next calls due a snapshot lists.
     static let callsShown = 5
 
     /// The timer's entry: whether it is the shared one, its counts and lateness histogram, the next
     /// calls due with their tags, and its thread (once it has started).
     package func report(_ clock: DiagnosticsClock) -> Snapshot.Component {
-        let reading = core.diagnosticsReading(next: Self.callsShown)
+        let reading = diagnosticsReading(next: Self.callsShown)
         let metrics = reading.metrics
         return Snapshot.Component(
             kind: "TimerThread", name: name, configuration: [Snapshot.Field("shared", String(isShared))],

@@ -26,8 +26,7 @@ public final class TimerThread: Sendable {
 
     /// The calls, the lock and the thread; what the thread and the handles hold, rather than this front.
     let core: TimerCore
-    /// Whether this is ``shared``.
-    let isShared: Bool
+    private let isShared: Bool
 
     /// Creates a private timer; its thread starts with the first call.
     ///
@@ -44,12 +43,14 @@ public final class TimerThread: Sendable {
     private init(name: String, isShared: Bool) {
         self.name = name
         self.isShared = isShared
-        self.core = TimerCore(name: name)
-        DiagnosticsRegistry.add(self)
+        self.core = TimerCore(name: name, isShared: isShared)
+        // The core reports: a snapshot's brief reference to it must not delay this front's
+        // release, which stops the repeating calls. It leaves the inventory with the front.
+        DiagnosticsRegistry.add(core)
     }
 
     deinit {
-        DiagnosticsRegistry.remove(ObjectIdentifier(self))
+        DiagnosticsRegistry.remove(ObjectIdentifier(core))
         core.release()
     }
 
