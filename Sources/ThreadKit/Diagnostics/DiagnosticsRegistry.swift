@@ -16,6 +16,12 @@ package enum DiagnosticsRegistry {
         entries.withLock { _ = $0.live.removeValue(forKey: id) }
     }
 
+    /// The live component whose identity is `id`, if it is still registered: a strong reference,
+    /// released by the caller after the lock (as ``live()``'s are).
+    package static func component(_ id: ObjectIdentifier) -> (any DiagnosticsReporting)? {
+        entries.withLock { $0.live[id]?.component }
+    }
+
     /// The live components, oldest first. Strong references, made under the lock and released by
     /// the caller after it: a component whose last reference they are deinits on the caller's
     /// thread, and its ``remove(_:)`` takes the lock again.
@@ -126,7 +132,7 @@ extension SerialContext {
         case .thread(let core): (core as AnyObject as? any DiagnosticsWaitTarget)?.holdingThread
         case .throttled(let queue): (queue as AnyObject as? any DiagnosticsWaitTarget)?.holdingThread
         case .nestedTurn(let hold): (hold.queue as AnyObject as? any DiagnosticsWaitTarget)?.holdingThread
-        case .pool(let pool): (pool as AnyObject as? any DiagnosticsWaitTarget)?.holdingThread
+        case .pool(let pool): pool.holdingThread
         }
     }
 }

@@ -37,12 +37,21 @@ public final class ScheduledTask: @unchecked Sendable {
     /// The pool, when it has one thread: a serial context, for the re-entry and deadlock rules of
     /// ``wait()``. Weak, so that a handle never keeps a finished pool alive.
     private weak let serialPool: ThreadPool?
+    /// The pool's identity, for a wait to find it in ``DiagnosticsRegistry`` (it costs no reference).
+    private let poolID: ObjectIdentifier?
+    /// The `label:` of ``ThreadPool/schedule(label:_:)``, for the description of a wait.
+    private let label: String?
 
-    init(pool: ThreadPool?, work: @escaping @Sendable () -> Void, onAbandon: (@Sendable () -> Void)? = nil) {
+    init(
+        pool: ThreadPool?, work: @escaping @Sendable () -> Void, onAbandon: (@Sendable () -> Void)? = nil,
+        label: String? = nil
+    ) {
         self.pool = pool
         self.serialPool = pool?.size == 1 ? pool : nil
+        self.poolID = pool.map(ObjectIdentifier.init)
         self.work = work
         self.onAbandon = onAbandon
+        self.label = label
     }
 
     /// Stops the task from running, if no thread has taken it yet.
@@ -102,7 +111,7 @@ public final class ScheduledTask: @unchecked Sendable {
         if ExecutionContexts.holds(context), serialPool.runInline(self) { return true }
         // A timed wait ends by itself: it takes no part in cycles.
         guard deadline == nil else { return blockingWait(until: deadline) }
-        return ExecutionContexts.blocking(for: context) { blockingWait(until: nil) }
+        return ExecutionContexts.blocking(for: context, kind: "wait") { blockingWait(until: nil) }
     }
 
     // MARK: - For the pool
@@ -191,9 +200,16 @@ public final class ScheduledTask: @unchecked Sendable {
         monitor.mutex.withLock { monitor.condition.broadcast() }
     }
 
-    /// Waits on the shared monitor; the waiter flag makes the finishing thread broadcast to it.
+    /// Waits on the shared monitor, reported as a `"wait"` for this task (see ``TaskWaitTarget``).
     private func blockingWait(until deadline: MonotonicInstant?) -> Bool {
         if isFinished { return true }
+        let pool = poolID.flatMap { DiagnosticsRegistry.component($0) as? ThreadPool }
+        let target = TaskWaitTarget(self, pool: pool, label: label)
+        return ThreadActivity.current.blocked("wait", on: target) { parkedWait(until: deadline) }
+    }
+
+    /// Waits on the shared monitor; the waiter flag makes the finishing thread broadcast to it.
+    private func parkedWait(until deadline: MonotonicInstant?) -> Bool {
         let monitor = WaitMonitor.shared
         monitor.mutex.lock()
         defer { monitor.mutex.unlock() }

@@ -206,9 +206,11 @@ extension ThreadPool {
 
     /// Blocks until a task leaves the full queue or the pool shuts down. Mutex held.
     private func _blockingWaitForRoomInQueue() {
-        guard configuration.size == 1 else { return queueHasRoom.wait(mutex) }
+        guard configuration.size == 1 else {
+            return ThreadActivity.current.blocked("full queue", on: self) { queueHasRoom.wait(mutex) }
+        }
         // A wait for a one-thread pool takes part in the deadlock detector's cycles.
-        ExecutionContexts.blocking(for: SerialContext(.pool(self))) { queueHasRoom.wait(mutex) }
+        ExecutionContexts.blocking(for: SerialContext(.pool(self)), kind: "full queue") { queueHasRoom.wait(mutex) }
     }
 
     /// Called by a pending task's ``ScheduledTask/cancel()``: it no longer waits for a thread.

@@ -90,11 +90,15 @@ extension ThreadPool {
         precondition(timeout >= .zero, "ThreadPool '\(name)'.awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
         let deadline = MonotonicInstant.now().advanced(by: timeout)
         return mutex.withLock {
-            while !machine.isTerminated(readIntake()) {
-                if MonotonicInstant.now() >= deadline { return false }
-                threadsGone.wait(mutex, until: deadline)
+            if machine.isTerminated(readIntake()) { return true }
+            if MonotonicInstant.now() >= deadline { return false }
+            return ThreadActivity.current.blocked("termination", on: self) {
+                while !machine.isTerminated(readIntake()) {
+                    if MonotonicInstant.now() >= deadline { return false }
+                    threadsGone.wait(mutex, until: deadline)
+                }
+                return true
             }
-            return true
         }
     }
 

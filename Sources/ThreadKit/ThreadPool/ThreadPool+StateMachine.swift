@@ -49,7 +49,9 @@ extension ThreadPool {
         /// The most threads that had really started at once.
         private var peakStarted = 0
         /// Threads numbered so far: the next one is `threadsStarted + 1`.
-        private var threadsStarted = 0
+        private(set) var threadsStarted = 0
+        /// Threads that left the pool (collected when idle, or at shutdown).
+        private(set) var threadsLeft = 0
         /// How long the next retry waits, after a thread start failed with work left unserved: it
         /// doubles with each failure and starts over once a thread starts.
         private var startRetryDelay = StateMachine.firstStartRetry
@@ -208,6 +210,7 @@ extension ThreadPool {
             if look == .work { return (.stay, room) }
             workers.remove(id)
             exitingThreads += 1
+            threadsLeft += 1
             return (.exit, room)
         }
 

@@ -9,11 +9,20 @@ extension ThreadPool {
         let wakeUp = MonotonicCondition()
         /// Tasks this thread completed; only it writes, others read for ``ThreadPool/statistics``.
         let completed = Atomic<Int>(0)
+        /// The thread's state as ``Diagnostics`` shows it: set when it spins, sleeps and wakes.
+        let activity: ThreadActivity
+        /// The ``ScheduledTask`` this thread runs now, as its address (0: none), so that a
+        /// snapshot finds who holds a task waited for. Only this thread writes it (relaxed stores
+        /// around a task with a handle); a snapshot reads it under the pool's mutex.
+        let runningTask = Atomic<UInt>(0)
         /// Work a submitter handed over while the worker slept.
         var assignment: Work?
 
+        /// Made on the worker's own thread, which it takes the activity of.
         init(number: Int) {
             self.number = number
+            activity = ThreadActivity.current
+            activity.running("task")
         }
     }
 
@@ -34,9 +43,18 @@ extension ThreadPool {
     func runWorker(_ worker: Worker, _ id: WorkerID, firstWork: FirstWork) {
         var next = firstWork.take() ?? takeNextWork(for: worker, id)
         while next != nil {
-            perform(next.take()!, countingInto: worker.completed)
+            perform(next.take()!, by: worker)
             next = takeNextWork(for: worker, id)
         }
+    }
+
+    /// Runs claimed work on a worker's thread, and counts it into the worker's `completed`; a task
+    /// with a handle is published in `runningTask` while it runs (see ``ScheduledTask/holdingThread``).
+    private func perform(_ work: Work, by worker: Worker) {
+        guard case .task(let task) = work else { return perform(work, countingInto: worker.completed) }
+        worker.runningTask.store(UInt(bitPattern: ObjectIdentifier(task)), ordering: .relaxed)
+        task.runClaimed(countingInto: worker.completed)
+        worker.runningTask.store(0, ordering: .relaxed)
     }
 
     /// Runs claimed work on the calling thread, and counts it into `completed`.
@@ -62,20 +80,24 @@ extension ThreadPool {
     private func takeNextWork(for worker: Worker, _ id: WorkerID) -> Work? {
         while true {
             if let work = takeQueuedWork() { return work }
+            var spun = false
             mutex.lock()
             if let budget = machine.spinBeforeSleeping(spinners: idleWorkers.current.spinners) {
                 idleWorkers.addSpinner()
                 mutex.unlock()
+                worker.activity.spinning()
                 if spinBrieflyForWork(for: budget) {
                     // No longer idle before it looks: a submitter that still counts it leaves its
                     // work to it, and it looks after this, so it finds that work or a sleeper is woken.
                     idleWorkers.removeSpinner()
+                    worker.activity.running("task")
                     continue
                 }
                 // From spinning to sleeping under the mutex, so that a submitter holding it never
                 // sees this thread as neither idle nor busy (and starts another thread instead).
                 mutex.lock()
                 idleWorkers.removeSpinner()
+                spun = true
             }
             decide { $0.workerFallsAsleep(id) }
             let (found, look) = popQueuedWork()
@@ -88,11 +110,14 @@ extension ThreadPool {
                 // Work, or run() calls let in whose threads must be woken or started: not while
                 // holding the mutex, so this thread does not sleep on it but looks again after.
                 mutex.unlock()
+                if spun { worker.activity.running("task") }
                 help(room)
                 if let found { return found }
                 continue
             case .sleep(let retirement):
+                worker.activity.sleeping(until: nil as MonotonicInstant?)
                 let end = _blockingWaitForWork(worker, id, until: retirement)
+                worker.activity.running("task")
                 switch decide({ $0.sleepEnded(id, end, slept: idleSince.duration(to: .now())) }) {
                 case .runHandedWork:
                     let work = worker.assignment.take()

@@ -119,9 +119,11 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             queueLimit: queueLimit, overflowPolicy: whenFull)
         machineStorage = .allocate(capacity: 1)
         machineStorage.initialize(to: Machine(configuration, createdAt: .now()))
+        DiagnosticsRegistry.add(self)
     }
 
     deinit {
+        DiagnosticsRegistry.remove(ObjectIdentifier(self))
         machineStorage.deinitialize(count: 1)
         machineStorage.deallocate()
     }

@@ -39,6 +39,10 @@ final class TimerCore: @unchecked Sendable {
         var tags: [ObjectIdentifier: AnyHashable] = [:]
         /// The call running on the timer thread now, if any.
         var running: TimerHandle?
+        /// What ``Diagnostics`` shows of the calls.
+        var metrics = TimerMetrics()
+        /// The timer thread's activity, while it runs.
+        var activity: ThreadActivity?
     }
 
     /// What a locked section took out of the timer for its caller to release once it has unlocked.
@@ -54,8 +58,12 @@ final class TimerCore: @unchecked Sendable {
         var tagsByCall: [ObjectIdentifier: AnyHashable] = [:]
     }
 
-    init(name: String) {
+    /// Whether this is ``TimerThread/shared``'s core.
+    let isShared: Bool
+
+    init(name: String, isShared: Bool = false) {
         self.name = name
+        self.isShared = isShared
     }
 
     // MARK: - Calls
@@ -97,6 +105,7 @@ final class TimerCore: @unchecked Sendable {
                 break
             }
             state.heap.insert(handle, deadline: deadline)
+            state.metrics.recordScheduled()
             if let tag {
                 state.tagged[tag, default: []].insert(handle)
                 state.tags[ObjectIdentifier(handle)] = tag
@@ -183,6 +192,7 @@ final class TimerCore: @unchecked Sendable {
             count += 1
         }
         leftovers.handles = dropped
+        state.metrics.recordCancelled(count)
         swap(&leftovers.tagged, &state.tagged)
         swap(&leftovers.tagsByCall, &state.tags)
         wakeUp.signal()
@@ -247,9 +257,11 @@ final class TimerCore: @unchecked Sendable {
         case .scheduled:
             state.heap.remove(handle)
             handle.phase = .cancelled
+            state.metrics.recordCancelled(1)
             return (true, handle.work.take())
         case .running where handle.isRepeating:
             handle.phase = .cancelled  // the timer thread drops the call after this run
+            state.metrics.recordCancelled(1)
             return (true, nil)
         case .running, .fired, .cancelled:
             return (false, nil)
@@ -287,6 +299,7 @@ final class TimerCore: @unchecked Sendable {
     /// ``finishRun(of:dueAt:returnedAt:)``;
     /// calls run, and closures, tags and handles are released, with it unlocked.
     private func runTimerThread() {
+        mutex.withLock { state.activity = ThreadActivity.current }
         while var call = _blockingWaitForDueCall() {
             call.tags = (nil, nil)  // a one-shot call's tag: released unlocked, before it runs
             let lateness = call.deadline.duration(to: call.now)
@@ -295,11 +308,17 @@ final class TimerCore: @unchecked Sendable {
             }
             call.work()
             let returned = MonotonicInstant.now()
-            let cancelledWork = mutex.withLock { finishRun(of: call.handle, dueAt: call.deadline, returnedAt: returned) }
+            let cancelledWork = mutex.withLock {
+                state.metrics.recordFired(lateness: Int64(bitPattern: call.now.nanoseconds &- call.deadline.nanoseconds))
+                return finishRun(of: call.handle, dueAt: call.deadline, returnedAt: returned)
+            }
             // Released here, unlocked: the closure of a repeating call cancelled during this run,
             // and then this loop's own references to the call and its closure.
             withExtendedLifetime((cancelledWork, call)) {}
         }
+        // Released unlocked: the last reference to the activity takes the activities' lock.
+        let activity = mutex.withLock { state.activity.take() }
+        withExtendedLifetime(activity) {}
         Log.log(.timer, "\(name): the timer thread exits")
     }
 
@@ -361,10 +380,32 @@ final class TimerCore: @unchecked Sendable {
     }
 
     private func _blockingWaitForCalls() {
+        state.activity?.sleeping(until: nil as MonotonicInstant?)
         wakeUp.wait(mutex)
+        state.activity?.running("timer call")
     }
 
     private func _blockingWaitForDeadline(_ deadline: MonotonicInstant) {
+        state.activity?.sleeping(until: deadline)
         wakeUp.wait(mutex, until: deadline)
+        state.activity?.running("timer call")
+    }
+
+    // MARK: - Diagnostics
+
+    /// What one hold of the mutex copies for ``TimerThread``'s entry in a snapshot: the counts,
+    /// the `limit` earliest calls (from the heap's top, never sorting it) with their tags, the thread.
+    func diagnosticsReading(next limit: Int) -> TimerReading {
+        mutex.withLock {
+            let runningRepeats = state.running.map { $0.isRepeating && $0.phase == .running } ?? false
+            let next = state.heap.earliest(limit).map { deadline, handle in
+                TimerReading.Call(
+                    deadline: deadline, tag: handle.isTagged ? state.tags[ObjectIdentifier(handle)] : nil,
+                    interval: handle.repetition?.interval)
+            }
+            return TimerReading(
+                pending: state.heap.count + (runningRepeats ? 1 : 0), next: next, metrics: state.metrics,
+                activity: state.activity)
+        }
     }
 }

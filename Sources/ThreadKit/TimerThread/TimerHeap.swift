@@ -57,6 +57,30 @@ struct TimerHeap<Element: TimerHeapElement> {
         entries.first?.deadline
     }
 
+    /// The `limit` earliest elements with their deadlines, earliest first, the heap untouched.
+    ///
+    /// A best-first walk down from the root: it looks at the entries that precede the last one it
+    /// returns and their children (marked entries are passed through), never at the whole heap, so
+    /// showing the next few of a million pending calls costs a few dozen comparisons.
+    func earliest(_ limit: Int) -> [(deadline: MonotonicInstant, element: Element)] {
+        var found: [(deadline: MonotonicInstant, element: Element)] = []
+        var frontier = entries.isEmpty ? [] : [0]
+        while found.count < limit, !frontier.isEmpty {
+            var best = 0
+            for candidate in frontier.indices.dropFirst() where entries[frontier[candidate]].precedes(entries[frontier[best]]) {
+                best = candidate
+            }
+            let index = frontier[best]
+            frontier.swapAt(best, frontier.count - 1)
+            frontier.removeLast()
+            if !entries[index].isRemoved { found.append((entries[index].deadline, entries[index].element)) }
+            for child in [2 * index + 1, 2 * index + 2] where child < entries.count {
+                frontier.append(child)
+            }
+        }
+        return found
+    }
+
     /// Adds `element` to run at `deadline`, after every element already due at the same instant.
     mutating func insert(_ element: Element, deadline: MonotonicInstant) {
         precondition(element.heapIndex == nil, "an element is in at most one heap, once")

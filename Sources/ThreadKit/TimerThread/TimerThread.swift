@@ -43,10 +43,14 @@ public final class TimerThread: Sendable {
     private init(name: String, isShared: Bool) {
         self.name = name
         self.isShared = isShared
-        self.core = TimerCore(name: name)
+        self.core = TimerCore(name: name, isShared: isShared)
+        // The core reports: a snapshot's brief reference to it must not delay this front's
+        // release, which stops the repeating calls. It leaves the inventory with the front.
+        DiagnosticsRegistry.add(core)
     }
 
     deinit {
+        DiagnosticsRegistry.remove(ObjectIdentifier(core))
         core.release()
     }
 
