@@ -39,8 +39,8 @@ struct DiagnosticsDeadlockExitTests {
         let threads = output.components(separatedBy: "Threads:\n").dropFirst().first ?? ""
         #expect(!threads.isEmpty, "standard error was: \(output)")
         let rows = threads.split(separator: "\n").map(String.init)
-        let rowA = rows.first { $0.contains("\"dq-cycle-A\"") }
-        let rowB = rows.first { $0.contains("\"dq-cycle-B\"") }
+        let rowA = rows.first { $0.hasPrefix("  \"dq-cycle-A\"") }
+        let rowB = rows.first { $0.hasPrefix("  \"dq-cycle-B\"") }
         #expect(rowA != nil && rowB != nil, "threads were: \(threads)")
         // Whichever closes the cycle is reported blocked too: it reports its wait before the
         // detector's check.

@@ -79,7 +79,39 @@ struct WaitGraphDiagnosticsTests {
         #expect(blocked)
         let caller = callerID.withLock { $0 }
         let wait = Diagnostics.snapshot().waits.first { $0.thread.kernelThreadID == caller }
+        #expect(wait?.kind == "sync")
         #expect(wait?.waitsFor == "DedicatedThread \"dq-dispatch\"")
+        #expect(wait?.holder?.kernelThreadID == threadID)
+        release.countDown()
+        #expect(returned.wait(timeout: .seconds(10)))
+    }
+
+    @Test("A thread waiting for a chain's step on a busy dedicated thread waits in chain for it, held by its thread")
+    func chainWait() async throws {
+        let thread = DedicatedThread(name: "dq-chain-wait")
+        let threadID = synchronously { thread.sync { ThreadActivity.currentKernelThreadID() } }
+        let inside = Latch(), release = Latch(), returned = Latch()
+        let step = DispatchMethod.async(on: .thread(thread)).execute {
+            inside.countDown()
+            release.wait(timeout: .seconds(10))
+        }
+        #expect(inside.wait(timeout: .seconds(10)))
+        let callerID = LockedValue<Int32>(0)
+        Thread {
+            callerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
+            _ = try? step.wait()
+            returned.countDown()
+        }.start()
+        defer { release.countDown() }
+        let blocked = await eventually {
+            let caller = callerID.withLock { $0 }
+            return caller != 0 && Diagnostics.snapshot().waits.contains { $0.thread.kernelThreadID == caller }
+        }
+        #expect(blocked)
+        let caller = callerID.withLock { $0 }
+        let wait = Diagnostics.snapshot().waits.first { $0.thread.kernelThreadID == caller }
+        #expect(wait?.kind == "chain")
+        #expect(wait?.waitsFor == "DedicatedThread \"dq-chain-wait\"")
         #expect(wait?.holder?.kernelThreadID == threadID)
         release.countDown()
         #expect(returned.wait(timeout: .seconds(10)))
