@@ -19,28 +19,14 @@ struct DedicatedThreadDiagnosticsTests {
     @Test("A thread blocked in sync on a busy dedicated thread is an edge: thread → DedicatedThread → the thread running its task")
     func blockedSyncIsAnEdge() async throws {
         let thread = DedicatedThread(name: "dq-a")
-        let threadID = synchronously { thread.sync { ThreadActivity.currentKernelThreadID() } }
-        let inside = Latch(), release = Latch(), syncReturned = Latch()
-        try thread.execute(label: "holding the lock") {
-            inside.countDown()
-            release.wait(timeout: .seconds(10))
-        }
-        #expect(inside.wait(timeout: .seconds(10)))
-        let callerID = LockedValue<Int32>(0)
-        Thread {
-            callerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
-            thread.sync {}
-            syncReturned.countDown()
-        }.start()
+        synchronously { thread.sync {} }
+        let release = Latch()
         defer { release.countDown() }
-        let blocked = await eventually {
-            let caller = callerID.withLock { $0 }
-            return Diagnostics.snapshot().waits.contains { $0.thread.kernelThreadID == caller && caller != 0 }
-        }
-        #expect(blocked)
+        let threadID = try #require(try occupy(thread, label: "holding the lock", until: release))
+        let blocked = try #require(await BlockedCaller.start { thread.sync {} })
+        let caller = blocked.threadID
         let snapshot = Diagnostics.snapshot()
-        let caller = callerID.withLock { $0 }
-        let wait = try #require(snapshot.waits.first { $0.thread.kernelThreadID == caller })
+        let wait = try #require(blocked.edge(in: snapshot))
         #expect(wait.kind == "sync")
         #expect(wait.waitsFor == "DedicatedThread \"dq-a\"")
         #expect(wait.holder?.kernelThreadID == threadID)
@@ -66,7 +52,7 @@ struct DedicatedThreadDiagnosticsTests {
         #expect(text.contains("in sync for DedicatedThread \"dq-a\", held by \"dq-a\" (tid \(threadID))"))
 
         release.countDown()
-        #expect(syncReturned.wait(timeout: .seconds(10)))
+        #expect(blocked.returned.wait(timeout: .seconds(10)))
         let after = Diagnostics.snapshot()
         #expect(!after.waits.contains { $0.thread.kernelThreadID == caller })
         #expect(Self.metric("tasks_completed_total", of: Self.component("dq-a", in: after)) == 3)
@@ -116,36 +102,19 @@ struct DedicatedThreadDiagnosticsTests {
     @Test("A thread in awaitTermination(timeout:) waits in termination for the dedicated thread, held by its thread")
     func terminationWait() async throws {
         let thread = DedicatedThread(name: "dq-term")
-        let threadID = synchronously { thread.sync { ThreadActivity.currentKernelThreadID() } }
-        let inside = Latch(), release = Latch()
-        try thread.execute {
-            inside.countDown()
-            release.wait(timeout: .seconds(10))
-        }
-        #expect(inside.wait(timeout: .seconds(10)))
-        thread.dispose()
-        let callerID = LockedValue<Int32>(0)
-        let ended = Latch()
-        Thread {
-            callerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
-            _ = thread.awaitTermination(timeout: .seconds(10))
-            ended.countDown()
-        }.start()
+        let release = Latch()
         defer { release.countDown() }
-        let waiting = await eventually {
-            let caller = callerID.withLock { $0 }
-            return caller != 0 && Diagnostics.snapshot().waits.contains { $0.thread.kernelThreadID == caller }
-        }
-        #expect(waiting)
-        let caller = callerID.withLock { $0 }
+        let threadID = try #require(try occupy(thread, until: release))
+        thread.dispose()
+        let caller = try #require(await BlockedCaller.start { _ = thread.awaitTermination(timeout: .seconds(10)) })
         let snapshot = Diagnostics.snapshot()
-        let wait = try #require(snapshot.waits.first { $0.thread.kernelThreadID == caller })
+        let wait = try #require(caller.edge(in: snapshot))
         #expect(wait.kind == "termination")
         #expect(wait.waitsFor == "DedicatedThread \"dq-term\"")
         #expect(wait.holder?.kernelThreadID == threadID)
         #expect(Self.component("dq-term", in: snapshot)?.configuration == [Snapshot.Field("state", "disposed")])
         release.countDown()
-        #expect(ended.wait(timeout: .seconds(10)))
+        #expect(caller.returned.wait(timeout: .seconds(10)))
         #expect(Self.component("dq-term", in: Diagnostics.snapshot())?.threads.isEmpty == true)
     }
 

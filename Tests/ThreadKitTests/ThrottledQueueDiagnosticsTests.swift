@@ -171,7 +171,7 @@ struct ThrottledQueueDiagnosticsTests {
     @Test("A labelled task shows its label on the worker; a sync caller waits for the queue, held by the worker")
     func labelledTaskAndSyncWait() async throws {
         let queue = ThrottledQueue(label: "dq-labelled", interval: .zero)
-        let inside = Latch(), release = Latch(), returned = Latch()
+        let inside = Latch(), release = Latch()
         let workerID = LockedValue<Int32>(0)
         try queue.async(label: "fetching page 2") {
             workerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
@@ -180,20 +180,9 @@ struct ThrottledQueueDiagnosticsTests {
         }
         defer { release.countDown() }
         #expect(inside.wait(timeout: .seconds(10)))
-        let callerID = LockedValue<Int32>(0)
-        Thread {
-            callerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
-            queue.sync {}
-            returned.countDown()
-        }.start()
-        let blocked = await eventually {
-            let caller = callerID.withLock { $0 }
-            return caller != 0 && Diagnostics.snapshot().waits.contains { $0.thread.kernelThreadID == caller }
-        }
-        #expect(blocked)
+        let blocked = try #require(await BlockedCaller.start { queue.sync {} })
         let snapshot = Diagnostics.snapshot()
-        let caller = callerID.withLock { $0 }
-        let wait = try #require(snapshot.waits.first { $0.thread.kernelThreadID == caller })
+        let wait = try #require(blocked.edge(in: snapshot))
         #expect(wait.kind == "sync")
         #expect(wait.waitsFor == "ThrottledQueue \"dq-labelled\"")
         #expect(wait.holder?.kernelThreadID == workerID.withLock { $0 })
@@ -205,7 +194,7 @@ struct ThrottledQueueDiagnosticsTests {
         #expect(entry.pendingCount == 1)
         #expect(entry.pending.first?.reason == "end")
         release.countDown()
-        #expect(returned.wait(timeout: .seconds(10)))
+        #expect(blocked.returned.wait(timeout: .seconds(10)))
         // Between tasks, nobody holds the queue.
         #expect(queue.holdingThread == nil)
         // A sync caller runs its task on its own thread, which shows the label meanwhile.
@@ -217,7 +206,7 @@ struct ThrottledQueueDiagnosticsTests {
     @Test("A sync caller running its turn holds the queue; waitUntilIdle waits in idle for it")
     func idleWait() async throws {
         let queue = ThrottledQueue(label: "dq-idle", interval: .zero)
-        let inside = Latch(), release = Latch(), returned = Latch(), syncDone = Latch()
+        let inside = Latch(), release = Latch(), syncDone = Latch()
         let runnerID = LockedValue<Int32>(0)
         Thread {
             queue.sync(label: "inline work") {
@@ -229,26 +218,14 @@ struct ThrottledQueueDiagnosticsTests {
         }.start()
         defer { release.countDown() }
         #expect(inside.wait(timeout: .seconds(10)))
-        let callerID = LockedValue<Int32>(0)
-        Thread {
-            callerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
-            queue.waitUntilIdle()
-            returned.countDown()
-        }.start()
-        let blocked = await eventually {
-            let caller = callerID.withLock { $0 }
-            return caller != 0 && Diagnostics.snapshot().waits.contains { $0.thread.kernelThreadID == caller }
-        }
-        #expect(blocked)
-        let snapshot = Diagnostics.snapshot()
-        let caller = callerID.withLock { $0 }
+        let blocked = try #require(await BlockedCaller.start { queue.waitUntilIdle() })
         let runner = runnerID.withLock { $0 }
-        let wait = try #require(snapshot.waits.first { $0.thread.kernelThreadID == caller })
+        let wait = try #require(blocked.edge())
         #expect(wait.kind == "idle")
         #expect(wait.waitsFor == "ThrottledQueue \"dq-idle\"")
         #expect(wait.holder?.kernelThreadID == runner)
         release.countDown()
-        #expect(returned.wait(timeout: .seconds(10)))
+        #expect(blocked.returned.wait(timeout: .seconds(10)))
         #expect(syncDone.wait(timeout: .seconds(10)))
     }
 

@@ -58,62 +58,74 @@ struct WaitGraphDiagnosticsTests {
     @Test("DispatchMethod.sync on a dedicated thread is reported as a sync wait for it")
     func dispatchMethodSync() async throws {
         let thread = DedicatedThread(name: "dq-dispatch")
-        let threadID = synchronously { thread.sync { ThreadActivity.currentKernelThreadID() } }
-        let inside = Latch(), release = Latch(), returned = Latch()
-        try thread.execute {
-            inside.countDown()
-            release.wait(timeout: .seconds(10))
-        }
-        #expect(inside.wait(timeout: .seconds(10)))
-        let callerID = LockedValue<Int32>(0)
-        Thread {
-            callerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
-            _ = try? DispatchMethod.sync(on: .thread(thread)).execute {}.wait()
-            returned.countDown()
-        }.start()
+        let release = Latch()
         defer { release.countDown() }
-        let blocked = await eventually {
-            let caller = callerID.withLock { $0 }
-            return caller != 0 && Diagnostics.snapshot().waits.contains { $0.thread.kernelThreadID == caller }
-        }
-        #expect(blocked)
-        let caller = callerID.withLock { $0 }
-        let wait = Diagnostics.snapshot().waits.first { $0.thread.kernelThreadID == caller }
+        let threadID = try #require(try occupy(thread, until: release))
+        let caller = try #require(await BlockedCaller.start { _ = try? DispatchMethod.sync(on: .thread(thread)).execute {}.wait() })
+        let wait = caller.edge()
         #expect(wait?.kind == "sync")
         #expect(wait?.waitsFor == "DedicatedThread \"dq-dispatch\"")
         #expect(wait?.holder?.kernelThreadID == threadID)
         release.countDown()
-        #expect(returned.wait(timeout: .seconds(10)))
+        #expect(caller.returned.wait(timeout: .seconds(10)))
     }
 
     @Test("A thread waiting for a chain's step on a busy dedicated thread waits in chain for it, held by its thread")
     func chainWait() async throws {
         let thread = DedicatedThread(name: "dq-chain-wait")
-        let threadID = synchronously { thread.sync { ThreadActivity.currentKernelThreadID() } }
-        let inside = Latch(), release = Latch(), returned = Latch()
-        let step = DispatchMethod.async(on: .thread(thread)).execute {
-            inside.countDown()
-            release.wait(timeout: .seconds(10))
-        }
-        #expect(inside.wait(timeout: .seconds(10)))
-        let callerID = LockedValue<Int32>(0)
-        Thread {
-            callerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
-            _ = try? step.wait()
-            returned.countDown()
-        }.start()
+        let release = Latch()
         defer { release.countDown() }
-        let blocked = await eventually {
-            let caller = callerID.withLock { $0 }
-            return caller != 0 && Diagnostics.snapshot().waits.contains { $0.thread.kernelThreadID == caller }
-        }
-        #expect(blocked)
-        let caller = callerID.withLock { $0 }
-        let wait = Diagnostics.snapshot().waits.first { $0.thread.kernelThreadID == caller }
+        let threadID = try #require(try occupy(thread, until: release))
+        let step = DispatchMethod.async(on: .thread(thread)).execute {}
+        let caller = try #require(await BlockedCaller.start { _ = try? step.wait() })
+        let wait = caller.edge()
         #expect(wait?.kind == "chain")
         #expect(wait?.waitsFor == "DedicatedThread \"dq-chain-wait\"")
         #expect(wait?.holder?.kernelThreadID == threadID)
         release.countDown()
-        #expect(returned.wait(timeout: .seconds(10)))
+        #expect(caller.returned.wait(timeout: .seconds(10)))
     }
+}
+
+/// A thread of the test's own, blocked in one of ThreadKit's waits: its kernel id, and a latch
+/// counted down once the wait has returned.
+struct BlockedCaller: Sendable {
+    let threadID: Int32
+    let returned: Latch
+
+    /// Runs `wait` on a new thread and suspends until a snapshot shows that thread blocked (at
+    /// most 10 s); `nil` if it never does.
+    static func start(_ wait: @escaping @Sendable () -> Void) async -> BlockedCaller? {
+        let id = LockedValue<Int32>(0)
+        let returned = Latch()
+        Thread {
+            id.withLock { $0 = ThreadActivity.currentKernelThreadID() }
+            wait()
+            returned.countDown()
+        }.start()
+        let blocked = await eventually {
+            let caller = id.withLock { $0 }
+            return caller != 0 && Diagnostics.snapshot().waits.contains { $0.thread.kernelThreadID == caller }
+        }
+        return blocked ? BlockedCaller(threadID: id.withLock { $0 }, returned: returned) : nil
+    }
+
+    /// Its edge of the wait-for graph in `snapshot`.
+    func edge(in snapshot: Snapshot = Diagnostics.snapshot()) -> Snapshot.Wait? {
+        snapshot.waits.first { $0.thread.kernelThreadID == threadID }
+    }
+}
+
+/// Runs a task on `thread` (labelled `label`, if given) that holds it until `release` is counted
+/// down (at most 10 s); returns once the task has begun, with the thread's kernel id.
+func occupy(_ thread: DedicatedThread, label: String? = nil, until release: Latch) throws -> Int32? {
+    let inside = Latch()
+    let id = LockedValue<Int32>(0)
+    let work: @Sendable () -> Void = {
+        id.withLock { $0 = ThreadActivity.currentKernelThreadID() }
+        inside.countDown()
+        release.wait(timeout: .seconds(10))
+    }
+    if let label { try thread.execute(label: label, work) } else { try thread.execute(work) }
+    return inside.wait(timeout: .seconds(10)) ? id.withLock { $0 } : nil
 }

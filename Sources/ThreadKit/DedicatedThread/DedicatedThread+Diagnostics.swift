@@ -32,16 +32,15 @@ extension DedicatedThread: DiagnosticsReporting {
     /// The thread's entry: whether it is paused or disposed, its counts, its one thread.
     package func report(_ clock: DiagnosticsClock) -> Snapshot.Component {
         let state = core.diagnosticsState()
-        let lifecycle = state.hasExited ? "exited" : state.refusal != nil ? "disposed" : state.isPaused ? "paused" : "running"
         return Snapshot.Component(
             kind: "DedicatedThread", name: name,
-            configuration: [Snapshot.Field("state", lifecycle)],
+            configuration: [Snapshot.Field("state", state.lifecycle)],
             metrics: [
                 Snapshot.Metric("tasks_completed_total", .counter, Double(state.completed),
                                 help: "Closures, Swift jobs and sync calls the thread has run to their end."),
                 Snapshot.Metric("tasks_queued", .gauge, Double(state.queued),
                                 help: "Closures, Swift jobs and sync calls waiting for the thread."),
-                Snapshot.Metric("paused", .gauge, state.isPaused ? 1 : 0,
+                Snapshot.Metric("paused", .gauge, state.lifecycle == "paused" ? 1 : 0,
                                 help: "1 while the thread is paused, else 0."),
             ],
             threads: state.activity.map { [clock.thread($0)] } ?? [],

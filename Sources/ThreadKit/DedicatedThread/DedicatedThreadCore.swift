@@ -184,11 +184,11 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
 
     /// What ``Diagnostics`` shows of the thread, copied in one brief hold of its locks.
     struct DiagnosticsState {
-        var queued: Int
-        var completed: UInt64
-        var isPaused: Bool
-        var refusal: DedicatedThreadError?
-        var hasExited: Bool
+        /// Items waiting, and items run to their end.
+        var queued: Int, completed: UInt64
+        /// `running`, `paused`, `disposed` or `exited`.
+        var lifecycle: String
+        /// The thread's, while it is alive.
         var activity: ThreadActivity?
     }
 
@@ -196,9 +196,8 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     func diagnosticsState() -> DiagnosticsState {
         mutex.withLock {
             let (batched, completed) = batchMutex.withLock { (batch.count, completedCount) }
-            return DiagnosticsState(
-                queued: machine.queue.count + batched, completed: completed, isPaused: machine.isPaused,
-                refusal: machine.refusal, hasExited: machine.hasExited, activity: threadActivity)
+            let lifecycle = machine.hasExited ? "exited" : machine.refusal != nil ? "disposed" : machine.isPaused ? "paused" : "running"
+            return DiagnosticsState(queued: machine.queue.count + batched, completed: completed, lifecycle: lifecycle, activity: threadActivity)
         }
     }
 
