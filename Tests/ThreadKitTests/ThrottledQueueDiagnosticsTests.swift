@@ -76,8 +76,21 @@ struct ThrottleScheduleHindranceTests {
 
     @Test("A coordinator's reservation later than the local rules holds the start: a lease for .serial, the coordinator else")
     func coordinator() {
-        let starts = CoordinatedStarts(policy: .standard)
+        var starts = CoordinatedStarts(policy: .failClosed, asker: 5)
         #expect(starts.explainStart(localAllowed: at(0), now: at(0), monitor: .concurrent) == nil)
+        _ = starts.step(localAllowed: at(0), now: at(0), nested: false, gap: .milliseconds(100), monitor: .concurrent, limit: nil)
+        // Asked, not yet answered: the coordinator holds the start.
+        #expect(starts.explainStart(localAllowed: at(0), now: at(1), monitor: .concurrent)! == (at(1), .coordinator))
+        _ = starts.answered(.reserved(wait: .milliseconds(50), token: nil), now: at(2))
+        #expect(starts.explainStart(localAllowed: at(0), now: at(3), monitor: .concurrent)! == (at(52), .coordinator))
+        #expect(starts.explainStart(localAllowed: at(0), now: at(3), monitor: .serial)! == (at(52), .lease))
+        // Local rules later than the reservation decide.
+        #expect(starts.explainStart(localAllowed: at(60), now: at(3), monitor: .concurrent) == nil)
+        // A decline is asked again at the time it gave.
+        var declined = CoordinatedStarts(policy: .failClosed, asker: 5)
+        _ = declined.step(localAllowed: at(0), now: at(0), nested: false, gap: .milliseconds(100), monitor: .concurrent, limit: nil)
+        _ = declined.answered(.declined(retryIn: .milliseconds(300)), now: at(1))
+        #expect(declined.explainStart(localAllowed: at(0), now: at(2), monitor: .concurrent)! == (at(301), .coordinator))
     }
 
     @Test("Starts and ends are counted, nested ones included")
