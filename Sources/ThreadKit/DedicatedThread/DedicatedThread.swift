@@ -40,9 +40,11 @@ public final class DedicatedThread: SerialExecutor, TaskExecutor, Sendable {
     public init(name: String) {
         self.name = name
         core = DedicatedThreadCore(name: name)
+        DiagnosticsRegistry.add(self)
     }
 
     deinit {
+        DiagnosticsRegistry.remove(ObjectIdentifier(self))
         core.release()
     }
 

@@ -14,8 +14,8 @@ import Synchronization
 /// `mutex`; the core carries it out (signals, nudges, sleeps, runs items) and runs every closure
 /// outside its locks.
 final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendable {
-    // Sendable: `machine` and `exitWaiters` are guarded by `mutex`, `batch` by `batchMutex` (taken inside `mutex`
-    // when both are needed); `workNudge` is an atomic; the rest is constant.
+    // Sendable: `machine`, `exitWaiters` and `threadActivity` are guarded by `mutex`, `batch` and `completedCount`
+    // by `batchMutex` (taken inside `mutex` when both are needed); `workNudge` is an atomic; the rest is constant.
 
     let name: String
 
@@ -34,6 +34,11 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     private var batch = RingBuffer<Item>()
     /// Bumped for the thread while it spins for work: it need not be woken.
     private let workNudge = Atomic<Int>(0)
+    /// What the thread reports to ``Diagnostics``, from its start until it exits.
+    private var threadActivity: ThreadActivity?
+    /// How many items the thread has run to their end: counted when it takes the next item out of
+    /// its batch, under `batchMutex`, which it takes then anyway.
+    private var completedCount: UInt64 = 0
 
     /// Creates the core and starts its thread; a refusal is kept (see ``DedicatedThread/init(name:)``).
     init(name: String) {
@@ -150,7 +155,9 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     func awaitTermination(timeout: Duration) -> Bool {
         precondition(timeout >= .zero, "DedicatedThread '\(name)'.awaitTermination(timeout:): timeout must not be negative, got \(timeout)")
         let deadline = MonotonicInstant.now().advanced(by: timeout)
-        return mutex.withLock { _blockingWaitForExit(until: deadline) }
+        return ThreadActivity.current.blocked("termination", on: self) {
+            mutex.withLock { _blockingWaitForExit(until: deadline) }
+        }
     }
 
     /// ``DedicatedThread/awaitTermination()``.
@@ -173,6 +180,30 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     /// ``DedicatedThread/pendingCount``.
     var pendingCount: Int {
         mutex.withLock { machine.queue.count + batchMutex.withLock { batch.count } }
+    }
+
+    /// What ``Diagnostics`` shows of the thread, copied in one brief hold of its locks.
+    struct DiagnosticsState {
+        /// Items waiting, and items run to their end.
+        var queued: Int, completed: UInt64
+        /// `running`, `paused`, `disposed` or `exited`.
+        var lifecycle: String
+        /// The thread's, while it is alive.
+        var activity: ThreadActivity?
+    }
+
+    /// The thread's state for a snapshot: one brief hold of `mutex` (and `batchMutex` inside it).
+    func diagnosticsState() -> DiagnosticsState {
+        mutex.withLock {
+            let (batched, completed) = batchMutex.withLock { (batch.count, completedCount) }
+            let lifecycle = machine.hasExited ? "exited" : machine.refusal != nil ? "disposed" : machine.isPaused ? "paused" : "running"
+            return DiagnosticsState(queued: machine.queue.count + batched, completed: completed, lifecycle: lifecycle, activity: threadActivity)
+        }
+    }
+
+    /// The thread's activity while it is alive: what a wait for this thread waits on.
+    var holdingThread: ThreadActivity? {
+        mutex.withLock { threadActivity }
     }
 
     // MARK: - Internals
@@ -267,27 +298,41 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     private func runThread() {
         Self.current.current = Unmanaged.passUnretained(self).toOpaque()
         ExecutionContexts.holdForever(SerialContext(.thread(self)))
+        let activity = ThreadActivity.current
+        mutex.withLock { threadActivity = activity }
         // No binding outlives a run: `perform` consumes a temporary taken out of `next`, so the
         // item's closure is released before a lock is taken again.
         var next: Item?
+        // The item run since the last look at the batch, counted at the next look (under its lock).
+        var ran: UInt64 = 0
         while true {
             batchMutex.lock()
+            completedCount &+= ran
             next = batch.popFirst()
             batchMutex.unlock()
             if next != nil {
                 perform(next.take()!)
-            } else if !_blockingTakeNextBatch() {
-                // Exited: a task that begins to wait from now on sees it; those waiting already
-                // are resumed after the lock is let go.
-                mutex.withLock { exitWaiters.takeAll() }.resumeWaiters()
-                return
+                ran = 1
+            } else {
+                ran = 0
+                if !_blockingTakeNextBatch(activity) {
+                    // Exited: a task that begins to wait from now on sees it; those waiting already
+                    // are resumed after the lock is let go.
+                    mutex.withLock {
+                        threadActivity = nil
+                        return exitWaiters.takeAll()
+                    }.resumeWaiters()
+                    return
+                }
             }
         }
     }
 
     /// With the batch empty, carries out the machine's steps (spin, sleep) until it has refilled
-    /// the batch (`true`) or the thread is to exit (`false`).
-    private func _blockingTakeNextBatch() -> Bool {
+    /// the batch (`true`) or the thread is to exit (`false`). The thread reports itself sleeping to
+    /// `activity` while it sleeps (not while it spins: that lasts microseconds, and ends most
+    /// `sync` round trips).
+    private func _blockingTakeNextBatch(_ activity: ThreadActivity) -> Bool {
         mutex.lock()
         defer { mutex.unlock() }
         var step = batchMutex.withLock { machine.threadRanOutOfWork(refilling: &batch) }
@@ -303,7 +348,9 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
                 step = batchMutex.withLock { machine.spinEnded(refilling: &batch) }
             case .sleep:
                 let asleepSince = MonotonicInstant.now()
+                activity.sleeping()
                 workArrived.wait(mutex)
+                activity.running("task")
                 let slept = asleepSince.duration(to: .now())
                 step = batchMutex.withLock { machine.threadWokeUp(afterSleeping: slept, refilling: &batch) }
             case .exit:

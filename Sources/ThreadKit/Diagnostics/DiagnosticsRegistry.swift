@@ -129,9 +129,9 @@ extension SerialContext {
     var holdingThread: ThreadActivity? {
         switch kind {
         case .main, .queue: nil
-        case .thread(let core): (core as AnyObject as? any DiagnosticsWaitTarget)?.holdingThread
-        case .throttled(let queue): (queue as AnyObject as? any DiagnosticsWaitTarget)?.holdingThread
-        case .nestedTurn(let hold): (hold.queue as AnyObject as? any DiagnosticsWaitTarget)?.holdingThread
+        case .thread(let core): core.holdingThread
+        case .throttled(let queue): queue.holdingThread
+        case .nestedTurn(let hold): hold.queue.holdingThread
         case .pool(let pool): pool.holdingThread
         }
     }

@@ -143,7 +143,7 @@ public final class ExecutionChain<Value: Sendable>: ChainLink, @unchecked Sendab
                 continue
             }
             if let context = waitedForStep()?.context {
-                ExecutionContexts.blocking(for: context) { _blockingWaitForChange() }
+                ExecutionContexts.blocking(for: context, kind: "chain") { _blockingWaitForChange() }
             } else {
                 _blockingWaitForChange()
             }

@@ -67,6 +67,10 @@ struct ThrottleSchedule<Item> {
     private var last: LastStart?
     /// The most recent starts, at most `limit.count` of them, oldest first.
     private var recentStarts = RingBuffer<MonotonicInstant>()
+    /// How many tasks have started, nested ones included (for ``Diagnostics``).
+    private(set) var startedCount: UInt64 = 0
+    /// How many started tasks have ended (for ``Diagnostics``).
+    private(set) var endedCount: UInt64 = 0
 
     init(interval: Duration, monitor: ThrottledQueue.Monitor, mutability: ThrottledQueue.Mutability, limit: RateLimit?) {
         self.interval = interval
@@ -179,6 +183,7 @@ struct ThrottleSchedule<Item> {
         precondition(running > 0, "ThrottleSchedule.end(at:) with no task running")
         if let startedAt { began(at: startedAt) }
         running -= 1
+        endedCount &+= 1
         last?.end = now
     }
 
@@ -205,10 +210,37 @@ struct ThrottleSchedule<Item> {
         return now < wake ? .sleep(until: wake) : .spin(until: target)
     }
 
+    // MARK: - Diagnostics
+
+    /// When the next queued task may start and what holds it until then, at `now`; `nil` when
+    /// nothing is queued. The same rules as ``nextStart()``, naming the one that decides: of the
+    /// gap, the rate limit's window and the pause, the latest (on a tie, a pause before the
+    /// window before the gap); while a task runs that the next must wait for, its end.
+    func explainNextStart(now: MonotonicInstant) -> (at: MonotonicInstant, hindrance: StartHindrance)? {
+        guard pendingCount > 0 else { return nil }
+        var at = now
+        var hindrance = StartHindrance.due
+        if let last {
+            if nestedPending.isEmpty && running > 0 {
+                // The earliest it could be: the gap from the running task's start.
+                return (max(now, last.start.advanced(by: last.gap)), .end)
+            }
+            let gapEnd = gapEnd(after: last)
+            if gapEnd > at { (at, hindrance) = (gapEnd, .gap) }
+        }
+        if let limit, recentStarts.count == limit.count, let oldest = recentStarts.first {
+            let windowEnd = oldest.advanced(by: limit.window)
+            if windowEnd > now, windowEnd >= at { (at, hindrance) = (windowEnd, .window) }
+        }
+        if let pausedUntil, pausedUntil > now, pausedUntil >= at { (at, hindrance) = (pausedUntil, .pause) }
+        return (at, hindrance)
+    }
+
     // MARK: - Rules
 
     private mutating func recordStart(at now: MonotonicInstant, gap: Duration, isExplicit: Bool) {
         running += 1
+        startedCount &+= 1
         last = LastStart(start: now, end: nil, gap: gap, isExplicit: isExplicit, depth: running)
         if let limit {
             recentStarts.append(now)

@@ -25,7 +25,7 @@ extension ThrottledQueue {
     /// has come, records the start in the coordination and returns its instant. Mutex held.
     func _blockingCoordinatedApproach(
         _ coordination: SharedStarts, localAllowed: MonotonicInstant, now: MonotonicInstant,
-        gap: Duration?, on condition: MonotonicCondition
+        gap: Duration?, on condition: MonotonicCondition, reporting activity: ThreadActivity? = nil
     ) -> MonotonicInstant? {
         let step = coordination.starts.step(
             localAllowed: localAllowed, now: now, nested: schedule.running > 0,
@@ -33,13 +33,17 @@ extension ThrottledQueue {
         switch step {
         case .startAt(let at):
             let now = MonotonicInstant.now()
-            guard _blockingCarryOut(schedule.approach(toStartAt: at, now: now), on: condition) else { return nil }
+            guard _blockingCarryOut(schedule.approach(toStartAt: at, now: now), on: condition, reporting: activity) else { return nil }
             coordination.starts.started()
             return now
         case .awaitAnswer:
+            activity?.sleeping()
             condition.wait(mutex)
+            activity?.running("task")
         case .wait(let until):
+            activity?.sleeping(until: until)
             condition.wait(mutex, until: until)
+            activity?.running("task")
         case .release(let token):
             mutex.unlock()
             coordination.coordinator.finished(token: token)

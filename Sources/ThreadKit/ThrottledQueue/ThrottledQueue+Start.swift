@@ -40,26 +40,35 @@ extension ThrottledQueue {
     /// A coordinated queue then asks its coordinator too, once the local rules allow the start (see
     /// ThrottledQueue+Coordination).
     ///
-    /// - Parameter gap: The gap that follows a nested start; `nil` for the next queued task's own.
+    /// - Parameters:
+    ///   - gap: The gap that follows a nested start; `nil` for the next queued task's own.
+    ///   - activity: The worker's, which it reports sleeping while it sleeps; `nil` for a caller
+    ///     reported blocked in its wait already.
     func _blockingApproach(
-        toStartAt allowed: MonotonicInstant, on condition: MonotonicCondition, gap: Duration? = nil
+        toStartAt allowed: MonotonicInstant, on condition: MonotonicCondition, gap: Duration? = nil,
+        reporting activity: ThreadActivity? = nil
     ) -> MonotonicInstant? {
         let now = MonotonicInstant.now()
-        guard _blockingCarryOut(schedule.approach(toStartAt: allowed, now: now), on: condition) else { return nil }
+        guard _blockingCarryOut(schedule.approach(toStartAt: allowed, now: now), on: condition, reporting: activity) else { return nil }
         if let coordination {
-            return _blockingCoordinatedApproach(coordination, localAllowed: allowed, now: now, gap: gap, on: condition)
+            return _blockingCoordinatedApproach(coordination, localAllowed: allowed, now: now, gap: gap, on: condition, reporting: activity)
         }
         return now
     }
 
-    /// Carries out one step of an approach: sleeps on `condition` or watches the clock, and returns
-    /// `false`; or, when it is time, returns `true`. Mutex held.
-    func _blockingCarryOut(_ approach: ThrottleSchedule<Item>.Approach, on condition: MonotonicCondition) -> Bool {
+    /// Carries out one step of an approach: sleeps on `condition` (`activity`, if given, reported
+    /// sleeping until the wake) or watches the clock, and returns `false`; or, when it is time,
+    /// returns `true`. Mutex held.
+    func _blockingCarryOut(
+        _ approach: ThrottleSchedule<Item>.Approach, on condition: MonotonicCondition, reporting activity: ThreadActivity? = nil
+    ) -> Bool {
         switch approach {
         case .startNow:
             return true
         case .sleep(let wake):
+            activity?.sleeping(until: wake)
             condition.wait(mutex, until: wake)
+            activity?.running("task")
         case .spin(let target):
             mutex.unlock()
             Self.spin(until: target)

@@ -35,10 +35,11 @@ extension ThrottledQueue {
             let turn = Turn()
             schedule.submit(.sync(turn), gap: gap)
             ExecutionContexts.blocking(for: context) { _blockingWaitForTurn(turn) }
+            syncRunner = ThreadActivity.current
         }
         mutex.unlock()
         let hold = Hold(queue: self, pool: nil, outer: threadHold, nestedIn: holder)
-        defer { endTask(startedAt: hold.startedAt, ticket: nil, nestedIn: holder) }
+        defer { endTask(startedAt: hold.startedAt, ticket: nil, nestedIn: holder, endsSyncTurn: holder == nil) }
         return try Hold.withThreadHold(hold) { try work() }
     }
 
@@ -68,7 +69,7 @@ extension ThrottledQueue {
                 // sibling's thread (or task) holds, and which may close a cycle through what that
                 // sibling waits for. Not for the queue: the holder's family holds that, the callers
                 // blocked waiting for this thread included.
-                ExecutionContexts.blocking(for: SerialContext(.nestedTurn(holder))) { progress.wait(mutex) }
+                ExecutionContexts.blocking(for: SerialContext(.nestedTurn(holder)), kind: "turn") { progress.wait(mutex) }
                 continue
             }
             if let now = _blockingApproach(toStartAt: schedule.nestedStart(), on: progress, gap: gap ?? schedule.interval),
@@ -81,12 +82,14 @@ extension ThrottledQueue {
     }
 
     /// Records the end of a task that a caller ran itself (a `sync` caller, or `run`'s work), at
-    /// once; a task nested in `holder` lets the next one nested in it start.
-    func endTask(startedAt: MonotonicInstant, ticket: Ticket?, nestedIn holder: Hold? = nil) {
+    /// once; a task nested in `holder` lets the next one nested in it start. `endsSyncTurn`: the
+    /// task was a `sync` caller's own turn, whose thread ``Diagnostics`` showed running it.
+    func endTask(startedAt: MonotonicInstant, ticket: Ticket?, nestedIn holder: Hold? = nil, endsSyncTurn: Bool = false) {
         let now = MonotonicInstant.now()
         if let coordination { reportEnd(to: coordination, at: now) }
         let (idle, unused) = mutex.withLock {
             schedule.end(at: now, startedAt: startedAt)
+            if endsSyncTurn { syncRunner = nil }
             (holder ?? ticket?.nestedIn)?.hasNestedTaskRunning = false
             ticket?.nestedIn = nil
             ticket?.phase = .ended

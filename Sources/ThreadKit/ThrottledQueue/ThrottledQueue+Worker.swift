@@ -80,14 +80,17 @@ extension ThrottledQueue {
         // The tasks awaiting idleness, once the last task ended: the loop ends then, as nothing
         // is queued, and they are resumed after the mutex.
         var idle = EventOccurred.none
+        // Reported sleeping while it waits out a start or a task's end (once per wait, not per task).
+        let activity = ThreadActivity.current
         mutex.lock()
         worker = .driving
+        workerActivity = activity
         while queuedForWorker > 0 {
             guard let allowed = workerStart else {
-                _blockingWaitForChange()
+                _blockingWaitForChange(activity)
                 continue
             }
-            guard let now = _blockingApproach(toStartAt: allowed, on: changed) else { continue }
+            guard let now = _blockingApproach(toStartAt: allowed, on: changed, reporting: activity) else { continue }
             queuedForWorker -= 1
             var work: (@Sendable () -> Void)?
             var granted: Waiter?
@@ -101,6 +104,7 @@ extension ThrottledQueue {
             case .sync:
                 preconditionFailure("ThrottledQueue '\(label)': the worker started a sync caller's turn")
             }
+            workerRunsTask = work != nil
             mutex.unlock()
             granted?.resume()
             if work != nil {
@@ -109,6 +113,7 @@ extension ThrottledQueue {
                 let (startedAt, endedAt) = perform(work.take()!, on: workerPool)
                 if let coordination { reportEnd(to: coordination, at: endedAt) }
                 mutex.lock()
+                workerRunsTask = false
                 schedule.end(at: endedAt, startedAt: startedAt)
                 wakeWaiters()
                 idle.append(takeIdleWaiters())
@@ -117,6 +122,7 @@ extension ThrottledQueue {
             }
         }
         worker = .none
+        workerActivity = nil
         let unused = _takeUnusedReservation()
         mutex.unlock()
         handBack(unused)
@@ -151,8 +157,10 @@ extension ThrottledQueue {
         return (hold.startedAt, MonotonicInstant.now())
     }
 
-    /// Sleeps until the worker has something to decide again. Mutex held.
-    private func _blockingWaitForChange() {
+    /// Sleeps until the worker has something to decide again, reported sleeping. Mutex held.
+    private func _blockingWaitForChange(_ activity: ThreadActivity) {
+        activity.sleeping()
         changed.wait(mutex)
+        activity.running("task")
     }
 }

@@ -24,8 +24,8 @@
 /// duration, or ``pause(until:)`` with an instant already past, is no pause; one however far out
 /// holds every start until ``resume()``. The limit's own rules are ``RateLimit``'s.
 public final class ThrottledQueue: @unchecked Sendable {
-    // Sendable: `schedule`, `worker`, `queuedForWorker`, `refusal`, `idleWaiters`, every
-    // `Ticket`'s vars and `coordination.starts` are guarded by `mutex`.
+    // Sendable: `schedule`, `worker`, `queuedForWorker`, `refusal`, `idleWaiters`, the three runners' vars,
+    // every `Ticket`'s vars and `coordination.starts` are guarded by `mutex`.
 
     /// Where the gap between two tasks is measured from.
     public enum Monitor: Sendable, Equatable {
@@ -84,6 +84,11 @@ public final class ThrottledQueue: @unchecked Sendable {
     /// The coordinator that decides the starts together with other processes, if the queue has one
     /// (see ThrottledQueue+Coordination); `nil` costs its path one check.
     let coordination: SharedStarts?
+    /// For ``Diagnostics`` (ThrottledQueue+Diagnostics): the worker's thread while it drives, whether
+    /// it runs a task now, and the thread of the `sync` caller running one (set once per `sync`).
+    var workerActivity: ThreadActivity?
+    var workerRunsTask = false
+    var syncRunner: ThreadActivity?
 
     /// Creates a queue.
     ///
@@ -165,6 +170,7 @@ public final class ThrottledQueue: @unchecked Sendable {
         self.ownsPool = pool == nil
         self.pool = pool ?? ThreadPool(name: label, size: 1)
         self.schedule = ThrottleSchedule(interval: interval, monitor: monitor, mutability: mutability, limit: limit)
+        DiagnosticsRegistry.add(self)
     }
 
     /// The gap of a queue made without an `interval`: zero with a `limit`, which then decides
@@ -174,6 +180,7 @@ public final class ThrottledQueue: @unchecked Sendable {
     }
 
     deinit {
+        DiagnosticsRegistry.remove(ObjectIdentifier(self))
         // A worker holds the queue while tasks are queued, so the queue is idle: nothing will use
         // its own pool again. Its thread exits now instead of when the pool would collect it.
         if ownsPool { pool.dispose() }
@@ -314,7 +321,7 @@ public final class ThrottledQueue: @unchecked Sendable {
     public func waitUntilIdle() {
         mutex.lock()
         checkIdleWaitCanEnd()
-        ExecutionContexts.blocking(for: SerialContext(.throttled(self))) {
+        ExecutionContexts.blocking(for: SerialContext(.throttled(self)), kind: "idle") {
             while !schedule.isIdle { progress.wait(mutex) }
         }
         mutex.unlock()

@@ -23,6 +23,9 @@ package protocol StartCoordinator: AnyObject, Sendable {
     func finished(token: UInt64)
     /// No start, in any process, for `duration` from now; a longer pause in force stays.
     func pause(for duration: Duration)
+
+    /// How ``Diagnostics`` names the coordination in a queue's configuration: `shared on "key"`.
+    var diagnosticsDescription: String { get }
 }
 
 /// What a queue asks its coordinator for its next start.
@@ -84,4 +87,9 @@ extension CoordinatorAnswer {
         case .mismatch(let stored): self = .mismatch(reason: reason(stored))
         }
     }
+}
+
+extension StartCoordinator {
+    /// `shared`: a coordinator that does not name what it shares.
+    package var diagnosticsDescription: String { "shared" }
 }
