@@ -108,6 +108,59 @@ import Glibc
         #expect(!Diagnostics.snapshot().components.contains { $0.kind == "Probe" && $0.name == "diag-probe" })
     }
 
+    /// A component whose first report waits until the test lets it go on.
+    final class SlowProbe: DiagnosticsReporting {
+        let reporting = Latch()
+        let proceed = Latch()
+        let deinitThread = LockedValue<Int32>(0)
+        private let first = LockedValue(true)
+        init() { DiagnosticsRegistry.add(self) }
+        deinit {
+            DiagnosticsRegistry.remove(ObjectIdentifier(self))
+            deinitThread.value = KernelThreads.currentID()
+        }
+        func report(_ clock: DiagnosticsClock) -> Snapshot.Component {
+            let isFirst = first.withLock { first in defer { first = false }; return first }
+            if isFirst {
+                reporting.countDown()
+                _ = proceed.wait(timeout: .seconds(20))
+            }
+            // A closure that retains and releases the probe, which may be in its deinit by now.
+            let name = { [self] in self.name }()
+            return Snapshot.Component(kind: "Probe", name: name)
+        }
+        let name = "diag-slow-probe"
+    }
+
+    @Test func aComponentReleasedWhileItIsReadDeinitsWhenItsReportEndsAndNothingWaitsForIt() async throws {
+        let probe = LockedValue<SlowProbe?>(SlowProbe())
+        let reporting = probe.value!.reporting
+        let proceed = probe.value!.proceed
+        let deinitThread = probe.value!.deinitThread
+        let snapshotDone = Latch()
+        Thread {
+            _ = Diagnostics.snapshot()
+            snapshotDone.countDown()
+        }.start()
+        #expect(reporting.wait(timeout: .seconds(10)))
+        // The last other reference goes while the snapshot reads the probe: the release returns
+        // at once, and other snapshots are not held up by the slow report.
+        let released = Latch()
+        Thread {
+            probe.value = nil
+            released.countDown()
+        }.start()
+        #expect(released.wait(timeout: .seconds(10)))
+        #expect(Diagnostics.snapshot().components.contains { $0.name == "diag-slow-probe" })
+        #expect(deinitThread.value == 0)
+        proceed.countDown()
+        #expect(snapshotDone.wait(timeout: .seconds(10)))
+        // The probe deinitialized once the reads of it ended (another test's snapshot may have
+        // read it last), on a reading thread, and left the inventory.
+        #expect(await eventually { deinitThread.value != 0 })
+        #expect(!Diagnostics.snapshot().components.contains { $0.name == "diag-slow-probe" })
+    }
+
     @Test func componentsAreListedInTheOrderTheyWereCreated() {
         let first = Probe("diag-order-1")
         let second = Probe("diag-order-2")

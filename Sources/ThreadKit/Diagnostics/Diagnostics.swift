@@ -22,7 +22,7 @@ public enum Diagnostics {
     public static func snapshot(longWaitsOver threshold: Duration = .seconds(1)) -> Snapshot {
         let clock = DiagnosticsClock(now: .now())
         let takenAt = Date()
-        let components = DiagnosticsRegistry.live().map { $0.report(clock) }
+        let components = DiagnosticsRegistry.reports(clock)
         let threads = ThreadActivity.allAlive()
         var waits: [Snapshot.Wait] = []
         var blockedOutside: [Snapshot.Thread] = []

@@ -1,4 +1,9 @@
-/// The live components, held weakly: each registers when it is created and leaves on deinit.
+/// The live components, held weakly: each registers when it is created and leaves in its deinit.
+///
+/// A snapshot holds one component at a time, for as long as it reads it, and never under the
+/// registry's lock. A component whose last other reference goes while it is read is
+/// deinitialized when that read ends, on the reading thread (as an object a closure on another
+/// thread captured is); a read takes microseconds, so in practice a release deinitializes at once.
 ///
 /// `package`: ThreadKitURL's dispatcher and ThreadKitRedis's client register here too.
 package enum DiagnosticsRegistry {
@@ -17,17 +22,16 @@ package enum DiagnosticsRegistry {
     }
 
     /// The live component whose identity is `id`, if it is still registered: a strong reference,
-    /// released by the caller after the lock (as ``live()``'s are).
+    /// which the caller releases soon, after the registry's lock.
     package static func component(_ id: ObjectIdentifier) -> (any DiagnosticsReporting)? {
-        entries.withLock { $0.live[id]?.component }
+        let entry = entries.withLock { $0.live[id] }
+        return entry?.component
     }
 
-    /// The live components, oldest first. Strong references, made under the lock and released by
-    /// the caller after it: a component whose last reference they are deinits on the caller's
-    /// thread, and its ``remove(_:)`` takes the lock again.
-    static func live() -> [any DiagnosticsReporting] {
-        let entries = entries.withLock { Array($0.live.values) }
-        return entries.sorted { $0.order < $1.order }.compactMap(\.component)
+    /// Every live component's report, oldest first: each component is held only while it reports.
+    static func reports(_ clock: DiagnosticsClock) -> [Snapshot.Component] {
+        let entries = entries.withLock { Array($0.live.values) }.sorted { $0.order < $1.order }
+        return entries.compactMap { entry in entry.component?.report(clock) }
     }
 
     private struct Entry: @unchecked Sendable {

@@ -203,8 +203,8 @@ public final class ScheduledTask: @unchecked Sendable {
     /// Waits on the shared monitor, reported as a `"wait"` for this task (see ``TaskWaitTarget``).
     private func blockingWait(until deadline: MonotonicInstant?) -> Bool {
         if isFinished { return true }
-        let pool = poolID.flatMap { DiagnosticsRegistry.component($0) as? ThreadPool }
-        let target = TaskWaitTarget(self, pool: pool, label: label)
+        // The pool is only looked up: the target keeps it weakly, and the wait does not keep it alive.
+        let target = TaskWaitTarget(self, pool: poolID.flatMap { DiagnosticsRegistry.component($0) as? ThreadPool }, label: label)
         return ThreadActivity.current.blocked("wait", on: target) { parkedWait(until: deadline) }
     }
 

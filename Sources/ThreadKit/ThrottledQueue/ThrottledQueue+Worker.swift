@@ -49,11 +49,13 @@ extension ThrottledQueue {
         let disposed = ThreadPoolError.disposed(pool: pool.name)
         var fallback: ThreadPool?
         var failure: ThreadPoolError?
+        // Made before the mutex, as every component is (see `DiagnosticsRegistry`); unused, it
+        // starts no thread and goes at the end of this call.
+        let own = ThreadPool(name: label, size: 1)
         let removal = mutex.withLock { () -> Removal? in
             refusal = disposed
             worker = .none
             guard queuedForWorker > 0 else { return nil }
-            let own = ThreadPool(name: label, size: 1)
             do throws(ThreadPoolError) {
                 try submitWorker(to: own, onAbandon: nil)
                 fallback = own

@@ -44,8 +44,7 @@ public final class TimerThread: Sendable {
         self.name = name
         self.isShared = isShared
         self.core = TimerCore(name: name, isShared: isShared)
-        // The core reports: a snapshot's brief reference to it must not delay this front's
-        // release, which stops the repeating calls. It leaves the inventory with the front.
+        // The core, which holds the state, reports; it leaves the inventory with this front.
         DiagnosticsRegistry.add(core)
     }
 
