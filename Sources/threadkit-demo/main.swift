@@ -30,6 +30,8 @@ if CommandLine.arguments.count > 1, CommandLine.arguments[1] == SharedLimitTour.
 
 let tourStart = ContinuousClock.now
 say("ThreadKit tour: every figure below is measured as it happens.")
+// `kill -USR1 <pid>` while the tour runs writes the dump of the last step to standard error.
+Diagnostics.dumpOnSignal(SIGUSR1)
 
 // MARK: - ThreadPool
 
@@ -303,8 +305,8 @@ SharedLimitTour.run()
 finishStep()
 
 step("Diagnostics: what is running now",
-     shows: "every live component, its threads and what they do, as `kill -USR1` would print it with dumpOnSignal")
-say(Diagnostics.snapshot().description)
+     shows: "every component, each thread and what it runs, who waits for whom: `kill -USR1 \(getpid())` prints it too")
+DiagnosticsTour.run()
 finishStep()
 
 say()

@@ -63,7 +63,7 @@ import ThreadKitTestSupport
         #expect(lines[9].hasPrefix("  \"io Thread2\" (tid 102) waits 2.000s"))
         #expect(lines[11] == "ThreadPool \"io\": size=2 keepAlive=10s")
         #expect(lines[12] == "  threads=2 tasks_completed_total=17")
-        #expect(lines[13] == "  pending 3; next: \"refresh\" in 250.0ms (due)")
+        #expect(lines[13] == "  pending 3; next: \"refresh\" in 250.0ms")
         // Thread rows: columns aligned on the longest cell.
         #expect(lines[14] == "  \"io Thread1\"  [io Thread1]  tid 101  blocked   2.500s  fetch, waiting for a task of ThreadPool \"io\"")
         #expect(lines[15] == "  \"io Thread2\"  [io Thread2]  tid 102  blocked   2.000s  waiting for a task of ThreadPool \"io\"")

@@ -305,6 +305,28 @@ struct DocsExamplesTests {
         if case .sync = Cache(dispatch: .sync(on: .thread(db))).dispatch {} else { Issue.record("not .sync") }
     }
 
+    // MARK: Docs/Diagnostics.md (in a child process: it installs a signal handler and prints the dump)
+
+    @Test(.exitTestOnOwnThreads) func diagnosticsIntroduction() async {
+        let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+            // snippet: Docs/Diagnostics.md#1
+            let pool = ThreadPool(name: "Thumbnails", size: 2)
+            try pool.execute(label: "resize avatar 1042") { }   // the dump shows the label while it runs
+            print(Diagnostics.snapshot())                    // the dump: components, threads, waits
+            let json = Diagnostics.snapshot().json()         // the same for programs (Snapshot is Codable)
+            let metrics = Diagnostics.prometheusText()       // serve it at /metrics
+            Diagnostics.dumpOnSignal(SIGUSR1)                // `kill -USR1 <pid>` writes the dump to standard error
+            // end snippet
+
+            let decoded = try JSONDecoder().decode(Snapshot.self, from: Data(json.utf8))
+            precondition(decoded.components.contains { $0.kind == "ThreadPool" && $0.name == "Thumbnails" })
+            precondition(metrics.contains("threadkit_pool_threads{pool=\"Thumbnails\"}"))
+        }
+        let output = result.map { String(decoding: $0.standardOutputContent, as: UTF8.self) } ?? ""
+        #expect(output.hasPrefix("ThreadKit dump "))
+        #expect(output.contains("ThreadPool \"Thumbnails\": size=2"))
+    }
+
     // MARK: Docs/Log.md (in child processes: they enable logging and set the delegate for the whole process)
 
     @Test(.exitTestOnOwnThreads) func logIntroduction() async {

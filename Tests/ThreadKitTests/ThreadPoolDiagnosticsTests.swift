@@ -98,7 +98,7 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
             diagnosticsComponent("ThreadPool", named: name)?.threads.compactMap(\.work)
         }
         #expect(seen == ["render page"])
-        let plain = try await pool.run(label: nil) {
+        let plain = try await pool.run {
             diagnosticsComponent("ThreadPool", named: name)?.threads.compactMap(\.work)
         }
         #expect(plain == ["task"])

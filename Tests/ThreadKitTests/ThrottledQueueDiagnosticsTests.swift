@@ -129,7 +129,7 @@ struct ThrottledQueueDiagnosticsTests {
         #expect(entry.pendingCount == 3)
         #expect(entry.pending.count == 1)
         let next = try #require(entry.pending.first)
-        #expect(next.what == "next start")
+        #expect(next.what == "the next task")
         #expect(next.reason == "gap")
         #expect(next.dueIn > 0 && next.dueIn <= 0.3)
         #expect(Self.metric("tasks_pending", of: entry) == 3)

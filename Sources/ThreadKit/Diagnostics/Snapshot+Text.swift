@@ -53,7 +53,7 @@ extension Snapshot {
         if component.pendingCount > 0 || !component.pending.isEmpty {
             var text = "  pending \(component.pendingCount)"
             if !component.pending.isEmpty {
-                text += "; next: " + component.pending.map { "\($0.what) in \(seconds($0.dueIn)) (\($0.reason))" }.joined(separator: ", ")
+                text += "; next: " + component.pending.map(pendingText).joined(separator: ", ")
             }
             lines.append(text)
         }
@@ -64,6 +64,12 @@ extension Snapshot {
         }
         lines += threadLines(component.threads)
         return lines
+    }
+
+    /// `"heartbeat" in 29.850s`, `the next task in 350.0ms (gap)`: the reason unless it is only "due".
+    private static func pendingText(_ pending: Pending) -> String {
+        let text = "\(pending.what) in \(seconds(pending.dueIn))"
+        return pending.reason == "due" ? text : text + " (\(pending.reason))"
     }
 
     /// One aligned row per thread: name, kernel name, id, state, its time (column 4), what it does.

@@ -199,7 +199,7 @@ extension Snapshot {
 
     /// Work a component holds that has not started yet.
     public struct Pending: Codable, Sendable, Equatable {
-        /// What it is: a timer call's tag, or `"next start"`.
+        /// What it is: a timer call's tag, or `"the next task"` of a queue.
         public var what: String
         /// How far ahead it is due, in seconds (negative: overdue).
         public var dueIn: Double

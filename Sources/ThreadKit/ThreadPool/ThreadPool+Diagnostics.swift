@@ -104,35 +104,31 @@ final class TaskWaitTarget: DiagnosticsWaitTarget {
 extension ThreadPool {
     /// ``execute(_:)`` for work labelled `label`: while it runs, the thread's entry in
     /// ``Diagnostics/snapshot(longWaitsOver:)`` shows the label instead of `task`, so a dump
-    /// tells what each thread is busy with. A `nil` label is plain ``execute(_:)``.
+    /// tells what each thread is busy with.
     ///
     /// - Throws: As ``execute(_:)``.
-    public func execute(label: String?, _ work: @escaping @Sendable () -> Void) throws {
-        guard let label else { return try execute(work) }
+    public func execute(label: String, _ work: @escaping @Sendable () -> Void) throws {
         try execute { ThreadActivity.labelled(label) { work() } }
     }
 
     /// ``schedule(_:)`` for work labelled `label`: while it runs, the thread's entry in
     /// ``Diagnostics/snapshot(longWaitsOver:)`` shows the label instead of `task`, and a thread
     /// blocked in ``ScheduledTask/wait()`` on it is shown waiting for `a task of ThreadPool
-    /// "<name>" "<label>"`. A `nil` label is plain ``schedule(_:)``.
+    /// "<name>" "<label>"`.
     ///
     /// - Throws: As ``schedule(_:)``.
     @discardableResult
-    public func schedule(label: String?, _ work: @escaping @Sendable () -> Void) throws -> ScheduledTask {
-        guard let label else { return try schedule(work) }
+    public func schedule(label: String, _ work: @escaping @Sendable () -> Void) throws -> ScheduledTask {
         let task = ScheduledTask(pool: self, work: { ThreadActivity.labelled(label) { work() } }, label: label)
         try submit(.task(task))
         return task
     }
 
     /// ``run(_:)`` for work labelled `label`: while it runs, the thread's entry in
-    /// ``Diagnostics/snapshot(longWaitsOver:)`` shows the label instead of `task`. A `nil` label
-    /// is plain ``run(_:)``.
+    /// ``Diagnostics/snapshot(longWaitsOver:)`` shows the label instead of `task`.
     ///
     /// - Throws: As ``run(_:)``.
-    public func run<T: Sendable>(label: String?, _ work: sending @escaping () throws -> T) async throws -> T {
-        guard let label else { return try await run(work) }
+    public func run<T: Sendable>(label: String, _ work: sending @escaping () throws -> T) async throws -> T {
         let work = SendingWork(work)
         return try await run { try ThreadActivity.labelled(label) { try work() } }
     }

@@ -100,11 +100,22 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     ///   - collectionInterval: How often idle threads are checked for retirement; more than zero.
     ///   - queueLimit: The most tasks waiting for a thread, at least 1, or `nil` for no limit.
     ///   - whenFull: What a submission does when `queueLimit` tasks are waiting.
-    public init(
+    public convenience init(
         name: String, size: Int,
         keepAlive: Duration = .seconds(10),
         collectionInterval: Duration = .seconds(15),
         queueLimit: Int? = nil, whenFull: OverflowPolicy = .block
+    ) {
+        self.init(
+            name: name, size: size, keepAlive: keepAlive, collectionInterval: collectionInterval,
+            queueLimit: queueLimit, whenFull: whenFull, isListed: true)
+    }
+
+    /// A pool; with `isListed` false, one that ``Diagnostics`` does not list: a throttled queue's
+    /// own pool, whose thread the queue lists as its worker.
+    init(
+        name: String, size: Int, keepAlive: Duration = .seconds(10), collectionInterval: Duration = .seconds(15),
+        queueLimit: Int? = nil, whenFull: OverflowPolicy = .block, isListed: Bool
     ) {
         precondition(size >= 1, "ThreadPool '\(name)'.init: size must be at least 1, got \(size)")
         precondition(keepAlive >= .zero, "ThreadPool '\(name)'.init: keepAlive must not be negative, got \(keepAlive)")
@@ -119,7 +130,7 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             queueLimit: queueLimit, overflowPolicy: whenFull)
         machineStorage = .allocate(capacity: 1)
         machineStorage.initialize(to: Machine(configuration, createdAt: .now()))
-        DiagnosticsRegistry.add(self)
+        if isListed { DiagnosticsRegistry.add(self) }
     }
 
     deinit {

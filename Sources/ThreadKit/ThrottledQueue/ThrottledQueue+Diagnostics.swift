@@ -73,7 +73,7 @@ extension ThrottledQueue: DiagnosticsReporting, DiagnosticsWaitTarget {
                 Snapshot.Metric("interval_seconds", .gauge, Self.seconds(state.interval), help: "The gap that follows a task submitted without its own."),
             ],
             threads: threads,
-            pending: state.next.map { [Snapshot.Pending(what: "next start", dueIn: clock.seconds(until: $0.at), reason: $0.hindrance.rawValue)] } ?? [],
+            pending: state.next.map { [Snapshot.Pending(what: "the next task", dueIn: clock.seconds(until: $0.at), reason: $0.hindrance.rawValue)] } ?? [],
             pendingCount: state.pending)
     }
 

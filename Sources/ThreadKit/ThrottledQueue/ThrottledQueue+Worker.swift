@@ -51,7 +51,7 @@ extension ThrottledQueue {
         var failure: ThreadPoolError?
         // Made before the mutex, as every component is (see `DiagnosticsRegistry`); unused, it
         // starts no thread and goes at the end of this call.
-        let own = ThreadPool(name: label, size: 1)
+        let own = ThreadPool(name: label, size: 1, isListed: false)
         let removal = mutex.withLock { () -> Removal? in
             refusal = disposed
             worker = .none

@@ -168,7 +168,7 @@ public final class ThrottledQueue: @unchecked Sendable {
         self.mutability = mutability
         self.limit = limit
         self.ownsPool = pool == nil
-        self.pool = pool ?? ThreadPool(name: label, size: 1)
+        self.pool = pool ?? ThreadPool(name: label, size: 1, isListed: false)
         self.schedule = ThrottleSchedule(interval: interval, monitor: monitor, mutability: mutability, limit: limit)
         DiagnosticsRegistry.add(self)
     }
