@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 import ThreadKit
+import ThreadKitTestSupport
 
 /// The README's quick start, compiled and run as written, so the README cannot drift from the API
 /// (each block between its `// snippet:` markers; DocSnippetCoverageTests checks the copies).
@@ -108,5 +109,22 @@ import ThreadKit
         #expect(try await save.run { 1 } == 1)
         ledger.dispose()
         workers.dispose()
+    }
+
+    // In a child process: it installs a signal handler and prints the dump.
+    @Test(.exitTestOnOwnThreads) func diagnosticsQuickStart() async {
+        let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
+            // snippet: README.md#8
+            let pool = ThreadPool(name: "Render", size: 2)
+            try pool.execute(label: "page 7") { }                // a label shows in the dump while the work runs
+            print(Diagnostics.snapshot())                        // every component and thread; waits, cycles first
+            Diagnostics.dumpOnSignal(SIGUSR1)                    // `kill -USR1 <pid>`: the dump on standard error
+            let scrape = Diagnostics.prometheusText()            // threadkit_pool_tasks_completed_total{pool="Render"} …
+            // end snippet
+
+            precondition(scrape.contains("threadkit_pool_tasks_completed_total{pool=\"Render\"}"))
+        }
+        let output = result.map { String(decoding: $0.standardOutputContent, as: UTF8.self) } ?? ""
+        #expect(output.contains("ThreadPool \"Render\": size=2"))
     }
 }
