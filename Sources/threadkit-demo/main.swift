@@ -30,7 +30,7 @@ if CommandLine.arguments.count > 1, CommandLine.arguments[1] == SharedLimitTour.
 
 let tourStart = ContinuousClock.now
 say("ThreadKit tour: every figure below is measured as it happens.")
-// `kill -USR1 <pid>` while the tour runs writes the dump of the last step to standard error.
+// `kill -USR1 <pid>` while the tour runs writes the dump, as it is then, to standard error.
 Diagnostics.dumpOnSignal(SIGUSR1)
 
 // MARK: - ThreadPool

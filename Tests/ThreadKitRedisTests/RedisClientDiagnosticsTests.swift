@@ -30,7 +30,7 @@ struct RedisClientDiagnosticsTests {
             let client = makeClient(server.address)
             for _ in 0..<7 { #expect(try await client.send("PING") == .simpleString("PONG")) }
             let name = "Redis connection \(server.address)"
-            #expect(await eventually { entry(server.address)?.threads.first?.state == .sleeping })
+            #expect(await eventually(pollingEvery: .milliseconds(50)) { entry(server.address)?.threads.first?.state == .sleeping })
             let component = try #require(entry(server.address))
             #expect(component.configuration == [Snapshot.Field("address", server.address.description),
                                                  Snapshot.Field("commandTimeout", "5s")])
@@ -72,7 +72,7 @@ struct RedisClientDiagnosticsTests {
             func waitOfClient() -> Snapshot.Wait? {
                 Diagnostics.snapshot().waits.first { $0.kind == "reply" && $0.waitsFor == description }
             }
-            #expect(await eventually { waitOfClient() != nil })
+            #expect(await eventually(pollingEvery: .milliseconds(50)) { waitOfClient() != nil })
             let wait = try #require(waitOfClient())
             let ioThread = try #require(entry(server.address)?.threads.first)
             #expect(wait.holder == Snapshot.ThreadReference(name: ioThread.name, kernelThreadID: ioThread.kernelThreadID))
@@ -109,7 +109,7 @@ struct RedisClientDiagnosticsTests {
             }
             #expect(failed.reduce(0, +) == Double(attempts - 2))
             client = nil
-            #expect(await eventually { entry(server.address) == nil })
+            #expect(await eventually(pollingEvery: .milliseconds(50)) { entry(server.address) == nil })
         }
     }
 }

@@ -56,14 +56,17 @@ struct DedicatedThreadDiagnosticsTests {
         let after = Diagnostics.snapshot()
         #expect(!after.waits.contains { $0.thread.kernelThreadID == caller })
         // The thread counts a task once it has run it, after the sync caller it ran for is let go.
-        #expect(await eventually { Self.metric("tasks_completed_total", of: Self.component("dq-a", in: Diagnostics.snapshot())) == 3 })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { Self.metric("tasks_completed_total", of: Self.component("dq-a", in: Diagnostics.snapshot())) == 3 })
     }
 
     @Test("An idle dedicated thread sleeps; a paused one says so")
     func idleAndPaused() async throws {
         let thread = DedicatedThread(name: "dq-idle")
-        try thread.execute {}
-        let asleep = await eventually {
+        let ranFirst = Latch()
+        try thread.execute { ranFirst.countDown() }
+        // Asleep after its first task (it may have slept once before taking it).
+        #expect(await onNewThread { ranFirst.wait(timeout: .seconds(10)) })
+        let asleep = await eventually(pollingEvery: .milliseconds(50)) {
             Self.component("dq-idle", in: Diagnostics.snapshot())?.threads.first?.state == .sleeping
         }
         #expect(asleep)
@@ -76,7 +79,7 @@ struct DedicatedThreadDiagnosticsTests {
         #expect(Self.metric("paused", of: entry) == 1)
         #expect(entry.threads.first?.state == .sleeping)
         thread.resume()
-        let ran = await eventually { Self.metric("tasks_completed_total", of: Self.component("dq-idle", in: Diagnostics.snapshot())) == 3 }
+        let ran = await eventually(pollingEvery: .milliseconds(50)) { Self.metric("tasks_completed_total", of: Self.component("dq-idle", in: Diagnostics.snapshot())) == 3 }
         #expect(ran)
     }
 
@@ -125,12 +128,12 @@ struct DedicatedThreadDiagnosticsTests {
         do {
             let thread = DedicatedThread(name: "dq-leaving")
             weakThread = thread
-            let started = await eventually { Self.component("dq-leaving", in: Diagnostics.snapshot())?.threads.count == 1 }
+            let started = await eventually(pollingEvery: .milliseconds(50)) { Self.component("dq-leaving", in: Diagnostics.snapshot())?.threads.count == 1 }
             #expect(started)
             #expect(Self.component("dq-leaving", in: Diagnostics.snapshot())?.pendingCount == 0)
         }
         // Another test's snapshot may be reading it this moment: it goes once that read ends.
-        #expect(await eventually { weakThread == nil })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { weakThread == nil })
         #expect(Self.component("dq-leaving", in: Diagnostics.snapshot()) == nil)
     }
 }

@@ -157,7 +157,7 @@ import Glibc
         #expect(snapshotDone.wait(timeout: .seconds(10)))
         // The probe deinitialized once the reads of it ended (another test's snapshot may have
         // read it last), on a reading thread, and left the inventory.
-        #expect(await eventually { deinitThread.value != 0 })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { deinitThread.value != 0 })
         #expect(!Diagnostics.snapshot().components.contains { $0.name == "diag-slow-probe" })
     }
 

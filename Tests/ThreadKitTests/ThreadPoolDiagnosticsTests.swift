@@ -37,7 +37,7 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
         let quick = try pool.schedule {}
         #expect(synchronously { quick.wait(timeout: .seconds(10)) })
         // The third thread ran the quick task and went to sleep (after a spin of at most 50 µs).
-        #expect(await eventually {
+        #expect(await eventually(pollingEvery: .milliseconds(50)) {
             diagnosticsComponent("ThreadPool", named: name)?.threads.filter { $0.state == .sleeping }.count == 1
         })
         let entry = try #require(diagnosticsComponent("ThreadPool", named: name))
@@ -65,8 +65,8 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
 
         release.countDown()
         #expect(synchronously { second.wait(timeout: .seconds(10)) })
-        #expect(await eventually { diagnosticsComponent("ThreadPool", named: name)?.metric("tasks_completed_total") == 3 })
-        #expect(await eventually {
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsComponent("ThreadPool", named: name)?.metric("tasks_completed_total") == 3 })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) {
             diagnosticsComponent("ThreadPool", named: name)?.threads.allSatisfy { $0.state == .sleeping && $0.work == nil } == true
         })
         pool.dispose()
@@ -118,7 +118,7 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
             Thread { _ = task.wait(timeout: .seconds(20)); waited.countDown() }.start()
         }
         let prefix = "a task of ThreadPool \"\(name)\""
-        #expect(await eventually { diagnosticsWaits(for: prefix).count == 2 })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsWaits(for: prefix).count == 2 })
         let waits = diagnosticsWaits(for: prefix)
         let worker = try #require(diagnosticsComponent("ThreadPool", named: name)?.threads.first)
         let onFirst = try #require(waits.first { $0.waitsFor == "\(prefix) \"first\"" })
@@ -130,7 +130,7 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
         #expect(onSecond.holder == nil)
         release.countDown()
         #expect(waited.wait(timeout: .seconds(10)))
-        #expect(await eventually { diagnosticsWaits(for: prefix).isEmpty })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsWaits(for: prefix).isEmpty })
         pool.dispose()
     }
 
@@ -144,7 +144,7 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
         let waited = Latch()
         Thread { task.wait(); waited.countDown() }.start()
         let prefix = "a task of ThreadPool \"\(name)\""
-        #expect(await eventually { diagnosticsWaits(for: prefix).count == 1 })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsWaits(for: prefix).count == 1 })
         let wait = try #require(diagnosticsWaits(for: prefix).first)
         #expect(wait.waitsFor == prefix)
         #expect(wait.holder?.name == "\(name) Thread1")
@@ -164,7 +164,7 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
         let submitted = Latch()
         Thread { try? pool.execute {}; submitted.countDown() }.start()
         let target = "ThreadPool \"\(name)\""
-        #expect(await eventually { diagnosticsWaits(for: target).contains { $0.kind == "full queue" } })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsWaits(for: target).contains { $0.kind == "full queue" } })
         let wait = try #require(diagnosticsWaits(for: target).first { $0.kind == "full queue" })
         #expect(wait.waitsFor == target)
         #expect(wait.holder?.name == "\(name) Thread1")
@@ -185,7 +185,7 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
         let submitted = Latch()
         Thread { try? pool.execute {}; submitted.countDown() }.start()
         let target = "ThreadPool \"\(name)\""
-        #expect(await eventually { diagnosticsWaits(for: target).contains { $0.kind == "full queue" } })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsWaits(for: target).contains { $0.kind == "full queue" } })
         #expect(diagnosticsWaits(for: target).first { $0.kind == "full queue" }?.holder == nil)
         release.countDown()
         #expect(submitted.wait(timeout: .seconds(10)))
@@ -203,9 +203,9 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
         let terminated = LockedValue<Bool?>(nil)
         Thread { let done = pool.awaitTermination(timeout: .seconds(20)); terminated.withLock { $0 = done } }.start()
         let target = "ThreadPool \"\(name)\""
-        #expect(await eventually { diagnosticsWaits(for: target).contains { $0.kind == "termination" } })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsWaits(for: target).contains { $0.kind == "termination" } })
         release.countDown()
-        #expect(await eventually { terminated.withLock { $0 } == true })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { terminated.withLock { $0 } == true })
     }
 
     @Test func aReleasedPoolLeavesTheInventory() async throws {
@@ -218,6 +218,6 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
             #expect(synchronously { pool.awaitTermination(timeout: .seconds(10)) })
         }
         // Its last thread lets go of it as it returns.
-        #expect(await eventually { diagnosticsComponent("ThreadPool", named: name) == nil })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsComponent("ThreadPool", named: name) == nil })
     }
 }

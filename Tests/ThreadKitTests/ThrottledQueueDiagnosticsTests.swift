@@ -156,7 +156,7 @@ struct ThrottledQueueDiagnosticsTests {
         #expect((entry.pending.first?.dueIn ?? 0) > 0 && (entry.pending.first?.dueIn ?? 3) <= 2)
         #expect(entry.configuration.contains(Snapshot.Field("limit", "1 per 2s")))
         // The worker sleeps out the window, and says so.
-        let sleeping = await eventually {
+        let sleeping = await eventually(pollingEvery: .milliseconds(50)) {
             let thread = Self.component("dq-window")?.threads.first
             return thread?.state == .sleeping && thread?.work == "window" && (thread?.until ?? 0) > 0
         }
@@ -176,7 +176,7 @@ struct ThrottledQueueDiagnosticsTests {
         #expect(Self.metric("paused", of: entry) == 1)
         #expect((Self.metric("pause_remaining_seconds", of: entry) ?? 0) > 4)
         queue.resume()
-        let ran = await eventually { Self.component("dq-pause")?.pendingCount == 0 }
+        let ran = await eventually(pollingEvery: .milliseconds(50)) { Self.component("dq-pause")?.pendingCount == 0 }
         #expect(ran)
         #expect(Self.metric("paused", of: Self.component("dq-pause")) == 0)
     }
@@ -254,7 +254,7 @@ struct ThrottledQueueDiagnosticsTests {
             #expect(entry.threads.isEmpty)
         }
         // Another test's snapshot may be reading it this moment: it goes once that read ends.
-        #expect(await eventually { weakQueue == nil })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { weakQueue == nil })
         #expect(Self.component("dq-leaving") == nil)
     }
 }

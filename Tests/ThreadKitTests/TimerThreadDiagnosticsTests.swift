@@ -38,7 +38,7 @@ private struct CustomTag: Hashable, Sendable {
         try timer.schedule(after: .milliseconds(1)) { fired.countDown() }
         #expect(fired.wait(timeout: .seconds(10)))
         // The counts change under the timer's lock after each call returns.
-        #expect(await eventually { diagnosticsComponent("TimerThread", named: name)?.metric("calls_fired_total") == 2 })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsComponent("TimerThread", named: name)?.metric("calls_fired_total") == 2 })
         let after = try #require(diagnosticsComponent("TimerThread", named: name))
         #expect(after.pendingCount == 2)
         #expect(after.pending.map(\.what) == ["\"a\"", "CustomTag"])
@@ -53,7 +53,7 @@ private struct CustomTag: Hashable, Sendable {
         #expect(zip(lateness.buckets, lateness.buckets.dropFirst()).allSatisfy { $0.count <= $1.count })
         #expect(lateness.value >= 0)
         // Its thread sleeps until the next call, 100 s ahead.
-        #expect(await eventually {
+        #expect(await eventually(pollingEvery: .milliseconds(50)) {
             diagnosticsComponent("TimerThread", named: name)?.threads.first?.state == .sleeping
         })
         let thread = try #require(diagnosticsComponent("TimerThread", named: name)?.threads.first)
@@ -80,7 +80,7 @@ private struct CustomTag: Hashable, Sendable {
         let ran = Latch()
         try timer.schedule(after: .zero) { ran.countDown() }
         #expect(ran.wait(timeout: .seconds(10)))
-        #expect(await eventually {
+        #expect(await eventually(pollingEvery: .milliseconds(50)) {
             let thread = diagnosticsComponent("TimerThread", named: name)?.threads.first
             return thread?.state == .sleeping && thread?.until == nil
         })
@@ -148,7 +148,7 @@ private struct CustomTag: Hashable, Sendable {
             #expect(diagnosticsComponent("TimerThread", named: name) != nil)
         }
         // A snapshot taken by another test at this moment may hold it a little longer.
-        #expect(await eventually { diagnosticsComponent("TimerThread", named: name) == nil })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsComponent("TimerThread", named: name) == nil })
     }
 }
 

@@ -29,7 +29,7 @@ struct WaitGraphDiagnosticsTests {
         let caller = callerID.withLock { $0 }
         let involved = Set([caller] + ids)
         // The waits register just before they block: wait until all three show.
-        let allBlocked = await eventually {
+        let allBlocked = await eventually(pollingEvery: .milliseconds(50)) {
             Diagnostics.snapshot().waits.filter { involved.contains($0.thread.kernelThreadID) }.count == 3
         }
         #expect(allBlocked)
@@ -51,6 +51,36 @@ struct WaitGraphDiagnosticsTests {
         let entries = ["dq-chain-A", "dq-chain-B"].map { name in snapshot.components.first { $0.name == name }?.threads.first }
         #expect(entries.allSatisfy { $0?.state == .blocked })
         #expect(snapshot.components.first { $0.name == "dq-chain-C" }?.threads.first?.state == .running)
+        release.countDown()
+        #expect(returned.wait(timeout: .seconds(10)))
+    }
+
+    @Test("A → B → A nested syncs: A's thread, serving the nested request in its wait, shows running it, and no cycle is reported")
+    func nestedRequestIsNoCycle() throws {
+        let a = DedicatedThread(name: "dq-nest-A"), b = DedicatedThread(name: "dq-nest-B")
+        let aID = a.sync { ThreadActivity.currentKernelThreadID() }
+        let bID = b.sync { ThreadActivity.currentKernelThreadID() }
+        let inner = Latch(), release = Latch(), returned = Latch()
+        try a.execute {
+            b.sync {
+                a.sync {                      // runs on A's thread, which serves it in its wait
+                    inner.countDown()
+                    release.wait(timeout: .seconds(10))
+                }
+            }
+            returned.countDown()
+        }
+        defer { release.countDown() }
+        #expect(inner.wait(timeout: .seconds(10)))
+        let snapshot = Diagnostics.snapshot()
+        let aThread = snapshot.components.first { $0.name == "dq-nest-A" }?.threads.first
+        #expect(aThread?.kernelThreadID == aID)
+        #expect(aThread?.state == .running)
+        #expect(aThread?.work == "a nested request")
+        // B waits for A, whose thread runs: an edge, but no cycle.
+        #expect(snapshot.waits.first { $0.thread.kernelThreadID == bID }?.holder?.kernelThreadID == aID)
+        #expect(!snapshot.waits.contains { $0.thread.kernelThreadID == aID })
+        #expect(snapshot.cycles.allSatisfy { cycle in !cycle.contains { [aID, bID].contains($0.thread.kernelThreadID) } })
         release.countDown()
         #expect(returned.wait(timeout: .seconds(10)))
     }
@@ -96,18 +126,19 @@ struct BlockedCaller: Sendable {
     /// Runs `wait` on a new thread and suspends until a snapshot shows that thread blocked (at
     /// most 10 s); `nil` if it never does.
     static func start(_ wait: @escaping @Sendable () -> Void) async -> BlockedCaller? {
-        let id = LockedValue<Int32>(0)
+        let activity = LockedValue<ThreadActivity?>(nil)
         let returned = Latch()
         Thread {
-            id.withLock { $0 = ThreadActivity.currentKernelThreadID() }
+            activity.withLock { $0 = ThreadActivity.current }
             wait()
             returned.countDown()
         }.start()
-        let blocked = await eventually {
-            let caller = id.withLock { $0 }
-            return caller != 0 && Diagnostics.snapshot().waits.contains { $0.thread.kernelThreadID == caller }
+        // The thread's own state, not a whole snapshot, is polled: cheap for every other test.
+        let blocked = await eventually(pollingEvery: .milliseconds(20)) {
+            activity.withLock { $0 }?.read().phase == .blocked
         }
-        return blocked ? BlockedCaller(threadID: id.withLock { $0 }, returned: returned) : nil
+        guard blocked, let caller = activity.withLock({ $0 }) else { return nil }
+        return BlockedCaller(threadID: caller.kernelThreadID, returned: returned)
     }
 
     /// Its edge of the wait-for graph in `snapshot`.

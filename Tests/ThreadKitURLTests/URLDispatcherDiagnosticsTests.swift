@@ -45,7 +45,7 @@ extension URLIntegrationTests {
                 for _ in 0..<4 {
                     group.addTask { try await dispatcher.data(for: server.request("/hold0"), timeout: .seconds(20)).1.statusCode }
                 }
-                #expect(await eventually { dispatcher.statistics(for: server.endpoint).queued == 2 })
+                #expect(await eventually(pollingEvery: .milliseconds(50)) { dispatcher.statistics(for: server.endpoint).queued == 2 })
                 let component = entry(of: dispatcher)
                 #expect(component?.endpoints == [Snapshot.Endpoint(endpoint: endpoint, running: 2, queued: 2)])
                 #expect(component?.pendingCount == 2)
@@ -79,9 +79,9 @@ extension URLIntegrationTests {
         try await withServerAndDispatcher(.init(maxRequests: 1), handler: holding([gate])) { server, dispatcher in
             let endpoint = server.endpoint.description
             let holder = Task { try await dispatcher.data(for: server.request("/hold0"), timeout: .seconds(20)) }
-            #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
+            #expect(await eventually(pollingEvery: .milliseconds(50)) { dispatcher.statistics(for: server.endpoint).running == 1 })
             let queued = Task { try await dispatcher.data(for: server.request("/"), timeout: .seconds(20)) }
-            #expect(await eventually { dispatcher.statistics(for: server.endpoint).queued == 1 })
+            #expect(await eventually(pollingEvery: .milliseconds(50)) { dispatcher.statistics(for: server.endpoint).queued == 1 })
             queued.cancel()
             await #expect(throws: CancellationError.self) { try await queued.value }
             await #expect(throws: URLDispatcherError.self) {
@@ -113,7 +113,7 @@ extension URLIntegrationTests {
         try await withServerAndDispatcher(.init(maxRequests: 1), handler: holding(gates)) { server, dispatcher in
             let endpoint = server.endpoint.description
             let holder = Task { try await dispatcher.data(for: server.request("/hold0"), timeout: .seconds(20)) }
-            #expect(await eventually { dispatcher.statistics(for: server.endpoint).running == 1 })
+            #expect(await eventually(pollingEvery: .milliseconds(50)) { dispatcher.statistics(for: server.endpoint).running == 1 })
             let done = Latch()
             let status = LockedValue(0)
             Thread {
@@ -124,19 +124,19 @@ extension URLIntegrationTests {
             func waitOf(_ kind: String) -> Snapshot.Wait? {
                 Diagnostics.snapshot().waits.first { $0.kind == kind && $0.waitsFor.hasSuffix(endpoint) }
             }
-            #expect(await eventually { waitOf("slot") != nil })
+            #expect(await eventually(pollingEvery: .milliseconds(50)) { waitOf("slot") != nil })
             let slot = try #require(waitOf("slot"))
             #expect(slot.waitsFor == "a slot of endpoint \(endpoint)")
             #expect(slot.holder == nil)
             gates[0].countDown()
-            #expect(await eventually { waitOf("response") != nil })
+            #expect(await eventually(pollingEvery: .milliseconds(50)) { waitOf("response") != nil })
             let response = try #require(waitOf("response"))
             #expect(response.waitsFor == "the response of endpoint \(endpoint)")
             #expect(response.thread == slot.thread)
             #expect(waitOf("slot") == nil)
             gates[1].countDown()
             _ = try await holder.value
-            #expect(await eventually { done.isOpen })
+            #expect(await eventually(pollingEvery: .milliseconds(50)) { done.isOpen })
             #expect(status.withLock { $0 } == 200)
             #expect(waitOf("response") == nil)
         }
@@ -148,7 +148,7 @@ extension URLIntegrationTests {
         #expect(Diagnostics.snapshot().components.contains { $0.name == name })
         dispatcher?.dispose()
         dispatcher = nil
-        #expect(await eventually { !Diagnostics.snapshot().components.contains { $0.name == name } })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { !Diagnostics.snapshot().components.contains { $0.name == name } })
         let never = URLDispatcher(limits: .init(maxRetryAfter: .seconds(Int64.max)))
         defer { never.dispose() }
         let setting = entry(of: never)?.configuration.first { $0.name == "maxRetryAfter" }?.value

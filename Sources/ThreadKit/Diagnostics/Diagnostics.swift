@@ -12,8 +12,8 @@ import Foundation
 ///
 /// Every ``ThreadPool``, ``TimerThread``, ``ThrottledQueue``, ``DedicatedThread``, `URLDispatcher`
 /// and `RedisClient` registers itself (weakly) when it is created and leaves when it is released.
-/// Reading one takes its lock once, briefly, and never calls user code; the hot paths pay nothing
-/// for it: a thread records its state only when it sleeps, wakes or blocks.
+/// Reading one takes its lock briefly and never calls user code; a thread records its state only
+/// when it spins, sleeps, wakes or blocks, never for a task that finds the next one waiting.
 public enum Diagnostics {
     /// Every live component and thread, and the wait-for graph, now.
     ///

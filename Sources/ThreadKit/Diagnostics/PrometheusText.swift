@@ -56,8 +56,10 @@ enum PrometheusText {
 
     /// Process-wide families: the threads ThreadKit knows by state, the blocked waits, the cycles.
     private static func processMetrics(_ snapshot: Snapshot) -> [Snapshot.Metric] {
+        // A thread listed by two components (a pool's, working for a throttled queue) counts once.
         var byState: [Snapshot.Thread.State: Int] = [:]
-        for thread in snapshot.components.flatMap(\.threads) + snapshot.otherThreads {
+        var counted: Set<Int32> = []
+        for thread in snapshot.components.flatMap(\.threads) + snapshot.otherThreads where counted.insert(thread.kernelThreadID).inserted {
             byState[thread.state, default: 0] += 1
         }
         let states: [Snapshot.Thread.State] = [.running, .spinning, .sleeping, .blocked]

@@ -49,7 +49,6 @@ private final class SignalDumps: Sendable {
     /// The pipe's write end, read by the handler: an atomic load is async-signal-safe.
     static let writeEnd = Atomic<Int32>(-1)
 
-    private let readEnd: Int32
     private let outputs = Locked([Int32: Diagnostics.Output]())
 
     private init() {
@@ -59,7 +58,6 @@ private final class SignalDumps: Sendable {
         // A flood of signals must never block the handler: a full pipe drops the byte, and the
         // dump the bytes already queued will bring covers it.
         _ = fcntl(ends[1], F_SETFL, fcntl(ends[1], F_GETFL) | O_NONBLOCK)
-        readEnd = ends[0]
         Self.writeEnd.store(ends[1], ordering: .releasing)
         let readEnd = ends[0]
         do {
@@ -117,8 +115,6 @@ private final class SignalDumps: Sendable {
         }
     }
 
-    /// Writes `text` to `output`. A file that cannot be opened gets no dump: there is nowhere
-    /// left to say so.
     /// The byte ``install(_:_:)`` writes after a signal is added: no signal has the number 0.
     private static let unblockSignals: UInt8 = 0
 
@@ -132,6 +128,8 @@ private final class SignalDumps: Sendable {
         pthread_sigmask(SIG_UNBLOCK, &set, nil)
     }
 
+    /// Writes `text` to `output`. A file that cannot be opened gets no dump: there is nowhere
+    /// left to say so.
     private static func deliver(_ text: String, to output: Diagnostics.Output) {
         switch output {
         case .standardError: writeAll(text, to: STDERR_FILENO)

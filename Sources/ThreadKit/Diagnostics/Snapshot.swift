@@ -51,6 +51,8 @@ public struct Snapshot: Codable, Sendable, Equatable, CustomStringConvertible {
     public func json(prettyPrinted: Bool = true) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = prettyPrinted ? [.prettyPrinted, .sortedKeys] : [.sortedKeys]
+        // A value set by hand to an infinity or NaN is written as Prometheus spells it.
+        encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
         // Every field is a string, a number or an array of them: encoding cannot fail.
         let data = try! encoder.encode(self)
         return String(decoding: data, as: UTF8.self)

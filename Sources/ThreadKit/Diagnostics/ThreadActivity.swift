@@ -11,8 +11,8 @@ import Darwin
 ///
 /// Every thread ThreadKit starts has one from its first instruction (``NamedThread``); any other
 /// thread gets one the first time it blocks in one of ThreadKit's waits. The thread itself writes
-/// it, at the moments its state changes anyway (it goes to sleep, wakes, blocks): never per task,
-/// so the hot paths pay nothing. A snapshot reads it under its own small lock.
+/// it, at the moments its state changes anyway (it spins, goes to sleep, wakes, blocks), never for
+/// a task that finds the next one waiting. A snapshot reads it under its own small lock.
 ///
 /// `package`: ThreadKitURL and ThreadKitRedis report their threads and waits through it too.
 package final class ThreadActivity: @unchecked Sendable {
@@ -169,10 +169,15 @@ package final class ThreadActivity: @unchecked Sendable {
     }()
     #endif
 
-    /// The calling thread's kernel id (`gettid()`); 0 where the system has none.
+    /// The calling thread's kernel id: `gettid()`, or where the C library lacks it (glibc before
+    /// 2.30), the last part of `/proc/thread-self`'s link (`<pid>/task/<tid>`).
     static func currentKernelThreadID() -> Int32 {
         #if canImport(Glibc) || canImport(Musl)
-        return getTID?() ?? 0
+        if let getTID { return getTID() }
+        var buffer = [CChar](repeating: 0, count: 64)
+        let length = readlink("/proc/thread-self", &buffer, buffer.count - 1)
+        let link = length > 0 ? String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
+        return link.split(separator: "/").last.flatMap { Int32($0) } ?? 0
         #else
         var id: UInt64 = 0
         pthread_threadid_np(nil, &id)

@@ -46,7 +46,12 @@ enum ExecutionContexts {
             ownerServes: held.ownerServes)
         switch place {
         case .inline: work()
-        case .owner: includingTaskHolds { request(work, from: held.owner.takeUnretainedValue().parker, for: record) }
+        case .owner:
+            includingTaskHolds {
+                ThreadActivity.current.blocked("sync", on: .context(context)) {
+                    request(work, from: held.owner.takeUnretainedValue().parker, for: record)
+                }
+            }
         }
         return true
     }

@@ -43,7 +43,9 @@ extension ExecutionContexts {
                     continue
                 }
                 mutex.unlock()
-                next.take()!.run()
+                // Not blocked while it runs a nested request: a snapshot must not see this thread
+                // waiting for work that waits for it (a false cycle), but running that request.
+                ThreadActivity.labelled("a nested request") { next.take()!.run() }
                 mutex.lock()
             }
             mutex.unlock()
