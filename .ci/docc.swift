@@ -79,8 +79,11 @@ enum DocCTool {
                 } catch {
                     fail("cannot read \(file): \(error)")
                 }
+                // A member with no place in the source is one the compiler derived (a `Codable`
+                // type's `init(from:)`, an enum's `init(rawValue:)`): there is nowhere to comment it.
                 for symbol in graph.symbols where ["public", "open"].contains(symbol.accessLevel)
-                    && !symbol.identifier.precise.contains("::SYNTHESIZED::") && symbol.kind.identifier != "swift.extension" {
+                    && !symbol.identifier.precise.contains("::SYNTHESIZED::") && symbol.kind.identifier != "swift.extension"
+                    && symbol.location != nil {
                     checked += 1
                     let text = symbol.docComment?.lines.map(\.text).joined().trimmingCharacters(in: .whitespaces) ?? ""
                     guard text.isEmpty else { continue }

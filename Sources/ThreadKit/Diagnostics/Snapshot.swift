@@ -5,7 +5,7 @@ import Foundation
 ///
 /// Take one with ``Diagnostics/snapshot(longWaitsOver:)``. Its ``description`` is the dump for
 /// people, laid out like the JVM's `jstack`: deadlocks and long waits first, then one block per
-/// component. ``json()`` is the same content for programs; `Snapshot` is `Codable`, so
+/// component. ``json(prettyPrinted:)`` is the same content for programs; `Snapshot` is `Codable`, so
 /// `JSONDecoder().decode(Snapshot.self, from: Data(snapshot.json().utf8))` reads it back.
 ///
 /// Times are given as durations before ``takenAt`` (in seconds), measured on the monotonic clock,
@@ -298,7 +298,7 @@ extension Snapshot {
 
         private enum CodingKeys: String, CodingKey { case upperBound, count }
 
-        // JSON has no infinity: the last bound is written as the string "+Inf", as Prometheus does.
+        /// Reads a bucket written by ``encode(to:)``: its bound a number, or the string `"+Inf"`.
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             if let text = try? container.decode(String.self, forKey: .upperBound), text == "+Inf" {
@@ -309,6 +309,8 @@ extension Snapshot {
             count = try container.decode(UInt64.self, forKey: .count)
         }
 
+        /// Writes the bucket; JSON has no infinity, so the last bound is the string `"+Inf"`, as
+        /// Prometheus writes it.
         public func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
             if upperBound == .infinity {
