@@ -33,7 +33,7 @@ extension ThrottledQueue {
         switch step {
         case .startAt(let at):
             let now = MonotonicInstant.now()
-            guard _blockingCarryOut(schedule.approach(toStartAt: at, now: now), on: condition, reporting: activity) else { return nil }
+            guard _blockingCarryOut(schedule.approach(toStartAt: at, now: now), on: condition, reporting: activity, now: now) else { return nil }
             coordination.starts.started()
             return now
         case .awaitAnswer:

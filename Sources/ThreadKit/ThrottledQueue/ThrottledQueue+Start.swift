@@ -49,26 +49,33 @@ extension ThrottledQueue {
         reporting activity: ThreadActivity? = nil
     ) -> MonotonicInstant? {
         let now = MonotonicInstant.now()
-        guard _blockingCarryOut(schedule.approach(toStartAt: allowed, now: now), on: condition, reporting: activity) else { return nil }
+        guard _blockingCarryOut(schedule.approach(toStartAt: allowed, now: now), on: condition, reporting: activity, now: now) else { return nil }
         if let coordination {
             return _blockingCoordinatedApproach(coordination, localAllowed: allowed, now: now, gap: gap, on: condition, reporting: activity)
         }
         return now
     }
 
+    /// The shortest sleep toward a start that the worker reports as sleeping.
+    static let reportedSleep = Duration.milliseconds(1)
+
     /// Carries out one step of an approach: sleeps on `condition` (`activity`, if given, reported
-    /// sleeping until the wake) or watches the clock, and returns `false`; or, when it is time,
-    /// returns `true`. Mutex held.
+    /// sleeping until the wake when that is at least ``reportedSleep`` after `now`) or watches the
+    /// clock, and returns `false`; or, when it is time, returns `true`. Mutex held.
     func _blockingCarryOut(
-        _ approach: ThrottleSchedule<Item>.Approach, on condition: MonotonicCondition, reporting activity: ThreadActivity? = nil
+        _ approach: ThrottleSchedule<Item>.Approach, on condition: MonotonicCondition, reporting activity: ThreadActivity? = nil,
+        now: MonotonicInstant? = nil
     ) -> Bool {
         switch approach {
         case .startNow:
             return true
         case .sleep(let wake):
-            activity?.sleeping(until: wake)
+            // A shorter sleep is shown as running: two state writes would be a visible share of a
+            // 100 µs gap's CPU, and a dump could hardly catch it anyway.
+            let shown = now.map { $0.advanced(by: Self.reportedSleep) <= wake } == true ? activity : nil
+            shown?.sleeping(until: wake)
             condition.wait(mutex, until: wake)
-            activity?.running("task")
+            shown?.running("task")
         case .spin(let target):
             mutex.unlock()
             Self.spin(until: target)
