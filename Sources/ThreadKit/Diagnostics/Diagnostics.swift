@@ -41,7 +41,7 @@ public enum Diagnostics {
         waits.sort { $0.thread.kernelThreadID < $1.thread.kernelThreadID }
         blockedOutside.sort { $0.kernelThreadID < $1.kernelThreadID }
         return Snapshot(
-            takenAt: takenAt, processID: getpid(), longWaitThreshold: seconds(threshold),
+            takenAt: takenAt, processID: getpid(), longWaitThreshold: DiagnosticsClock.seconds(threshold),
             components: components, otherThreads: blockedOutside, waits: waits, cycles: cycles(of: waits))
     }
 
@@ -79,7 +79,4 @@ public enum Diagnostics {
         Snapshot.ThreadReference(name: activity.name, kernelThreadID: activity.kernelThreadID)
     }
 
-    private static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-    }
 }

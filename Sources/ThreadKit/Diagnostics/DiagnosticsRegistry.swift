@@ -91,9 +91,14 @@ package struct DiagnosticsClock: Sendable {
             waitsFor: state.wait.map { $0.target.description })
     }
 
+    /// `duration` in seconds, as snapshots and metrics give every duration.
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
     /// A duration as a configuration value: `10s`, `250ms`, `40µs`.
     package static func text(_ duration: Duration) -> String {
-        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        let seconds = seconds(duration)
         if seconds == 0 { return "0s" }
         if seconds.magnitude >= 1 { return "\(trimmed(seconds))s" }
         if seconds.magnitude >= 1e-3 { return "\(trimmed(seconds * 1e3))ms" }

@@ -48,7 +48,7 @@ extension Snapshot {
         var lines = [head]
         let plain = component.metrics.filter { $0.kind != .histogram && $0.labels.isEmpty }
         if !plain.isEmpty {
-            lines.append("  " + plain.map { "\($0.name)=\(number($0.value))" }.joined(separator: " "))
+            lines.append("  " + plain.map { "\($0.name)=\(PrometheusText.number($0.value))" }.joined(separator: " "))
         }
         if component.pendingCount > 0 || !component.pending.isEmpty {
             var text = "  pending \(component.pendingCount)"
@@ -109,9 +109,6 @@ extension Snapshot {
         return sign + String(format: "%.0fµs", magnitude * 1e6)
     }
 
-    static func number(_ value: Double) -> String {
-        value == value.rounded() && value.magnitude < 1e15 ? String(Int64(value)) : String(value)
-    }
 
     private static func timestamp(_ date: Date) -> String {
         var formatter = Date.ISO8601FormatStyle(includingFractionalSeconds: true)

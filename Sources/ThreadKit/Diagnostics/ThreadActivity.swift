@@ -90,11 +90,11 @@ package final class ThreadActivity: @unchecked Sendable {
 
     /// The thread sleeps until woken, or until `deadline`.
     package func sleeping(until deadline: ContinuousClock.Instant? = nil) {
-        sleeping(until: deadline.map(MonotonicInstant.init))
+        set(State(phase: .sleeping, since: .now(), until: deadline.map(MonotonicInstant.init)))
     }
 
     /// The thread sleeps until woken, or until `deadline`.
-    func sleeping(until deadline: MonotonicInstant?) {
+    func sleeping(until deadline: MonotonicInstant) {
         set(State(phase: .sleeping, since: .now(), until: deadline))
     }
 

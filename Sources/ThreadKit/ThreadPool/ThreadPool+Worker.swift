@@ -115,7 +115,7 @@ extension ThreadPool {
                 if let found { return found }
                 continue
             case .sleep(let retirement):
-                worker.activity.sleeping(until: nil as MonotonicInstant?)
+                worker.activity.sleeping()
                 let end = _blockingWaitForWork(worker, id, until: retirement)
                 worker.activity.running("task")
                 switch decide({ $0.sleepEnded(id, end, slept: idleSince.duration(to: .now())) }) {

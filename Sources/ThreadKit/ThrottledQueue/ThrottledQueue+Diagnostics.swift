@@ -70,7 +70,7 @@ extension ThrottledQueue: DiagnosticsReporting, DiagnosticsWaitTarget {
                 Snapshot.Metric("tasks_completed_total", .counter, Double(state.ended), help: "Tasks that have run to their end."),
                 Snapshot.Metric("paused", .gauge, pauseLeft > 0 ? 1 : 0, help: "1 while a pause holds every start, else 0."),
                 Snapshot.Metric("pause_remaining_seconds", .gauge, pauseLeft, help: "How long the pause in force still holds every start."),
-                Snapshot.Metric("interval_seconds", .gauge, Self.seconds(state.interval), help: "The gap that follows a task submitted without its own."),
+                Snapshot.Metric("interval_seconds", .gauge, DiagnosticsClock.seconds(state.interval), help: "The gap that follows a task submitted without its own."),
             ],
             threads: threads,
             pending: state.next.map { [Snapshot.Pending(what: "the next task", dueIn: clock.seconds(until: $0.at), reason: $0.hindrance.rawValue)] } ?? [],
@@ -93,7 +93,4 @@ extension ThrottledQueue: DiagnosticsReporting, DiagnosticsWaitTarget {
         return fields
     }
 
-    private static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-    }
 }

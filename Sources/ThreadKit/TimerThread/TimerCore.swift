@@ -380,7 +380,7 @@ final class TimerCore: @unchecked Sendable {
     }
 
     private func _blockingWaitForCalls() {
-        state.activity?.sleeping(until: nil as MonotonicInstant?)
+        state.activity?.sleeping()
         wakeUp.wait(mutex)
         state.activity?.running("timer call")
     }
