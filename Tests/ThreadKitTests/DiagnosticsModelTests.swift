@@ -37,6 +37,22 @@ import ThreadKitTestSupport
         #expect(cycles[0][0] == waits[0])
     }
 
+    @Test func aCycleIsReportedOnlyIfEveryWaitInItIsStillInForce() {
+        // Two cycles, 1 ⇄ 2 and 3 ⇄ 4; thread 4's wait ended between the reads.
+        let waits = [Self.wait(1, holder: 2), Self.wait(2, holder: 1), Self.wait(3, holder: 4), Self.wait(4, holder: 3)]
+        let cycles = Diagnostics.cycles(of: waits) { $0.thread.kernelThreadID != 4 }
+        #expect(cycles.map { $0.map(\.thread.kernelThreadID) } == [[1, 2]])
+    }
+
+    @Test func secondsReachDeadlinesOfNeverWithoutWrapping() {
+        let clock = DiagnosticsClock(now: MonotonicInstant(nanoseconds: 5_000_000_000))
+        #expect(clock.seconds(since: MonotonicInstant(nanoseconds: 2_000_000_000)) == 3)
+        #expect(clock.seconds(until: MonotonicInstant(nanoseconds: 7_500_000_000)) == 2.5)
+        let never = clock.seconds(until: .distantFuture)
+        #expect(never > 9e9 && never < 9.3e9)
+        #expect(clock.seconds(since: .distantFuture) == -never)
+    }
+
     // MARK: - JSON and text
 
     @Test func jsonReadsBackToTheSameSnapshot() throws {

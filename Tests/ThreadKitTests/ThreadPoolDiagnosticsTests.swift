@@ -134,6 +134,24 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
         pool.dispose()
     }
 
+    @Test func aOneThreadPoolIsHeldByItsThreadOnlyWhileThatRunsATask() async throws {
+        let pool = ThreadPool(name: "dpool.holder.\(UUID().uuidString.prefix(8))", size: 1)
+        let running = Latch(), release = Latch()
+        let workerID = LockedValue<Int32>(0)
+        try pool.execute {
+            workerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
+            running.countDown()
+            release.wait(timeout: .seconds(10))
+        }
+        #expect(running.wait(timeout: .seconds(10)))
+        #expect(pool.holdingThread?.kernelThreadID == workerID.withLock { $0 })
+        release.countDown()
+        // Idle (spinning, then asleep), its thread holds nothing.
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { pool.statistics.idleThreads == 1 })
+        #expect(pool.holdingThread == nil)
+        pool.dispose()
+    }
+
     @Test func aWaitForAnUnlabelledTaskOfALargerPoolNamesThePoolAndTheWorker() async throws {
         let name = "dpool.wait2.\(UUID().uuidString.prefix(8))"
         let pool = ThreadPool(name: name, size: 2)

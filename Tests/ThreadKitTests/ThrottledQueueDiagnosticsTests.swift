@@ -235,6 +235,10 @@ struct ThrottledQueueDiagnosticsTests {
         #expect(inside.wait(timeout: .seconds(10)))
         let blocked = try #require(await BlockedCaller.start { queue.waitUntilIdle() })
         let runner = runnerID.withLock { $0 }
+        // The caller's thread belongs to no component; it shows among the other threads, running its label.
+        let row = Diagnostics.snapshot().otherThreads.first { $0.kernelThreadID == runner }
+        #expect(row?.state == .running)
+        #expect(row?.work == "inline work")
         let wait = try #require(blocked.edge())
         #expect(wait.kind == "idle")
         #expect(wait.waitsFor == "ThrottledQueue \"dq-idle\"")

@@ -20,29 +20,38 @@ public enum Diagnostics {
     /// - Parameter threshold: How long a wait lasts before the dump lists it among the long waits
     ///   (a cycle is listed whatever its age).
     public static func snapshot(longWaitsOver threshold: Duration = .seconds(1)) -> Snapshot {
-        let clock = DiagnosticsClock(now: .now())
         let takenAt = Date()
-        let components = DiagnosticsRegistry.reports(clock)
+        // Each thread's state is read once, before the components report: a thread's row and its
+        // edge in the wait-for graph tell the same moment.
         let threads = ThreadActivity.allAlive()
-        var waits: [Snapshot.Wait] = []
-        var blockedOutside: [Snapshot.Thread] = []
+        let states = threads.map { $0.read() }
+        let clock = DiagnosticsClock(
+            now: .now(), states: Dictionary(uniqueKeysWithValues: zip(threads.map(ObjectIdentifier.init), states)))
+        let components = DiagnosticsRegistry.reports(clock)
         let componentThreads = Set(components.flatMap { $0.threads.map(\.kernelThreadID) })
-        for activity in threads {
-            let state = activity.read()
-            guard let wait = state.wait else { continue }
-            let holder = wait.target.holdingThread
-            waits.append(Snapshot.Wait(
-                thread: reference(activity), kind: wait.kind, waitsFor: wait.target.description,
-                holder: holder.map(reference), seconds: max(0, clock.seconds(since: state.since))))
-            if !componentThreads.contains(activity.kernelThreadID) {
-                blockedOutside.append(clock.thread(activity))
+        var waits: [Snapshot.Wait] = []
+        var edges: [Int32: Edge] = [:]
+        var otherThreads: [Snapshot.Thread] = []
+        for (activity, state) in zip(threads, states) {
+            if let wait = state.wait {
+                let holder = wait.target.holdingThread
+                waits.append(Snapshot.Wait(
+                    thread: reference(activity), kind: wait.kind, waitsFor: wait.target.description,
+                    holder: holder.map(reference), seconds: max(0, clock.seconds(since: state.since))))
+                edges[activity.kernelThreadID] = Edge(waiter: activity, since: state.since, holder: holder?.kernelThreadID)
+            }
+            // A thread of no component shows when it blocks in one of ThreadKit's waits, or runs
+            // work given with a `label:` (a `sync(label:)` caller).
+            if !componentThreads.contains(activity.kernelThreadID), state.wait != nil || state.work != nil {
+                otherThreads.append(clock.thread(activity))
             }
         }
         waits.sort { $0.thread.kernelThreadID < $1.thread.kernelThreadID }
-        blockedOutside.sort { $0.kernelThreadID < $1.kernelThreadID }
+        otherThreads.sort { $0.kernelThreadID < $1.kernelThreadID }
+        let cycles = cycles(of: waits) { edges[$0.thread.kernelThreadID]?.isStill() == true }
         return Snapshot(
             takenAt: takenAt, processID: getpid(), longWaitThreshold: DiagnosticsClock.seconds(threshold),
-            components: components, otherThreads: blockedOutside, waits: waits, cycles: cycles(of: waits))
+            components: components, otherThreads: otherThreads, waits: waits, cycles: cycles)
     }
 
     /// Every live component's counters, gauges and histograms, and the process-wide thread and
@@ -64,15 +73,34 @@ public enum Diagnostics {
         return Snapshot.threadLines(threads).joined(separator: "\n") + "\n"
     }
 
-    /// The cycles among `waits`, each starting with its thread of lowest kernel id.
-    static func cycles(of waits: [Snapshot.Wait]) -> [[Snapshot.Wait]] {
+    /// The cycles among `waits`, each starting with its thread of lowest kernel id: those whose
+    /// every wait, looked at again, `isStill` in force (a deadlock does not move; see ``Edge``).
+    static func cycles(of waits: [Snapshot.Wait], isStill: (Snapshot.Wait) -> Bool = { _ in true }) -> [[Snapshot.Wait]] {
         var edges: [Int32: Int32] = [:]
         var byThread: [Int32: Snapshot.Wait] = [:]
         for wait in waits {
             byThread[wait.thread.kernelThreadID] = wait
             if let holder = wait.holder { edges[wait.thread.kernelThreadID] = holder.kernelThreadID }
         }
-        return WaitCycles.find(edges).map { cycle in cycle.map { byThread[$0]! } }
+        return WaitCycles.find(edges).map { cycle in cycle.map { byThread[$0]! } }.filter { $0.allSatisfy(isStill) }
+    }
+
+    /// One edge of the wait-for graph as first read: who waits, since when, for whom.
+    ///
+    /// The edges are read one after another while the threads run on, so a cycle among them may
+    /// join waits that never existed at the same moment. A deadlock does not move: a cycle is
+    /// reported only if each of its threads is, read again, still in the same wait (begun at the
+    /// same instant) for the same holder.
+    private struct Edge {
+        let waiter: ThreadActivity
+        let since: MonotonicInstant
+        let holder: Int32?
+
+        func isStill() -> Bool {
+            let now = waiter.read()
+            guard let wait = now.wait, now.since == since else { return false }
+            return wait.target.holdingThread?.kernelThreadID == holder
+        }
     }
 
     private static func reference(_ activity: ThreadActivity) -> Snapshot.ThreadReference {

@@ -61,14 +61,26 @@ package protocol DiagnosticsReporting: AnyObject, Sendable {
 /// The instant a snapshot is taken, and the conversions every report makes with it.
 package struct DiagnosticsClock: Sendable {
     let now: MonotonicInstant
+    /// The threads' states as a snapshot read them, once each before the components report, so
+    /// that a thread's row and its edge in the wait-for graph tell the same moment.
+    private let states: [ObjectIdentifier: ThreadActivity.State]
 
-    init(now: MonotonicInstant) {
+    init(now: MonotonicInstant, states: [ObjectIdentifier: ThreadActivity.State] = [:]) {
         self.now = now
+        self.states = states
     }
 
-    /// Seconds from `instant` to now (positive for an instant in the past).
+    /// Seconds from `instant` to now (positive for an instant in the past), exact however far
+    /// `instant` is (a deadline of "never" included).
     func seconds(since instant: MonotonicInstant) -> Double {
-        Double(Int64(bitPattern: now.nanoseconds &- instant.nanoseconds)) / 1e9
+        now >= instant
+            ? Double(now.nanoseconds - instant.nanoseconds) / 1e9
+            : -Double(instant.nanoseconds - now.nanoseconds) / 1e9
+    }
+
+    /// `activity`'s state as the snapshot read it, or (for a thread started since) as it is now.
+    func state(of activity: ThreadActivity) -> ThreadActivity.State {
+        states[ObjectIdentifier(activity)] ?? activity.read()
     }
 
     /// Seconds from now to `instant` (negative for an instant in the past).
@@ -81,9 +93,9 @@ package struct DiagnosticsClock: Sendable {
         seconds(until: MonotonicInstant(instant))
     }
 
-    /// The entry of a thread, read from its activity: one brief hold of that thread's lock.
+    /// The entry of a thread, from its state as the snapshot read it.
     package func thread(_ activity: ThreadActivity) -> Snapshot.Thread {
-        let state = activity.read()
+        let state = state(of: activity)
         return Snapshot.Thread(
             name: activity.name, kernelName: activity.kernelName, kernelThreadID: activity.kernelThreadID,
             state: state.phase, seconds: max(0, seconds(since: state.since)),

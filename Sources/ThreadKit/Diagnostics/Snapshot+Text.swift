@@ -3,7 +3,7 @@ import Foundation
 extension Snapshot {
     /// The dump for people, laid out like the JVM's `jstack`: a header, the deadlocks found (the
     /// cycles of the wait-for graph), the long waits, then one block per component, its threads
-    /// in aligned columns, and the threads blocked in ThreadKit's waits that belong to none.
+    /// in aligned columns, and the threads of no component in ThreadKit's waits or labelled work.
     public var description: String {
         var lines = ["ThreadKit dump \(Self.timestamp(takenAt)), process \(processID)"]
         if !cycles.isEmpty {
@@ -27,7 +27,7 @@ extension Snapshot {
         }
         if !otherThreads.isEmpty {
             lines.append("")
-            lines.append("Other threads blocked in ThreadKit's waits:")
+            lines.append("Other threads in ThreadKit's waits or labelled work:")
             lines += Self.threadLines(otherThreads)
         }
         return lines.joined(separator: "\n") + "\n"

@@ -20,7 +20,8 @@ public struct Snapshot: Codable, Sendable, Equatable, CustomStringConvertible {
     /// Every live component, in the order they were created.
     public var components: [Component]
     /// Threads that belong to no component but are blocked in one of ThreadKit's waits (the main
-    /// thread in a `sync`, a cooperative thread in `ScheduledTask.wait()`…).
+    /// thread in a `sync`, a cooperative thread in `ScheduledTask.wait()`…), or run work given
+    /// with a `label:` (a caller's own turn in `ThrottledQueue.sync(label:_:)`).
     public var otherThreads: [Thread]
     /// The wait-for graph: one edge per thread blocked in one of ThreadKit's waits.
     public var waits: [Wait]

@@ -55,11 +55,15 @@ extension ThreadPool: DiagnosticsReporting, DiagnosticsWaitTarget {
     /// `ThreadPool "Images"`, as a wait for the pool (a full queue, its termination) names it.
     package var waitDescription: String { "ThreadPool \"\(name)\"" }
 
-    /// A one-thread pool's thread, which holds the pool as a serial context; `nil` for a larger
-    /// pool, which no one thread holds.
+    /// A one-thread pool's thread while it runs a task: it holds the pool as a serial context.
+    /// `nil` while that thread idles, and for a larger pool, which no one thread holds.
     package var holdingThread: ThreadActivity? {
         guard size == 1 else { return nil }
-        return mutex.withLock { machine.workers.all.first { _ in true }?.activity }
+        return mutex.withLock {
+            let idle = idleWorkers.current
+            guard idle.sleepers + idle.spinners == 0 else { return nil }
+            return machine.workers.all.first { _ in true }?.activity
+        }
     }
 
     /// The thread running the task whose address is `task`, if one is.

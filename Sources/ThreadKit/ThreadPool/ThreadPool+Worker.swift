@@ -43,28 +43,23 @@ extension ThreadPool {
     func runWorker(_ worker: Worker, _ id: WorkerID, firstWork: FirstWork) {
         var next = firstWork.take() ?? takeNextWork(for: worker, id)
         while next != nil {
-            perform(next.take()!, by: worker)
+            perform(next.take()!, countingInto: worker.completed, by: worker)
             next = takeNextWork(for: worker, id)
         }
     }
 
-    /// Runs claimed work on a worker's thread, and counts it into the worker's `completed`; a task
-    /// with a handle is published in `runningTask` while it runs (see ``ScheduledTask/holdingThread``).
-    private func perform(_ work: Work, by worker: Worker) {
-        guard case .task(let task) = work else { return perform(work, countingInto: worker.completed) }
-        worker.runningTask.store(UInt(bitPattern: ObjectIdentifier(task)), ordering: .relaxed)
-        task.runClaimed(countingInto: worker.completed)
-        worker.runningTask.store(0, ordering: .relaxed)
-    }
-
-    /// Runs claimed work on the calling thread, and counts it into `completed`.
-    func perform(_ work: Work, countingInto completed: borrowing Atomic<Int>) {
+    /// Runs claimed work on the calling thread, and counts it into `completed`; on a worker's
+    /// thread (`worker` given), a task with a handle is published in its `runningTask` while it
+    /// runs (see ``ScheduledTask/holdingThread``).
+    func perform(_ work: Work, countingInto completed: borrowing Atomic<Int>, by worker: Worker? = nil) {
         switch work {
         case .closure(let closure):
             closure()
             completed.wrappingAdd(1, ordering: .relaxed)
         case .task(let task):
+            worker?.runningTask.store(UInt(bitPattern: ObjectIdentifier(task)), ordering: .relaxed)
             task.runClaimed(countingInto: completed)
+            worker?.runningTask.store(0, ordering: .relaxed)
         case .job(let job):
             job.runSynchronously(on: asUnownedTaskExecutor())
             completed.wrappingAdd(1, ordering: .relaxed)
