@@ -148,15 +148,6 @@ enum LoopbackSocket {
         withAddress(address, port: port) { Glibc.connect(fd, $0, $1) } == 0
     }
 
-    /// Whether a new socket can bind and listen on `address:port` (not while another listens there).
-    static func canListen(on address: String, port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var yes: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        return withAddress(address, port: port) { bind(fd, $0, $1) } == 0 && listen(fd, 1) == 0
-    }
-
     /// Whether a TCP connection to `address:port` is accepted.
     static func connects(to address: String, port: Int) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
