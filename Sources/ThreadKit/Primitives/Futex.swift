@@ -20,7 +20,7 @@ import Darwin
 /// rare wake-up the kernel gives for nothing, costs a look, never a wrong decision.
 ///
 /// Elsewhere than Linux a mutex and a condition stand in for the futex: correct, not as cheap.
-struct Futex: ~Copyable, @unchecked Sendable {
+final class Futex: @unchecked Sendable {
     // Sendable: the word is an atomic that never moves (allocated once, freed in deinit); the
     // fallback's mutex and condition are made to be shared between threads.
     private let word: UnsafeMutablePointer<Atomic<UInt32>>
