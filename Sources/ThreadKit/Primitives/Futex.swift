@@ -69,7 +69,12 @@ final class Futex: @unchecked Sendable {
         #if os(Linux)
         var absolute = deadline.timespecValue
         while !isPosted {
-            if Self.futex(word, Self.waitUntilPrivate, 0, &absolute) == -1, errno == ETIMEDOUT { return isPosted }
+            guard Self.futex(word, Self.waitUntilPrivate, 0, &absolute) == -1 else { continue }
+            switch errno {
+            case ETIMEDOUT: return isPosted
+            case EINTR, EAGAIN: continue  // a signal, or the word changed before the thread slept
+            case let error: preconditionFailure("futex wait failed with errno \(error)")
+            }
         }
         return true
         #else

@@ -3,9 +3,11 @@ import Synchronization
 /// A fixed-size pool of named threads that recycles idle threads and collects them when idle.
 ///
 /// Threads are made lazily, one at a time, only when no thread is idle, and never more than `size`
-/// of them (a pool made with `minimumThreads` starts that many at once and keeps them). Tasks start in the order they were accepted; while fewer than `size` tasks run, none
-/// waits in the queue. An idle thread sleeps on its own futex word (it never polls), takes the next
-/// task handed to it, and is retired by the collector once it has been idle for `keepAlive`.
+/// of them (a pool made with `minimumThreads` starts that many at once and keeps them). Tasks
+/// start in the order they were accepted; while fewer than `size` tasks run, none waits in the
+/// queue. An idle thread sleeps on its own futex word (on Linux; a condition elsewhere), never
+/// polling, takes the next task handed to it, and is retired by the collector once it has been
+/// idle for `keepAlive` (never below `minimumThreads`).
 ///
 /// ```swift
 /// let pool = ThreadPool(name: "Images", size: 4)
