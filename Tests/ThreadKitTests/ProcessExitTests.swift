@@ -70,7 +70,7 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
     case poolSizeZero, poolSizeNegative, poolSizeMin, poolNegativeKeepAlive, poolZeroCollectionInterval
     case poolNegativeCollectionInterval, poolZeroQueueLimit, poolNegativeQueueLimit
     case poolNegativeWaitTimeout, poolFarNegativeWaitTimeout, poolNegativeWaitTimeoutAfterTheTaskRan
-    case poolNegativeAwaitTermination
+    case poolNegativeAwaitTermination, poolNegativeMinimumThreads, poolMinimumThreadsAboveSize
     case timerNegativeDelay, timerFarNegativeDelay, timerNaNDelay, timerZeroInterval
     case timerNegativeInterval, timerNegativeIntervalFixedDelay, timerNegativeFirstDelay
     case timerNegativeFirstDelayFixedDelay, timerDisposeShared, timerHeapInsertTwice
@@ -113,6 +113,12 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         case .poolNegativeCollectionInterval:
             .stops("ThreadPool: a negative collectionInterval stops",
                    naming: "ThreadPool 'Bad'.init: collectionInterval must be more than zero, got -15.0 seconds")
+        case .poolNegativeMinimumThreads:
+            .stops("ThreadPool: minimumThreads -1 stops",
+                   naming: "ThreadPool 'Bad'.init: minimumThreads must be in 0...size (0...2), got -1")
+        case .poolMinimumThreadsAboveSize:
+            .stops("ThreadPool: minimumThreads above size stops",
+                   naming: "ThreadPool 'Bad'.init: minimumThreads must be in 0...size (0...2), got 3")
         case .poolZeroQueueLimit:
             .stops("ThreadPool: queueLimit 0 stops", naming: "ThreadPool 'Bad'.init: queueLimit must be at least 1, got 0")
         case .poolNegativeQueueLimit:
@@ -287,6 +293,8 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
         case .poolNegativeKeepAlive: _ = ThreadPool(name: "Bad", size: 1, keepAlive: .milliseconds(-1))
         case .poolZeroCollectionInterval: _ = ThreadPool(name: "Bad", size: 1, collectionInterval: .zero)
         case .poolNegativeCollectionInterval: _ = ThreadPool(name: "Bad", size: 1, collectionInterval: .seconds(-15))
+        case .poolNegativeMinimumThreads: _ = ThreadPool(name: "Bad", size: 2, minimumThreads: -1)
+        case .poolMinimumThreadsAboveSize: _ = ThreadPool(name: "Bad", size: 2, minimumThreads: 3)
         case .poolZeroQueueLimit: _ = ThreadPool(name: "Bad", size: 1, queueLimit: 0)
         case .poolNegativeQueueLimit: _ = ThreadPool(name: "Bad", size: 1, queueLimit: -1)
         case .poolNegativeWaitTimeout:

@@ -48,7 +48,7 @@ extension ThreadPool {
             case .handOver(let worker):
                 worker.assignment = claimed(work)
                 mutex.unlock()
-                worker.wakeUp.signal()
+                worker.wakeUp.post()
             case .startThread(let number):
                 mutex.unlock()
                 try startThread(number, firstWork: work)
@@ -148,7 +148,7 @@ extension ThreadPool {
         case .none:
             break
         case .wake(let worker):
-            worker.wakeUp.signal()
+            worker.wakeUp.post()
         case .start(let number):
             try? startThread(number, firstWork: nil)  // it carries no work: nothing to refuse
         }

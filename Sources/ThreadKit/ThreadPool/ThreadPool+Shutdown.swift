@@ -150,7 +150,7 @@ extension ThreadPool {
         /// Wakes the sleeping workers (they see the shutdown and exit) and the tasks awaiting the
         /// pool's end, then releases.
         func carryOut(waking sleepers: [Worker]) {
-            for worker in sleepers { worker.wakeUp.signal() }
+            for worker in sleepers { worker.wakeUp.post() }
             terminated.resumeWaiters()
             for (task, handler) in abandoned {
                 handler()

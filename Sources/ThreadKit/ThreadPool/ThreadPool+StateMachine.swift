@@ -140,6 +140,11 @@ extension ThreadPool {
             return id
         }
 
+        /// The pool was made: the threads of ``Configuration/minimumThreads`` start now, numbered.
+        mutating func startMinimumThreads() -> [Int] {
+            (0..<configuration.minimumThreads).map { _ in countNewThread() }
+        }
+
         /// A worker found the intake empty: how long it spins before it sleeps, if at all. Only
         /// one worker spins at a time, and none once the pool is disposed.
         func spinBeforeSleeping(spinners: Int) -> Duration? {
@@ -192,6 +197,10 @@ extension ThreadPool {
                 workers.markBusy(id)
                 return .runHandedWork
             case .woken:
+                workers.markBusy(id)
+                return .lookAgain
+            case .timedOut where threads <= configuration.minimumThreads:
+                // One of the threads kept: it sleeps again, with no retirement while no more exist.
                 workers.markBusy(id)
                 return .lookAgain
             case .timedOut:
@@ -346,10 +355,12 @@ extension ThreadPool {
             return Departed(room: room(intake), poolTerminated: isTerminated(intake))
         }
 
-        /// A sleeper with nothing to do sleeps until its collector tick while the pool runs, and
-        /// leaves once it is disposed.
+        /// A sleeper with nothing to do sleeps until its collector tick while the pool runs (with
+        /// no end while no more than ``Configuration/minimumThreads`` exist), and leaves once it is
+        /// disposed.
         private mutating func sleepOrLeave(_ id: WorkerID, now: MonotonicInstant) -> BeforeSleep {
             guard case .running = lifecycle else { return .leave(leave(id, .shutDown)) }
+            if threads <= configuration.minimumThreads { return .sleep(until: .distantFuture) }
             return .sleep(until: collection.retirement(idleSince: now))
         }
 

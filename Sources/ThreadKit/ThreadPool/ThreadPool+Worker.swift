@@ -4,9 +4,12 @@ extension ThreadPool {
     /// One pool thread's mailbox: an idle worker sleeps on `wakeUp` until the state machine takes
     /// it off the idle list, with work handed over in `assignment` or to look in the intake.
     final class Worker: @unchecked Sendable {
-        // Sendable: `assignment` is guarded by the pool's mutex; the rest are constants or atomics.
+        // Sendable: `assignment` is guarded by the pool's mutex; the rest are constants, atomics
+        // or the futex, which is shared by design.
         let number: Int
-        let wakeUp = MonotonicCondition()
+        /// The word the worker sleeps on, without the mutex; whoever takes it off the idle list
+        /// posts it after letting go of the mutex (see ``ThreadPool/_blockingWaitForWork(_:_:until:)``).
+        let wakeUp = Futex()
         /// Tasks this thread completed; only it writes, others read for ``ThreadPool/statistics``.
         let completed = Atomic<Int>(0)
         /// The thread's state as ``Diagnostics`` shows it: set when it spins, sleeps and wakes.
@@ -208,11 +211,23 @@ extension ThreadPool {
     }
 
     /// Sleeps until the state machine ends the worker's sleep (work handed over, woken to look,
-    /// the pool shut down) or `retirement` comes. Mutex held, `id` asleep on the idle list.
+    /// the pool shut down) or `retirement` comes. Mutex held, `id` asleep on the idle list; held
+    /// again on return.
+    ///
+    /// The worker sleeps on its futex without the mutex, so a waker never runs into it: the
+    /// waker changes the state machine under the mutex and posts the futex after letting go of
+    /// it. The word is cleared under the mutex after the state machine was read, so a waker that
+    /// comes later posts it after the clearing, and the sleep ends at once or on the post. The
+    /// state machine has the last word: a post it does not back up (a stale one, after a sleep
+    /// that timed out and was served anyway) is a look and another sleep.
     private func _blockingWaitForWork(_ worker: Worker, _ id: WorkerID, until retirement: MonotonicInstant) -> Machine.SleepEnd {
         while true {
             if let end = machine.sleepEnd(of: id) { return end }
-            if !worker.wakeUp.wait(mutex, until: retirement) { return machine.sleepEnd(of: id) ?? .timedOut }
+            worker.wakeUp.reset()
+            mutex.unlock()
+            let posted = worker.wakeUp.wait(until: retirement)
+            mutex.lock()
+            if !posted { return machine.sleepEnd(of: id) ?? .timedOut }
         }
     }
 }

@@ -3,9 +3,11 @@ import Synchronization
 /// A fixed-size pool of named threads that recycles idle threads and collects them when idle.
 ///
 /// Threads are made lazily, one at a time, only when no thread is idle, and never more than `size`
-/// of them. Tasks start in the order they were accepted; while fewer than `size` tasks run, none
-/// waits in the queue. An idle thread sleeps on its own condition (it never polls), takes the next
-/// task handed to it, and is retired by the collector once it has been idle for `keepAlive`.
+/// of them (a pool made with `minimumThreads` starts that many at once and keeps them). Tasks
+/// start in the order they were accepted; while fewer than `size` tasks run, none waits in the
+/// queue. An idle thread sleeps on its own futex word (on Linux; a condition elsewhere), never
+/// polling, takes the next task handed to it, and is retired by the collector once it has been
+/// idle for `keepAlive` (never below `minimumThreads`).
 ///
 /// ```swift
 /// let pool = ThreadPool(name: "Images", size: 4)
@@ -47,6 +49,9 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     public var name: String { configuration.name }
     /// The most threads, and so the most tasks running at once.
     public var size: Int { configuration.size }
+    /// The threads started with the pool and kept alive past `keepAlive`: the collector never
+    /// retires a thread while no more than this many exist.
+    public var minimumThreads: Int { configuration.minimumThreads }
     /// How long an idle thread is kept for reuse before the collector may retire it.
     public var keepAlive: Duration { configuration.keepAlive }
     /// How often the collector looks for threads idle for `keepAlive`.
@@ -91,33 +96,46 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
         unsafeAddress { UnsafePointer(machineStorage) }
     }
 
-    /// Creates a pool; no thread starts until the first task arrives.
+    /// Creates a pool; with the default `minimumThreads` of 0, no thread starts until the first
+    /// task arrives.
+    ///
+    /// A pool whose first tasks must not wait for a thread to start passes `minimumThreads`: that
+    /// many threads start at once, here, and the collector never retires one while no more than
+    /// that many exist (threads beyond them come and go as without it). ``dispose()`` and
+    /// ``disposeNow()`` still end them all. A thread the system refuses to start here is not an
+    /// error: the pool makes it later, when a task needs it, as it does for any other thread.
     ///
     /// - Parameters:
     ///   - name: Names the threads, log lines and errors.
     ///   - size: The most threads and running tasks; at least 1.
+    ///   - minimumThreads: Threads started now and kept while idle; from 0 (the default: threads
+    ///     only when needed) up to `size`.
     ///   - keepAlive: How long an idle thread stays to be reused; not negative.
     ///   - collectionInterval: How often idle threads are checked for retirement; more than zero.
     ///   - queueLimit: The most tasks waiting for a thread, at least 1, or `nil` for no limit.
     ///   - whenFull: What a submission does when `queueLimit` tasks are waiting.
     public convenience init(
-        name: String, size: Int,
+        name: String, size: Int, minimumThreads: Int = 0,
         keepAlive: Duration = .seconds(10),
         collectionInterval: Duration = .seconds(15),
         queueLimit: Int? = nil, whenFull: OverflowPolicy = .block
     ) {
         self.init(
-            name: name, size: size, keepAlive: keepAlive, collectionInterval: collectionInterval,
-            queueLimit: queueLimit, whenFull: whenFull, isListed: true)
+            name: name, size: size, minimumThreads: minimumThreads, keepAlive: keepAlive,
+            collectionInterval: collectionInterval, queueLimit: queueLimit, whenFull: whenFull, isListed: true)
     }
 
     /// A pool; with `isListed` false, one that ``Diagnostics`` does not list: a throttled queue's
     /// own pool, whose thread the queue lists as its worker.
     init(
-        name: String, size: Int, keepAlive: Duration = .seconds(10), collectionInterval: Duration = .seconds(15),
-        queueLimit: Int? = nil, whenFull: OverflowPolicy = .block, isListed: Bool
+        name: String, size: Int, minimumThreads: Int = 0, keepAlive: Duration = .seconds(10),
+        collectionInterval: Duration = .seconds(15), queueLimit: Int? = nil, whenFull: OverflowPolicy = .block,
+        isListed: Bool
     ) {
         precondition(size >= 1, "ThreadPool '\(name)'.init: size must be at least 1, got \(size)")
+        precondition(
+            (0...size).contains(minimumThreads),
+            "ThreadPool '\(name)'.init: minimumThreads must be in 0...size (0...\(size)), got \(minimumThreads)")
         precondition(keepAlive >= .zero, "ThreadPool '\(name)'.init: keepAlive must not be negative, got \(keepAlive)")
         precondition(
             collectionInterval > .zero,
@@ -126,11 +144,16 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
             precondition(queueLimit >= 1, "ThreadPool '\(name)'.init: queueLimit must be at least 1, got \(queueLimit)")
         }
         configuration = Configuration(
-            name: name, size: size, keepAlive: keepAlive, collectionInterval: collectionInterval,
-            queueLimit: queueLimit, overflowPolicy: whenFull)
+            name: name, size: size, minimumThreads: minimumThreads, keepAlive: keepAlive,
+            collectionInterval: collectionInterval, queueLimit: queueLimit, overflowPolicy: whenFull)
         machineStorage = .allocate(capacity: 1)
         machineStorage.initialize(to: Machine(configuration, createdAt: .now()))
         if isListed { DiagnosticsRegistry.add(self) }
+        if minimumThreads > 0 {
+            for number in mutex.withLock({ decide { $0.startMinimumThreads() } }) {
+                try? startThread(number, firstWork: nil)  // it carries no work: nothing to refuse
+            }
+        }
     }
 
     deinit {
@@ -203,6 +226,8 @@ extension ThreadPool {
     struct Configuration: Sendable, Equatable {
         var name: String
         var size: Int
+        /// Threads started with the pool and never retired while no more exist.
+        var minimumThreads = 0
         /// When idle threads retire.
         var keepAlive, collectionInterval: Duration
         /// The bound on the queue, and what a submission to a full one does.
