@@ -116,9 +116,11 @@ struct SharedEndpointLimitsTests {
             defer { for dispatcher in dispatchers { dispatcher.dispose() } }
             try await bounded {
                 try await withThrowingTaskGroup(of: Void.self) { group in
+                    // Each request takes 50-80 ms, far longer than a lease's round trips, so that three
+                    // run at once however busy the machine (with 0-30 ms, a busy run peaked at 2).
                     for index in 0..<60 {
                         let dispatcher = dispatchers[index % 3]
-                        group.addTask { _ = try await dispatcher.data(for: URLRequest(url: http.url("/?delay=\(index % 4 * 10)"))) }
+                        group.addTask { _ = try await dispatcher.data(for: URLRequest(url: http.url("/?delay=\(50 + index % 4 * 10)"))) }
                     }
                     try await group.waitForAll()
                 }
