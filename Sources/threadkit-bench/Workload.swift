@@ -58,7 +58,7 @@ struct Measurement: Codable {
 /// One implementation taking part in a workload.
 struct Contender {
     /// `ThreadKit`, `GCD`, `OperationQueue`, `GCD asyncAfter`, `DispatchSourceTimer`, `GCD chain`,
-    /// `sleep`, `GCD serial`, `default executor` or `floor`.
+    /// `sleep`, `GCD serial`, `GCD async+wait`, `NIO-shaped`, `default executor` or `floor`.
     let name: String
     /// Runs in the contender's process before the measured round, unrecorded: a smaller copy of
     /// the work that starts the threads and fills the caches the measured round would find warm
