@@ -258,7 +258,14 @@ final class RedisClientCore: Sendable {
                 }
                 do {
                     while let value = try parser.next() {
-                        if let reason = deliver(value) { return end(reason, countsAsFailure: true) }
+                        let delivery = deliver(value)
+                        if let reason = delivery.endsConnection {
+                            // The breaker counts the failure before the command's caller resumes:
+                            // its next command then meets the back-off, not this ending connection.
+                            end(reason, countsAsFailure: true)
+                            delivery.waiter?.complete(.success(value))
+                            return
+                        }
                     }
                 } catch {
                     return end(error.description, countsAsFailure: true)
@@ -267,13 +274,14 @@ final class RedisClientCore: Sendable {
         }
     }
 
-    /// Hands a reply to its command; returns why the connection must end, if it must: a reply
-    /// nobody asked for, or a read-only replica's READONLY. Both are failures the breaker counts, so
-    /// that its back-off spaces the connections made again to a replica (which would answer each
-    /// write with READONLY again) instead of one per command. A READONLY is one whether its command
-    /// still waits or timed out (the reply is discarded): either way it is no success, which would
-    /// close the breaker and reset its back-off.
-    private func deliver(_ value: RESPValue) -> String? {
+    /// Hands a reply to its command, or says why the connection must end: a reply nobody asked
+    /// for, or a read-only replica's READONLY. Both are failures the breaker counts, so that its
+    /// back-off spaces the connections made again to a replica (which would answer each write with
+    /// READONLY again) instead of one per command. A READONLY is one whether its command still
+    /// waits or timed out (the reply is discarded): either way it is no success, which would close
+    /// the breaker and reset its back-off. Its command's `waiter`, if it still waits, is left to
+    /// the caller, to complete once the connection has ended.
+    private func deliver(_ value: RESPValue) -> (endsConnection: String?, waiter: ReplySlot?) {
         let now = now
         var readOnly: String?
         if case .error(let message) = value, message.hasPrefix("READONLY") { readOnly = message }
@@ -288,13 +296,16 @@ final class RedisClientCore: Sendable {
         if recovered { log("\(address) answers again") }
         switch outcome {
         case .answers(let entry):
-            entry.waiter?.complete(.success(value))
+            guard let readOnly else {
+                entry.waiter?.complete(.success(value))
+                return (nil, nil)
+            }
+            return ("the server is a read-only replica (\(readOnly)); connecting again", entry.waiter)
         case .discarded:
-            break
+            return (readOnly.map { "the server is a read-only replica (\($0)); connecting again" }, nil)
         case .unexpected:
-            return "a reply came with no command waiting for it: \(value)"
+            return ("a reply came with no command waiting for it: \(value)", nil)
         }
-        return readOnly.map { "the server is a read-only replica (\($0)); connecting again" }
     }
 
     /// The connection (or the attempt to connect) ended: fails every live command in flight, counts

@@ -110,7 +110,7 @@ struct DedicatedThreadDiagnosticsTests {
         defer { release.countDown() }
         let threadID = try #require(try occupy(thread, until: release))
         thread.dispose()
-        let caller = try #require(await BlockedCaller.start { _ = thread.awaitTermination(timeout: .seconds(10)) })
+        let caller = try #require(await BlockedCaller.start { _ = thread.awaitTermination(timeout: .seconds(60)) })
         let snapshot = Diagnostics.snapshot()
         let wait = try #require(caller.edge(in: snapshot))
         #expect(wait.kind == "termination")

@@ -141,7 +141,7 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
         try pool.execute {
             workerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
             running.countDown()
-            release.wait(timeout: .seconds(10))
+            release.wait(timeout: .seconds(60))
         }
         #expect(running.wait(timeout: .seconds(10)))
         #expect(pool.holdingThread?.kernelThreadID == workerID.withLock { $0 })

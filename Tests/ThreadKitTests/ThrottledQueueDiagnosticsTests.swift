@@ -191,7 +191,7 @@ struct ThrottledQueueDiagnosticsTests {
         try queue.async(label: "fetching page 2") {
             workerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
             inside.countDown()
-            release.wait(timeout: .seconds(10))
+            release.wait(timeout: .seconds(60))
         }
         defer { release.countDown() }
         #expect(inside.wait(timeout: .seconds(10)))
@@ -227,7 +227,7 @@ struct ThrottledQueueDiagnosticsTests {
             queue.sync(label: "inline work") {
                 runnerID.withLock { $0 = ThreadActivity.currentKernelThreadID() }
                 inside.countDown()
-                release.wait(timeout: .seconds(10))
+                release.wait(timeout: .seconds(60))
             }
             syncDone.countDown()
         }.start()

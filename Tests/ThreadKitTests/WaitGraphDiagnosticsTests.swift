@@ -18,7 +18,7 @@ struct WaitGraphDiagnosticsTests {
                 b.sync {
                     c.sync {
                         inC.countDown()
-                        release.wait(timeout: .seconds(10))
+                        release.wait(timeout: .seconds(60))
                     }
                 }
             }
@@ -65,7 +65,7 @@ struct WaitGraphDiagnosticsTests {
             b.sync {
                 a.sync {                      // runs on A's thread, which serves it in its wait
                     inner.countDown()
-                    release.wait(timeout: .seconds(10))
+                    release.wait(timeout: .seconds(60))
                 }
             }
             returned.countDown()
@@ -124,7 +124,8 @@ struct BlockedCaller: Sendable {
     let returned: Latch
 
     /// Runs `wait` on a new thread and suspends until a snapshot shows that thread blocked (at
-    /// most 10 s); `nil` if it never does.
+    /// most 60 s: on a loaded machine the polling task may wait seconds for a cooperative thread,
+    /// and what blocks the caller is held that long too); `nil` if it never does.
     static func start(_ wait: @escaping @Sendable () -> Void) async -> BlockedCaller? {
         let activity = LockedValue<ThreadActivity?>(nil)
         let returned = Latch()
@@ -134,7 +135,7 @@ struct BlockedCaller: Sendable {
             returned.countDown()
         }.start()
         // The thread's own state, not a whole snapshot, is polled: cheap for every other test.
-        let blocked = await eventually(pollingEvery: .milliseconds(20)) {
+        let blocked = await eventually(timeout: .seconds(60), pollingEvery: .milliseconds(20)) {
             activity.withLock { $0 }?.read().phase == .blocked
         }
         guard blocked, let caller = activity.withLock({ $0 }) else { return nil }
@@ -148,14 +149,14 @@ struct BlockedCaller: Sendable {
 }
 
 /// Runs a task on `thread` (labelled `label`, if given) that holds it until `release` is counted
-/// down (at most 10 s); returns once the task has begun, with the thread's kernel id.
+/// down (at most 60 s); returns once the task has begun, with the thread's kernel id.
 func occupy(_ thread: DedicatedThread, label: String? = nil, until release: Latch) throws -> Int32? {
     let inside = Latch()
     let id = LockedValue<Int32>(0)
     let work: @Sendable () -> Void = {
         id.withLock { $0 = ThreadActivity.currentKernelThreadID() }
         inside.countDown()
-        release.wait(timeout: .seconds(10))
+        release.wait(timeout: .seconds(60))
     }
     if let label { try thread.execute(label: label, work) } else { try thread.execute(work) }
     return inside.wait(timeout: .seconds(10)) ? id.withLock { $0 } : nil
