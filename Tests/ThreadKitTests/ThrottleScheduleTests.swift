@@ -782,16 +782,35 @@ struct ThrottleScheduleApproachTests: MicrosecondInstants {
         #expect(schedule.approach(toStartAt: at(90_000), now: at(60_000)) == .sleep(until: at(89_925)))
     }
 
-    @Test("A start right after the previous task's end, with no interval, watches the clock through the margin: it never sleeps it")
-    func theMarginIsNeverSlept() {
-        var schedule = Schedule(interval: .zero, monitor: .concurrent, mutability: .all, limit: nil, startMargin: .microseconds(25))
-        schedule.submit(1)
-        schedule.submit(2)
-        _ = schedule.start(at: at(0))
-        schedule.end(at: at(3))
-        #expect(schedule.nextStart() == .startAt(at(3)))
-        #expect(schedule.approach(toStartAt: at(3), now: at(3)) == .spin(until: at(28)))
-        #expect(schedule.approach(toStartAt: at(3), now: at(28)) == .startNow)
+    @Test("Held back only by the previous task's end, a start needs no margin once the gap has passed by one; else it waits the rest, watching the clock")
+    func anEndNeedsNoMargin() {
+        func schedule(gap: Duration, endingAt end: Int) -> Schedule {
+            var schedule = Schedule(interval: gap, monitor: .concurrent, mutability: .all, limit: nil, startMargin: .microseconds(25))
+            schedule.submit(1)
+            schedule.submit(2)
+            _ = schedule.start(at: at(0))
+            schedule.end(at: at(end))
+            return schedule
+        }
+        // No interval, after a task of 30 µs: the start follows the end at once.
+        let noGap = schedule(gap: .zero, endingAt: 30)
+        #expect(noGap.nextStart() == .startAt(at(30)))
+        #expect(noGap.approach(toStartAt: at(30), now: at(30)) == .startNow)
+        // After a task of 3 µs, shorter than the margin: the margin after its start, 25.
+        #expect(schedule(gap: .zero, endingAt: 3).approach(toStartAt: at(3), now: at(3)) == .spin(until: at(25)))
+        // A 10 µs gap passed 90 µs before a task's end at 100: at once too.
+        #expect(schedule(gap: .microseconds(10), endingAt: 100).approach(toStartAt: at(100), now: at(100)) == .startNow)
+        // A 90 µs gap ending 10 µs before the end at 100: the margin after the gap, 115, watched.
+        let close = schedule(gap: .microseconds(90), endingAt: 100)
+        #expect(close.approach(toStartAt: at(100), now: at(100)) == .spin(until: at(115)))
+        #expect(close.approach(toStartAt: at(100), now: at(115)) == .startNow)
+        // The .serial monitor counts its gap from the end: the margin always follows.
+        var serial = Schedule(interval: .zero, monitor: .serial, mutability: .all, limit: nil, startMargin: .microseconds(25))
+        serial.submit(1)
+        serial.submit(2)
+        _ = serial.start(at: at(0))
+        serial.end(at: at(3))
+        #expect(serial.approach(toStartAt: at(3), now: at(3)) == .spin(until: at(28)))
     }
 
     @Test("A start waits for allowed + the schedule's margin, whatever it is: 1 µs here")

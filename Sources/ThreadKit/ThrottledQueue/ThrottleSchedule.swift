@@ -212,7 +212,7 @@ struct ThrottleSchedule<Item> {
     /// short would wake tens of microseconds late (every task of a queue with no interval would
     /// pay that, as its start waits out the margin after the previous task's end).
     func approach(toStartAt allowed: MonotonicInstant, now: MonotonicInstant) -> Approach {
-        let target = allowed.advanced(by: startMargin)
+        let target = startTarget(allowed: allowed)
         guard now < target else { return .startNow }
         let spacing = last.map { $0.start.duration(to: allowed) } ?? .zero
         let watch = max(startMargin, min(ThrottledQueue.finalApproach, spacing / ThrottledQueue.approachShare))
@@ -263,6 +263,17 @@ struct ThrottleSchedule<Item> {
         var earliest = MonotonicInstant(nanoseconds: 0)
         if let last { earliest = gapEnd(after: last) }
         return constrained(earliest)
+    }
+
+    /// When a start allowed at `allowed` is made: the margin after it, when a rule of time holds it
+    /// there (a gap, the pause, the rate limit's window). When only the previous task's end does
+    /// (`.concurrent`, a gap shorter than the task), at `allowed` itself, if every rule of time has
+    /// passed by the margin then: the margin guards the gaps the rules of time set, and nothing
+    /// counts the time from an end to the next start.
+    private func startTarget(allowed: MonotonicInstant) -> MonotonicInstant {
+        let withMargin = allowed.advanced(by: startMargin)
+        guard monitor == .concurrent, running == 0, let last, let end = last.end, end == allowed else { return withMargin }
+        return max(allowed, constrained(last.start.advanced(by: last.gap)).advanced(by: startMargin))
     }
 
     /// The end of the gap after `last`: by the monitor once it has ended; while it still runs (only a
