@@ -275,7 +275,11 @@ struct Report {
         text += "Command: `\(command)` (\(isQuick ? "quick mode, a tenth of the sizes" : "full size")), "
         let total = seconds.map(\.seconds).reduce(0, +)
         text += String(format: "%.0f s in all. ", total)
-        text += "\(scale.rounds) rounds per workload, every contender's round in a fresh process after a warm-up in it. "
+        text += "\(scale.rounds) rounds per workload"
+        if !isQuick && !scale.roundsAreGiven {
+            text += " (\(3 * scale.rounds) for " + Scale.manyRoundWorkloads.sorted().map { "`\($0)`" }.joined(separator: ", ") + ")"
+        }
+        text += ", every contender's round in a fresh process after a warm-up in it. "
         text += "A figure is the median of the rounds (a percentile: of every round's samples pooled), with the "
         text += "rounds' minimum and maximum; *ThreadKit/peer* is the median of the per-round ratios (for a "
         text += "percentile, the ratio of the pooled percentiles) with its 95 % bootstrap interval.\n\n"
