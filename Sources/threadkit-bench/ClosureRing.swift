@@ -63,7 +63,7 @@ final class ClosureRing: PoolSubmitter, @unchecked Sendable {
     /// whose other core is taken the two sides do not each burn a whole time slice waiting for
     /// the other.
     @inline(__always)
-    private static func backOff(_ polls: inout Int) {
+    static func backOff(_ polls: inout Int) {
         polls += 1
         if polls > 100 { sched_yield() }
     }

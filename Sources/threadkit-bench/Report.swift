@@ -24,11 +24,13 @@ struct Row {
     var min: Double { rounds.min() ?? median }
     var max: Double { rounds.max() ?? median }
 
+    /// The rows of `result`: one per contender and metric, and ThreadKit's once per goal of the
+    /// metric (a metric judged against several peers has a row for each).
     static func rows(of result: WorkloadResult) -> [Row] {
         result.contenders.flatMap { contender in
-            result.metrics.compactMap { metric -> Row? in
+            result.metrics.flatMap { metric -> [Row] in
                 let values = contender.values(metric.name)
-                guard !values.isEmpty else { return nil }
+                guard !values.isEmpty else { return [] }
                 var median = Stats.median(values)
                 if let percentile = metric.percentileOf {
                     let samples = contender.samples(percentile.samples)
@@ -37,15 +39,22 @@ struct Row {
                 var row = Row(
                     workload: result.id, implementation: contender.name, metric: metric.name,
                     unit: metric.unit, median: median, rounds: values, isCount: metric.isCount)
-                if contender.name == "ThreadKit" {
-                    if let goal = Goal.forRow(workload: result.id, metric: metric.name) {
-                        row.verdict = Verdict(goal, in: result)
-                    } else if let peer = result.contenders.first(where: { $0.name != "ThreadKit" }),
-                              let ratio = Verdict.ratio(metric, contender, to: peer) {
+                guard contender.name == "ThreadKit" else { return [row] }
+                let goals = Goal.forRow(workload: result.id, metric: metric.name)
+                if goals.isEmpty {
+                    if let peer = result.contenders.first(where: { $0.name != "ThreadKit" }),
+                       let ratio = Verdict.ratio(metric, contender, to: peer) {
                         row.comparison = (peer.name, ratio.estimate, ratio.interval)
                     }
+                    return [row]
                 }
-                return row
+                let verdicts = goals.compactMap { Verdict($0, in: result) }
+                if verdicts.isEmpty { return [row] }
+                return verdicts.map { verdict in
+                    var judged = row
+                    judged.verdict = verdict
+                    return judged
+                }
             }
         }
     }
@@ -266,7 +275,11 @@ struct Report {
         text += "Command: `\(command)` (\(isQuick ? "quick mode, a tenth of the sizes" : "full size")), "
         let total = seconds.map(\.seconds).reduce(0, +)
         text += String(format: "%.0f s in all. ", total)
-        text += "\(scale.rounds) rounds per workload, every contender's round in a fresh process after a warm-up in it. "
+        text += "\(scale.rounds) rounds per workload"
+        if !isQuick && !scale.roundsAreGiven {
+            text += " (\(3 * scale.rounds) for " + Scale.manyRoundWorkloads.sorted().map { "`\($0)`" }.joined(separator: ", ") + ")"
+        }
+        text += ", every contender's round in a fresh process after a warm-up in it. "
         text += "A figure is the median of the rounds (a percentile: of every round's samples pooled), with the "
         text += "rounds' minimum and maximum; *ThreadKit/peer* is the median of the per-round ratios (for a "
         text += "percentile, the ratio of the pooled percentiles) with its 95 % bootstrap interval.\n\n"

@@ -17,13 +17,14 @@ struct Runner {
         return Bundle.main.executablePath ?? path
     }()
 
-    /// Runs `scale.rounds` rounds of `workload` (only its id and contender names are used here). In
-    /// round `r` the contenders start with the one at `r mod n`.
+    /// Runs `scale.rounds(for:)` rounds of `workload` (only its id and contender names are used
+    /// here). In round `r` the contenders start with the one at `r mod n`.
     func run(_ workload: Workload) throws -> WorkloadResult {
         let started = ContinuousClock.now
         let names = workload.contenders.map(\.name)
         var results = names.map { ContenderResult(name: $0) }
-        for round in 0..<scale.rounds {
+        let rounds = scale.rounds(for: workload.id)
+        for round in 0..<rounds {
             let order = (0..<names.count).map { (round + $0) % names.count }
             if workload.contendersRunTogether {
                 let children = try order.map { try startChild(workload.id, names[$0], round: round) }
@@ -39,7 +40,7 @@ struct Runner {
             let summary = order.map { index in
                 "\(names[index]) \(Self.describe(results[index].rounds.last!, workload.metrics))"
             }.joined(separator: "; ")
-            log("\(workload.id) round \(round + 1)/\(scale.rounds): \(summary)")
+            log("\(workload.id) round \(round + 1)/\(rounds): \(summary)")
         }
         var result = WorkloadResult(id: workload.id, metrics: workload.metrics, contenders: results)
         result.seconds = (ContinuousClock.now - started).seconds

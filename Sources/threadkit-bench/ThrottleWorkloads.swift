@@ -1,11 +1,13 @@
 // throttle.precision: ThreadKit's ThrottledQueue against the two usual ways to space tasks with
 // Dispatch: a chain of asyncAfter calls, and a serial queue whose tasks sleep out the gap.
+// throttle.rate and throttle.wait.*: what a throttle user reads besides precision: the starts a
+// second a queue sustains, and the CPU it costs while it waits out a short gap.
 import Dispatch
 import Foundation
 @_spi(ThreadKitTools) import ThreadKit
 import ToolHarness
 
-/// `throttle.precision`: ThrottledQueue against an asyncAfter chain and a sleeping serial queue.
+/// `throttle.*`: ThrottledQueue against an asyncAfter chain, a sleeping serial queue, a serial queue.
 enum ThrottleWorkloads {
     static let interval = Duration.milliseconds(10)
     static let taskLength = Duration.milliseconds(1)
@@ -21,6 +23,65 @@ enum ThrottleWorkloads {
                 contender("GCD chain", tasks: tasks, runner: asyncAfterChain),
                 contender("sleep", tasks: tasks, runner: sleepingSerialQueue),
             ])
+    }
+
+    /// `throttle.rate`: how many starts a second a queue sustains with nothing to wait out: a
+    /// `ThrottledQueue(interval: .zero)` against a serial `DispatchQueue`, 100,000 empty tasks
+    /// submitted up front; per start (ns), and the starts a second that makes.
+    static func rate(scale: Scale) -> Workload {
+        let tasks = scale.size(100_000)
+        func contender(_ name: String, _ submit: @escaping @Sendable (Countdown) throws -> Void) -> Contender {
+            Contender(name: name, warmingUpOnATenth: { share in
+                let count = share.of(tasks)
+                let countdown = Countdown(count)
+                let stopwatch = Stopwatch()
+                for _ in 0..<count { try submit(countdown) }
+                countdown.waitForAll()
+                var measurement = stopwatch.perItem(count, item: "start")
+                measurement["starts per second"] = 1e9 / measurement["wall per start"]!
+                return measurement
+            })
+        }
+        let queue = ThrottledQueue(label: "bench.rate", interval: .zero)
+        let serial = DispatchQueue(label: "bench.rate.serial")
+        return Workload(
+            id: "throttle.rate",
+            metrics: [Metric(name: "wall per start", unit: "ns"), Metric(name: "CPU per start", unit: "ns"),
+                      Metric(name: "starts per second", unit: "/s")],
+            contenders: [
+                contender("ThreadKit") { countdown in try queue.async { countdown.tick() } },
+                contender("GCD serial") { countdown in serial.async { countdown.tick() } },
+            ])
+    }
+
+    /// `throttle.wait.1ms` and `throttle.wait.100us`: what a queue costs while it waits out a gap
+    /// of `gap` between empty tasks: the process CPU over the wall time (%), a core being 100 %.
+    /// Against the GCD `asyncAfter` chain with the same gap. Tasks for about half a second.
+    static func wait(gap: Duration, id: String) -> @Sendable (Scale) -> Workload {
+        { scale in
+            let tasks = scale.size(Int(Duration.milliseconds(500) / gap))
+            func contender(_ name: String, _ run: @escaping @Sendable (Int, Countdown) throws -> Void) -> Contender {
+                Contender(name: name, warmingUpOnATenth: { share in
+                    let count = share.of(tasks)
+                    let countdown = Countdown(count)
+                    let stopwatch = Stopwatch()
+                    try run(count, countdown)
+                    countdown.waitForAll()
+                    return Measurement(values: ["CPU share": 100 * stopwatch.cpuNanoseconds / stopwatch.wallNanoseconds])
+                })
+            }
+            return Workload(
+                id: id, metrics: [Metric(name: "CPU share", unit: "%")],
+                contenders: [
+                    contender("ThreadKit") { count, countdown in
+                        let queue = ThrottledQueue(label: "bench.wait", interval: gap)
+                        for _ in 0..<count { try queue.async { countdown.tick() } }
+                    },
+                    contender("GCD chain") { count, countdown in
+                        GapChain(gap: gap, count: count, countdown: countdown).start()
+                    },
+                ])
+        }
     }
 
     /// A contender that warms up with 10 tasks (100 ms), then runs `tasks`.
@@ -148,5 +209,27 @@ private final class AsyncAfterChain: Sendable {
             queue.asyncAfter(deadline: next) { self.run(index + 1) }
         }
         task.work()
+    }
+}
+
+/// An `asyncAfter` chain of empty tasks `gap` apart: each schedules the next from its own start.
+private final class GapChain: Sendable {
+    let queue = DispatchQueue(label: "bench.wait.chain")
+    let gap: Duration
+    let count: Int
+    let countdown: Countdown
+
+    init(gap: Duration, count: Int, countdown: Countdown) {
+        (self.gap, self.count, self.countdown) = (gap, count, countdown)
+    }
+
+    func start() {
+        queue.async { self.run(0) }
+    }
+
+    private func run(_ index: Int) {
+        let next = DispatchTime.now() + gap.dispatchInterval
+        if index + 1 < count { queue.asyncAfter(deadline: next) { self.run(index + 1) } }
+        countdown.tick()
     }
 }

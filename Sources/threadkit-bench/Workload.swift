@@ -58,7 +58,7 @@ struct Measurement: Codable {
 /// One implementation taking part in a workload.
 struct Contender {
     /// `ThreadKit`, `GCD`, `OperationQueue`, `GCD asyncAfter`, `DispatchSourceTimer`, `GCD chain`,
-    /// `sleep`, `GCD serial`, `default executor` or `floor`.
+    /// `sleep`, `GCD serial`, `GCD async+wait`, `NIO-shaped`, `default executor` or `floor`.
     let name: String
     /// Runs in the contender's process before the measured round, unrecorded: a smaller copy of
     /// the work that starts the threads and fills the caches the measured round would find warm
@@ -118,10 +118,30 @@ struct Scale {
     /// the median of the paired ratios means something; 3 in quick mode, which only proves the
     /// benchmark works.
     let rounds: Int
+    /// Whether `rounds` was asked for (`--rounds N`): then every workload runs that many.
+    let roundsAreGiven: Bool
 
     init(isQuick: Bool, rounds: Int? = nil) {
         self.isQuick = isQuick
         self.rounds = rounds ?? (isQuick ? 3 : 15)
+        roundsAreGiven = rounds != nil
+    }
+
+    /// The workloads whose verdicts 15 rounds left undecided in full runs, each a tail percentile
+    /// or a spread that one unlucky round moves a lot: they run three times as many rounds in a
+    /// full run, which narrows a bootstrap interval to about 1/√3 of its width for a few minutes
+    /// more (their workloads are short), where changing the workloads would have changed what they
+    /// measure.
+    static let manyRoundWorkloads: Set<String> = [
+        "pool.latency.u70.t10", "pool.latency.u70.t100", "pool.latency.u95.t10", "pool.latency.u95.t100",
+        "pool.fairness", "timer.concurrent", "pool.throughput.p8",
+    ]
+
+    /// The rounds `workload` runs: ``rounds``, or three times as many for one of
+    /// ``manyRoundWorkloads`` in a full run with the default rounds.
+    func rounds(for workload: String) -> Int {
+        guard !isQuick, !roundsAreGiven, Self.manyRoundWorkloads.contains(workload) else { return rounds }
+        return 3 * rounds
     }
 
     /// `full`, or a tenth of it in quick mode.

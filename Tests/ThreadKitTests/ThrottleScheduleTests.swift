@@ -727,9 +727,9 @@ struct ThrottleScheduleApproachTests: MicrosecondInstants {
 
     // MARK: - approach(toStartAt:now:)
 
-    /// A schedule whose last start was at 0, with a gap of `gap`.
+    /// A schedule whose last start was at 0, with a gap of `gap`, and a start margin of 25 µs.
     func scheduleStarted(gap: Duration) -> Schedule {
-        var schedule = Schedule(interval: gap, monitor: .concurrent, mutability: .all, limit: nil)
+        var schedule = Schedule(interval: gap, monitor: .concurrent, mutability: .all, limit: nil, startMargin: .microseconds(25))
         schedule.submit(1)
         schedule.submit(2)
         _ = schedule.start(at: at(0))
@@ -750,8 +750,8 @@ struct ThrottleScheduleApproachTests: MicrosecondInstants {
         #expect(schedule.approach(toStartAt: allowed, now: at(500_000)) == .startNow, "long after: at once")
     }
 
-    @Test("The clock-watching is 1/20 of the time from the last start when that is under 100 µs",
-          arguments: [(Duration.milliseconds(1), 50), (.microseconds(100), 5), (.milliseconds(2), 100), (.seconds(1), 100)])
+    @Test("The clock-watching is 1/20 of the time from the last start when that is under 100 µs, and never under the margin",
+          arguments: [(Duration.milliseconds(1), 50), (.microseconds(100), 25), (.milliseconds(2), 100), (.seconds(1), 100)])
     func approachIsAShareOfTheSpacing(gap: Duration, watchMicroseconds: Int) {
         let schedule = scheduleStarted(gap: gap)
         guard case .startAt(let allowed) = schedule.nextStart() else {
@@ -766,18 +766,84 @@ struct ThrottleScheduleApproachTests: MicrosecondInstants {
         #expect(schedule.approach(toStartAt: allowed, now: target) == .startNow)
     }
 
-    @Test("A pause far from any start is approached the same way; with no start yet, by sleeping only")
+    @Test("A pause far from any start is approached the same way; with no start yet, by sleeping until it ends, then watching the margin")
     func approachToThePauseEnd() {
-        var schedule = Schedule(interval: .milliseconds(1), monitor: .concurrent, mutability: .all, limit: nil)
+        var schedule = Schedule(interval: .milliseconds(1), monitor: .concurrent, mutability: .all, limit: nil, startMargin: .microseconds(25))
         schedule.pause(until: at(50_000))
         schedule.submit(1)
         #expect(schedule.nextStart() == .startAt(at(50_000)))
-        #expect(schedule.approach(toStartAt: at(50_000), now: at(0)) == .sleep(until: at(50_025)))
+        #expect(schedule.approach(toStartAt: at(50_000), now: at(0)) == .sleep(until: at(50_000)))
+        #expect(schedule.approach(toStartAt: at(50_000), now: at(50_000)) == .spin(until: at(50_025)))
         #expect(schedule.approach(toStartAt: at(50_000), now: at(50_025)) == .startNow)
         _ = schedule.start(at: at(50_025))
         schedule.end(at: at(50_030))
         schedule.pause(until: at(90_000))
         schedule.submit(2)
         #expect(schedule.approach(toStartAt: at(90_000), now: at(60_000)) == .sleep(until: at(89_925)))
+    }
+
+    @Test("Held back only by the previous task's end, a start needs no margin once the gap has passed by one; else it waits the rest, watching the clock")
+    func anEndNeedsNoMargin() {
+        func schedule(gap: Duration, endingAt end: Int) -> Schedule {
+            var schedule = Schedule(interval: gap, monitor: .concurrent, mutability: .all, limit: nil, startMargin: .microseconds(25))
+            schedule.submit(1)
+            schedule.submit(2)
+            _ = schedule.start(at: at(0))
+            schedule.end(at: at(end))
+            return schedule
+        }
+        // No interval, after a task of 30 µs: the start follows the end at once.
+        let noGap = schedule(gap: .zero, endingAt: 30)
+        #expect(noGap.nextStart() == .startAt(at(30)))
+        #expect(noGap.approach(toStartAt: at(30), now: at(30)) == .startNow)
+        // After a task of 3 µs, shorter than the margin: the margin after its start, 25.
+        #expect(schedule(gap: .zero, endingAt: 3).approach(toStartAt: at(3), now: at(3)) == .spin(until: at(25)))
+        // A 10 µs gap passed 90 µs before a task's end at 100: at once too.
+        #expect(schedule(gap: .microseconds(10), endingAt: 100).approach(toStartAt: at(100), now: at(100)) == .startNow)
+        // A 90 µs gap ending 10 µs before the end at 100: the margin after the gap, 115, watched.
+        let close = schedule(gap: .microseconds(90), endingAt: 100)
+        #expect(close.approach(toStartAt: at(100), now: at(100)) == .spin(until: at(115)))
+        #expect(close.approach(toStartAt: at(100), now: at(115)) == .startNow)
+        // The .serial monitor counts its gap from the end: the margin always follows.
+        var serial = Schedule(interval: .zero, monitor: .serial, mutability: .all, limit: nil, startMargin: .microseconds(25))
+        serial.submit(1)
+        serial.submit(2)
+        _ = serial.start(at: at(0))
+        serial.end(at: at(3))
+        #expect(serial.approach(toStartAt: at(3), now: at(3)) == .spin(until: at(28)))
+    }
+
+    @Test("A start waits for allowed + the schedule's margin, whatever it is: 1 µs here")
+    func approachUsesTheSchedulesMargin() {
+        var schedule = Schedule(interval: .milliseconds(10), monitor: .concurrent, mutability: .all, limit: nil, startMargin: .microseconds(1))
+        schedule.submit(1)
+        schedule.submit(2)
+        _ = schedule.start(at: at(0))
+        schedule.end(at: at(1))
+        #expect(schedule.approach(toStartAt: at(10_000), now: at(9_950)) == .spin(until: at(10_001)))
+        #expect(schedule.approach(toStartAt: at(10_000), now: at(10_000)) == .spin(until: at(10_001)))
+        #expect(schedule.approach(toStartAt: at(10_000), now: at(10_001)) == .startNow)
+    }
+
+    // MARK: - The start margin, from the clock's reading floor
+
+    @Test("The margin is twice the 99th percentile of the gaps between readings, within 1 and 25 µs")
+    func marginFromReadingGaps() {
+        // 1,000 gaps: 990 of 40 ns, 10 of 3 µs (an interrupt's worth): the 99th percentile is 3 µs.
+        let spoiled = Array(repeating: Duration.nanoseconds(40), count: 990) + Array(repeating: .microseconds(3), count: 10)
+        #expect(ReadingFloor.margin(fromReadingGaps: spoiled) == .microseconds(6))
+        // 989 fast ones: the 99th percentile is still a fast one, and the margin its floor, 1 µs.
+        let fast = Array(repeating: Duration.nanoseconds(40), count: 991) + Array(repeating: .microseconds(3), count: 9)
+        #expect(ReadingFloor.margin(fromReadingGaps: fast) == .microseconds(1))
+        // A slow clock: 4 µs a reading gives 8 µs; 20 µs a reading is capped at 25 µs.
+        #expect(ReadingFloor.margin(fromReadingGaps: Array(repeating: .microseconds(4), count: 100)) == .microseconds(8))
+        #expect(ReadingFloor.margin(fromReadingGaps: Array(repeating: .microseconds(20), count: 100)) == .microseconds(25))
+        #expect(ReadingFloor.margin(fromReadingGaps: []) == .microseconds(25))
+    }
+
+    @Test("The queues' margin, measured on this machine, lies within its bounds")
+    func measuredMarginIsBounded() {
+        #expect(ReadingFloor.bounds.contains(ThrottledQueue.startMargin))
+        #expect(ReadingFloor.bounds.contains(ReadingFloor.measuredMargin()))
     }
 }

@@ -55,6 +55,9 @@ struct ThrottleSchedule<Item> {
     let monitor: ThrottledQueue.Monitor
     let mutability: ThrottledQueue.Mutability
     let limit: RateLimit?
+    /// How long after the earliest allowed instant a waiting task starts (see
+    /// ``ThrottledQueue/startMargin``).
+    let startMargin: Duration
     /// The queue's default gap, for tasks submitted without their own.
     private(set) var interval: Duration
     private(set) var pending = RingBuffer<Pending>()
@@ -72,11 +75,15 @@ struct ThrottleSchedule<Item> {
     /// How many started tasks have ended (for ``Diagnostics``).
     private(set) var endedCount: UInt64 = 0
 
-    init(interval: Duration, monitor: ThrottledQueue.Monitor, mutability: ThrottledQueue.Mutability, limit: RateLimit?) {
+    init(
+        interval: Duration, monitor: ThrottledQueue.Monitor, mutability: ThrottledQueue.Mutability, limit: RateLimit?,
+        startMargin: Duration = ThrottledQueue.startMargin
+    ) {
         self.interval = interval
         self.monitor = monitor
         self.mutability = mutability
         self.limit = limit
+        self.startMargin = startMargin
     }
 
     /// Whether nothing is queued and nothing runs.
@@ -198,14 +205,17 @@ struct ThrottleSchedule<Item> {
     /// How a thread that may start the next task at `allowed` spends the time from `now`.
     ///
     /// Every start, by the worker or by a `sync` caller, nested or not, follows this one rule: the
-    /// task starts at `allowed` + ``ThrottledQueue/startMargin``; the thread sleeps until a little
+    /// task starts at `allowed` + ``startMargin``; the thread sleeps until a little
     /// before, and watches the clock for the rest: ``ThrottledQueue/finalApproach``, or
-    /// 1/``ThrottledQueue/approachShare`` of the time from the last start to `allowed` if that is less.
+    /// 1/``ThrottledQueue/approachShare`` of the time from the last start to `allowed` if that is
+    /// less, but never less than the margin. The margin itself is never slept: a timed wait that
+    /// short would wake tens of microseconds late (every task of a queue with no interval would
+    /// pay that, as its start waits out the margin after the previous task's end).
     func approach(toStartAt allowed: MonotonicInstant, now: MonotonicInstant) -> Approach {
-        let target = allowed.advanced(by: ThrottledQueue.startMargin)
+        let target = startTarget(allowed: allowed)
         guard now < target else { return .startNow }
         let spacing = last.map { $0.start.duration(to: allowed) } ?? .zero
-        let watch = max(.zero, min(ThrottledQueue.finalApproach, spacing / ThrottledQueue.approachShare))
+        let watch = max(startMargin, min(ThrottledQueue.finalApproach, spacing / ThrottledQueue.approachShare))
         let wake = target.advanced(by: .zero - watch)
         return now < wake ? .sleep(until: wake) : .spin(until: target)
     }
@@ -253,6 +263,17 @@ struct ThrottleSchedule<Item> {
         var earliest = MonotonicInstant(nanoseconds: 0)
         if let last { earliest = gapEnd(after: last) }
         return constrained(earliest)
+    }
+
+    /// When a start allowed at `allowed` is made: the margin after it, when a rule of time holds it
+    /// there (a gap, the pause, the rate limit's window). When only the previous task's end does
+    /// (`.concurrent`, a gap shorter than the task), at `allowed` itself, if every rule of time has
+    /// passed by the margin then: the margin guards the gaps the rules of time set, and nothing
+    /// counts the time from an end to the next start.
+    private func startTarget(allowed: MonotonicInstant) -> MonotonicInstant {
+        let withMargin = allowed.advanced(by: startMargin)
+        guard monitor == .concurrent, running == 0, let last, let end = last.end, end == allowed else { return withMargin }
+        return max(allowed, constrained(last.start.advanced(by: last.gap)).advanced(by: startMargin))
     }
 
     /// The end of the gap after `last`: by the monitor once it has ended; while it still runs (only a

@@ -7,13 +7,18 @@ import Darwin
 #endif
 
 extension ThrottledQueue {
-    /// How long after the earliest allowed instant a waiting task starts.
+    /// How long after the earliest allowed instant a waiting task starts: measured once per
+    /// process (see ``ReadingFloor``), between 1 and 25 µs.
     ///
-    /// A task body reads the clock a moment after the queue starts it, and that moment varies by a
-    /// microsecond or two, by tens when an interrupt lands in between. Aiming this much later means
-    /// the task bodies themselves never observe two starts closer than the rules allow. (A task that
-    /// arrives after its gap has passed by more than this starts at once.)
-    static let startMargin = Duration.microseconds(25)
+    /// The queue records a task's start on the thread that runs it, right before the task's code
+    /// begins, and counts the next gap from there; a task body that reads the clock in its first
+    /// line reads it a call and a clock reading later. That distance varies by about what one
+    /// reading of the clock costs here; aiming this much later keeps the bodies themselves from
+    /// seeing two starts closer than the rules allow, in the ordinary case (not across a
+    /// preemption between the two readings, which nothing can prevent). Every microsecond of it is
+    /// a microsecond of every waiting task's lateness, so it is no more than the machine needs.
+    /// (A task that arrives after its gap has passed by more than this starts at once.)
+    static let startMargin = ReadingFloor.measuredMargin()
 
     /// The longest a thread watches the clock before a start, instead of sleeping.
     ///
