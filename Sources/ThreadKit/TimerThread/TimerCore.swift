@@ -310,6 +310,11 @@ final class TimerCore: @unchecked Sendable {
         mutex.withLock { lockedPendingCount }
     }
 
+    /// How many entries the heap stores, dead ones included: what the memory bound is about.
+    var storedEntryCount: Int {
+        mutex.withLock { state.heap.count }
+    }
+
     /// ``pendingCount``, mutex held: the live heap entries, and a repeating call running now unless
     /// it was cancelled.
     private var lockedPendingCount: Int {
