@@ -23,8 +23,9 @@ final class TimerCore: @unchecked Sendable {
 
     let name: String
     let mutex = PThreadMutex()
-    private let wakeUp = MonotonicCondition()
-    private var state = State()
+    let wakeUp = MonotonicCondition()
+    /// Guarded by `mutex`; the timer thread's loop is in `TimerCore+Thread.swift`.
+    var state = State()
     /// Calls stopped while waiting whose entries stayed in the heap: cancels by handle and by tag.
     /// Wrapping; with `state.dropped`, it gives how many heap entries are dead.
     private let heapCancels = Atomic<UInt64>(0)
@@ -37,7 +38,7 @@ final class TimerCore: @unchecked Sendable {
     /// a cancel and a release one sees the other.
     private let windingDown = Atomic<Bool>(false)
 
-    private enum Lifecycle {
+    enum Lifecycle {
         /// No call yet, so no thread.
         case notStarted
         /// The thread runs calls as they fall due.
@@ -49,7 +50,7 @@ final class TimerCore: @unchecked Sendable {
         case disposed
     }
 
-    private struct State: ~Copyable {
+    struct State: ~Copyable {
         var lifecycle = Lifecycle.notStarted
         var heap = TimerHeap<TimerHandle>()
         /// Dead entries that left the heap (wrapping), against `heapCancels`.
@@ -64,6 +65,8 @@ final class TimerCore: @unchecked Sendable {
         var metrics = TimerMetrics()
         /// The timer thread's activity, while it runs.
         var activity: ThreadActivity?
+        /// How near a deadline the thread spins for rather than sleeps.
+        var spinWindow = TimerSpinWindow()
     }
 
     /// What a locked section took out of the timer for its caller to release once it has unlocked.
@@ -188,7 +191,7 @@ final class TimerCore: @unchecked Sendable {
 
     /// Drops the heap's dead entries if they are more than half of it, and sets the count of
     /// cancels from which the next sweep may be due. Mutex held; called where the heap shrinks.
-    private func sweepIfDue() {
+    func sweepIfDue() {
         if TimerHeap<TimerHandle>.needsSweep(cancelled: cancelledInHeap, stored: state.heap.count) {
             state.dropped &+= UInt64(state.heap.removeCancelled())
         }
@@ -325,127 +328,13 @@ final class TimerCore: @unchecked Sendable {
     /// Removes `handle` from the tag tables, if it is there. Mutex held.
     ///
     /// - Returns: The tag instances the tables held for it, for the caller to release unlocked.
-    private func untag(_ handle: TimerHandle) -> (AnyHashable?, AnyHashable?) {
+    func untag(_ handle: TimerHandle) -> (AnyHashable?, AnyHashable?) {
         guard handle.isTagged, let tag = state.tags.removeValue(forKey: ObjectIdentifier(handle)),
               let index = state.tagged.index(forKey: tag) else { return (nil, nil) }
         state.tagged.values[index].remove(handle)
         guard state.tagged.values[index].isEmpty else { return (tag, nil) }
         // The table's key may be another instance of an equal tag, given by an earlier call.
         return (tag, state.tagged.remove(at: index).key)
-    }
-
-    // MARK: - The timer thread
-
-    /// A call taken off the heap to run now.
-    private struct DueCall {
-        let handle: TimerHandle
-        let work: @Sendable () -> Void
-        let deadline: MonotonicInstant
-        let now: MonotonicInstant
-        /// A one-shot call's tag, out of the tag tables, to release unlocked.
-        var tags: (AnyHashable?, AnyHashable?)
-    }
-
-    /// The timer thread: sleep until the earliest deadline, run what is due, repeat until disposed,
-    /// or until released with no call left.
-    ///
-    /// The mutex is held only inside ``_blockingWaitForDueCall()`` and
-    /// ``finishRun(of:dueAt:returnedAt:)``;
-    /// calls run, and closures, tags and handles are released, with it unlocked.
-    private func runTimerThread() {
-        mutex.withLock { state.activity = ThreadActivity.current }
-        while var call = _blockingWaitForDueCall() {
-            call.tags = (nil, nil)  // a one-shot call's tag: released unlocked, before it runs
-            let lateness = call.deadline.duration(to: call.now)
-            if lateness > .milliseconds(10) {
-                Log.log(.timer, "\(name): a call fired \(lateness) late")
-            }
-            call.work()
-            let returned = MonotonicInstant.now()
-            let cancelledWork = mutex.withLock {
-                state.metrics.recordFired(lateness: Int64(bitPattern: call.now.nanoseconds &- call.deadline.nanoseconds))
-                return finishRun(of: call.handle, dueAt: call.deadline, returnedAt: returned)
-            }
-            // Released here, unlocked: the closure of a repeating call cancelled during this run,
-            // and then this loop's own references to the call and its closure.
-            withExtendedLifetime((cancelledWork, call)) {}
-        }
-        // Released unlocked: the last reference to the activity takes the activities' lock.
-        let activity = mutex.withLock { state.activity.take() }
-        withExtendedLifetime(activity) {}
-        Log.log(.timer, "\(name): the timer thread exits")
-    }
-
-    /// Waits until a call is due and takes it off the heap, or returns `nil` once the thread should exit.
-    private func _blockingWaitForDueCall() -> DueCall? {
-        mutex.lock()
-        defer { mutex.unlock() }
-        while true {
-            if case .disposed = state.lifecycle { return nil }
-            if state.heap.first?.element.isCancelled == true {
-                state.dropped &+= UInt64(state.heap.dropCancelledFromTop())
-                sweepIfDue()
-            }
-            // Once released, the thread exits when no live call is left: the top is live, if any.
-            if case .released = state.lifecycle, state.heap.isEmpty { return nil }
-            guard let deadline = state.heap.firstDeadline else {
-                _blockingWaitForCalls()
-                continue
-            }
-            let now = MonotonicInstant.now()
-            guard deadline <= now else {
-                _blockingWaitForDeadline(deadline)
-                continue
-            }
-            let handle = state.heap.popFirst(dueAt: now)!
-            sweepIfDue()
-            guard handle.advance({ $0.started() }).to != nil else {
-                state.dropped &+= 1  // cancelled since the look at the top
-                continue
-            }
-            state.running = handle
-            if handle.isRepeating {
-                return DueCall(handle: handle, work: handle.work!, deadline: deadline, now: now, tags: (nil, nil))
-            }
-            // A one-shot call gives up its closure and its tag now; they leave with the DueCall.
-            return DueCall(handle: handle, work: handle.work.take()!, deadline: deadline, now: now, tags: untag(handle))
-        }
-    }
-
-    /// Sends a finished call on: the next run of a repeating call, or done. Mutex held.
-    ///
-    /// - Parameters:
-    ///   - deadline: When the run was due.
-    ///   - returned: When the call returned, read before taking the mutex, so that waiting for the
-    ///     mutex cannot stretch a fixed delay.
-    /// - Returns: The closure of a repeating call cancelled during this run, for the caller to
-    ///   release once it has unlocked.
-    private func finishRun(
-        of handle: TimerHandle, dueAt deadline: MonotonicInstant, returnedAt returned: MonotonicInstant
-    ) -> (@Sendable () -> Void)? {
-        state.running = nil
-        guard handle.advance({ $0.finished(repeating: handle.isRepeating) }).to != nil else {
-            return handle.work.take()  // cancelled while running (its tag went with the cancel)
-        }
-        guard let repetition = handle.repetition else { return nil }
-        // A cancel from now on finds the call scheduled; its entry goes in under this same hold of
-        // the mutex, so a sweep that cancel may start finds it there.
-        let next = RepeatSchedule.nextDeadline(
-            after: deadline, interval: repetition.interval, spacing: repetition.spacing, now: returned)
-        state.heap.insert(handle, deadline: next)
-        return nil
-    }
-
-    private func _blockingWaitForCalls() {
-        state.activity?.sleeping()
-        wakeUp.wait(mutex)
-        state.activity?.running("timer call")
-    }
-
-    private func _blockingWaitForDeadline(_ deadline: MonotonicInstant) {
-        state.activity?.sleeping(until: deadline)
-        wakeUp.wait(mutex, until: deadline)
-        state.activity?.running("timer call")
     }
 
     // MARK: - Diagnostics
