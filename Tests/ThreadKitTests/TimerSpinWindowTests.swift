@@ -55,7 +55,9 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
         let calls = 2_000
         let early = Counter()
         let order = Recorder<Int>()
-        let start = ContinuousClock.now + .milliseconds(20)
+        // Scheduled latest first, all before the first is due (half a second leaves room for a slow,
+        // sanitized build), so the heap alone puts them in order.
+        let start = ContinuousClock.now + .milliseconds(500)
         for index in (0..<calls).reversed() {
             let due = start + .microseconds(10 * index)
             try timer.schedule(at: due) {
@@ -63,6 +65,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
                 order.append(index)
             }
         }
+        #expect(ContinuousClock.now < start, "scheduling 2,000 calls took more than half a second")
         #expect(await eventually(timeout: .seconds(10)) { order.count == calls })
         #expect(early.value == 0)
         #expect(order.values == Array(0..<calls))
