@@ -1,7 +1,9 @@
 // floor.*: what handing a closure from one thread to another costs on this machine with nothing
 // in between: a single-producer/single-consumer ring whose consumer spins, never sleeps. Pool rows
 // read "× floor" against it (a pool whose threads all run closures can go below one consumer).
+// floor.timedwait: how late the kernel ends a bare timed wait, which `timer.fire` reads against.
 import Foundation
+import Glibc
 
 /// The floor workloads, and which floor each pool row is read against.
 enum FloorWorkloads {
@@ -12,6 +14,7 @@ enum FloorWorkloads {
             || workload == "pool.schedule.p1" || workload == "dedicated.throughput" {
             return "floor.spsc.shared"
         }
+        if workload == "timer.fire" { return "floor.timedwait" }
         return nil
     }
 
@@ -63,4 +66,97 @@ enum FloorWorkloads {
         countdown.waitForAll()
         return stopwatch.perItem(items)
     }
+
+    /// `floor.timedwait`: `timer.fire`'s 100,000 deadlines (the same delays, uniform over two
+    /// seconds) met by one thread that does nothing else: for each deadline in turn, a
+    /// `pthread_cond_timedwait` on a `CLOCK_MONOTONIC` condition (what `TimerThread` sleeps on), with
+    /// the timer slack at 1 ns (as ThreadKit's threads set it). Its lateness (wake − deadline) is
+    /// how late the kernel wakes a timed wait here; a deadline already passed when the thread gets
+    /// to it counts how late it is, as a timer's would. Process CPU: the sleeps and wakes alone.
+    static func timedWait(scale: Scale) -> Workload {
+        let delays = TimerWorkloads.uniformDelays(
+            calls: scale.size(100_000), over: scale.duration(.seconds(2)), seed: TimerWorkloads.fireSeed)
+        let warmUpDelays = (0..<1_000).map { Duration.microseconds($0 * 20) }
+        return Workload(
+            id: "floor.timedwait", metrics: Metric.percentiles("lateness") + [Metric(name: "process CPU", unit: "ms")],
+            contenders: [
+                Contender(
+                    name: "floor", warmUp: { _ = TimedWaiter.measure(delays: warmUpDelays) },
+                    run: { TimedWaiter.measure(delays: delays) })
+            ])
+    }
+}
+
+/// A thread that sleeps until each of a list of deadlines in turn, on a `CLOCK_MONOTONIC` pthread
+/// condition that nothing signals, and notes how late each wake is.
+final class TimedWaiter: @unchecked Sendable {
+    // Sendable: `mutex` and `condition` are pthread objects made to be shared; `lateness` is written
+    // by the waiting thread only, and read after `done` (a semaphore) says it has finished.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private let deadlines: [UInt64]
+    private let lateness: SlotBuffer<Double>
+    private let done = Countdown(1)
+
+    private init(deadlines: [UInt64]) {
+        self.deadlines = deadlines
+        lateness = SlotBuffer(count: deadlines.count, initialValue: 0)
+        pthread_mutex_init(mutex, nil)
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        pthread_cond_init(condition, &attributes)
+        pthread_condattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
+
+    /// Waits out `delays`, counted from now, earliest first, on a thread of its own: each wake's
+    /// lateness (µs), and the process CPU from the start to the last wake.
+    static func measure(delays: [Duration]) -> Measurement {
+        let origin = Self.now()
+        let waiter = TimedWaiter(deadlines: delays.map { origin + UInt64($0.nanoseconds) }.sorted())
+        let stopwatch = Stopwatch()
+        let thread = Thread { waiter.run() }
+        thread.name = "bench timedwait"
+        thread.start()
+        waiter.done.waitForAll()
+        let cpu = stopwatch.cpuNanoseconds
+        var measurement = Measurement()
+        measurement.addLatencyPercentiles("lateness", samples: (0..<delays.count).map { waiter.lateness[$0] })
+        measurement["process CPU"] = cpu / 1e6
+        return measurement
+    }
+
+    private func run() {
+        _ = Self.prctl?(29, 1, 0, 0, 0)  // PR_SET_TIMERSLACK: 1 ns, as ThreadKit's threads
+        pthread_mutex_lock(mutex)
+        for (index, deadline) in deadlines.enumerated() {
+            var now = Self.now()
+            var wake = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+            while now < deadline {
+                pthread_cond_timedwait(condition, mutex, &wake)
+                now = Self.now()
+            }
+            lateness[index] = Double(now - deadline) / 1_000
+        }
+        pthread_mutex_unlock(mutex)
+        done.tick()
+    }
+
+    private static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+
+    // prctl is variadic, which Swift cannot call; its integer arguments pass as these fixed ones.
+    private typealias Prctl = @convention(c) (Int32, UInt, UInt, UInt, UInt) -> Int32
+    private static let prctl: Prctl? = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "prctl")
+        .map { unsafeBitCast($0, to: Prctl.self) }
 }

@@ -73,12 +73,15 @@ enum TimerWorkloads {
         }
     }
 
+    /// The seed of `timer.fire`'s delays, which `floor.timedwait` waits out too.
+    static let fireSeed: UInt64 = 0x7153_5F46_4952_45
+
     /// `timer.fire`: many one-shot calls with delays spread evenly over two seconds.
     ///
     /// ThreadKit runs on `TimerThread.shared`, as a user would by default.
     static func fire(scale: Scale) -> Workload {
         let calls = scale.size(100_000)
-        let delays = uniformDelays(calls: calls, over: scale.duration(.seconds(2)), seed: 0x7153_5F46_4952_45)
+        let delays = uniformDelays(calls: calls, over: scale.duration(.seconds(2)), seed: fireSeed)
         return Workload(
             id: "timer.fire", metrics: fireMetrics,
             contenders: fireContenders { try measureFire($0, delays: delays) })

@@ -73,7 +73,7 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
     case poolNegativeAwaitTermination, poolNegativeMinimumThreads, poolMinimumThreadsAboveSize
     case timerNegativeDelay, timerFarNegativeDelay, timerNaNDelay, timerZeroInterval
     case timerNegativeInterval, timerNegativeIntervalFixedDelay, timerNegativeFirstDelay
-    case timerNegativeFirstDelayFixedDelay, timerDisposeShared, timerHeapInsertTwice
+    case timerNegativeFirstDelayFixedDelay, timerDisposeShared
     case rateLimitNegativeCount, rateLimitMinCount, rateLimitNegativeWindow
     case sharedThrottleZeroHorizon, sharedThrottleNegativeHorizon
     case dispatchAfterNegativeExecute, dispatchAfterNegativeRun, dispatchAfterNegativeThen
@@ -179,7 +179,6 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             .stops("TimerThread: a negative first delay stops the process, with a fixed delay too",
                    naming: "TimerThread 'TmExitFirstD'.schedule(every:startingAfter:spacing:tag:_:): firstDelay must not be negative, got -2.0 seconds")
         case .timerDisposeShared: .stops("TimerThread: disposing the shared timer stops the process")
-        case .timerHeapInsertTwice: .stops("TimerHeap: an element cannot be in a timer heap twice")
         case .threadCheckIsolatedOffThread:
             .stops("DedicatedThread: checkIsolated traps off the thread, naming it", naming: "DedicatedThread 'db'")
         case .threadPreconditionOffThread:
@@ -352,12 +351,6 @@ enum ChildScenario: String, CaseIterable, Codable, Sendable, CustomTestStringCon
             let work = SendingWork { 1 }
             precondition((try? work()) == 1, "the first call did not run the work")
             _ = try? work()
-        case .timerHeapInsertTwice:
-            final class Item: TimerHeapElement { var heapIndex: Int? }
-            var heap = TimerHeap<Item>()
-            let item = Item()
-            heap.insert(item, deadline: MonotonicInstant(nanoseconds: 1))
-            heap.insert(item, deadline: MonotonicInstant(nanoseconds: 2))
 
         case .threadCheckIsolatedOffThread:
             DedicatedThread(name: "db").checkIsolated()

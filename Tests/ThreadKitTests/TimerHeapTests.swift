@@ -4,8 +4,9 @@ import SeededRandom
 
 private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(nanoseconds: nanoseconds) }
 
-/// The indexed timer heap against a trivially correct model: an array kept sorted by deadline, then
-/// by insertion order. No threads, no clock.
+/// The timer heap against a trivially correct model: an array kept sorted by deadline, then by
+/// insertion order. Cancelled elements stay in the heap, dead, until the heap meets them. No
+/// threads, no clock.
 @Suite struct TimerHeapTests {
     /// Inserts `count` new items (ids 0 up) into `heap`, each due at a random instant before
     /// `bound`, and returns them in id order.
@@ -16,7 +17,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
     }
 
     final class Item: TimerHeapElement, CustomStringConvertible {
-        var heapIndex: Int?
+        var isCancelled = false
         let id: Int
         init(_ id: Int) { self.id = id }
         var description: String { "Item(\(id))" }
@@ -39,6 +40,10 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
             entries.removeAll { $0.item === item }
         }
 
+        func contains(_ item: Item) -> Bool {
+            entries.contains { $0.item === item }
+        }
+
         mutating func popFirst(dueAt now: MonotonicInstant) -> Item? {
             guard let first = entries.first, first.deadline <= now else { return nil }
             entries.removeFirst()
@@ -46,50 +51,64 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
         }
     }
 
-    /// What differs between `heap` and `model`, in words: count, emptiness and the first entry, and
-    /// with `bookkeeping`, the index of every item ever made (items in the heap hold distinct indices
-    /// within the heap's storage, the others hold `nil`) and the storage bound.
-    static func differences(_ heap: TimerHeap<Item>, _ model: Model, allItems: [Item], bookkeeping: Bool) -> [String] {
+    /// A heap as its owner sees it: the live entries first, after dropping dead ones from the top,
+    /// as the timer thread does before it looks at the first entry.
+    static func liveFirst(_ heap: inout TimerHeap<Item>) -> (deadline: MonotonicInstant, element: Item)? {
+        _ = heap.dropCancelledFromTop()
+        return heap.first
+    }
+
+    /// What differs between `heap` and `model`, in words: the live count (stored entries less the
+    /// dead ones, given as `cancelled`), emptiness and the first live entry, and the storage bound
+    /// when the owner sweeps as ``TimerHeap/needsSweep(cancelled:stored:)`` says.
+    static func differences(_ heap: inout TimerHeap<Item>, _ model: Model, cancelled: inout Int) -> [String] {
         var found: [String] = []
-        if heap.count != model.count { found.append("count \(heap.count), model \(model.count)") }
+        cancelled -= heap.dropCancelledFromTop()
+        if heap.count - cancelled != model.count { found.append("live count \(heap.count - cancelled), model \(model.count)") }
         if heap.isEmpty != (model.count == 0) { found.append("isEmpty \(heap.isEmpty) with \(model.count) in the model") }
         if heap.first?.element !== model.first?.item || heap.first?.deadline != model.first?.deadline {
             found.append("first \(String(describing: heap.first)), model \(String(describing: model.first))")
         }
-        guard bookkeeping else { return found }
-        let inHeap = Set(model.entries.map { ObjectIdentifier($0.item) })
-        var indices: [Int] = []
-        for item in allItems {
-            if inHeap.contains(ObjectIdentifier(item)) {
-                if let index = item.heapIndex { indices.append(index) } else { found.append("\(item) in the heap has no heapIndex") }
-            } else if let index = item.heapIndex {
-                found.append("\(item) out of the heap has heapIndex \(index)")
-            }
-        }
-        // Removed elements may leave marked entries behind: the live ones hold distinct indices
-        // within the storage, which never exceeds twice the live count (plus one).
-        if Set(indices).count != indices.count || indices.contains(where: { $0 >= heap.storedCount }) {
-            found.append("heap indices \(indices.sorted()) are not distinct within 0..<\(heap.storedCount)")
-        }
-        if heap.storedCount > 2 * heap.count + 1 {
-            found.append("\(heap.storedCount) entries stored for \(heap.count) elements")
+        if heap.count > 2 * model.count + 1 {
+            found.append("\(heap.count) entries stored for \(model.count) live ones")
         }
         return found
     }
 
-    static func check(_ heap: TimerHeap<Item>, _ model: Model, allItems: [Item],
+    /// Cancels `item` as a `TimerCore` does: marks it and sweeps when the rule says so.
+    static func cancel(_ item: Item, in heap: inout TimerHeap<Item>, cancelled: inout Int) {
+        item.isCancelled = true
+        cancelled += 1
+        if TimerHeap<Item>.needsSweep(cancelled: cancelled, stored: heap.count) {
+            let dropped = heap.removeCancelled()
+            #expect(dropped == cancelled, "a sweep drops every dead entry")
+            cancelled -= dropped
+        }
+    }
+
+    static func check(_ heap: inout TimerHeap<Item>, _ model: Model, cancelled: inout Int,
                       sourceLocation: SourceLocation = #_sourceLocation) {
-        let found = differences(heap, model, allItems: allItems, bookkeeping: true)
+        let found = differences(&heap, model, cancelled: &cancelled)
         #expect(found.isEmpty, "\(found)", sourceLocation: sourceLocation)
     }
 
-    @Test("random inserts, removes and pops match a sorted-array model", arguments: 0..<8)
+    /// Pops as the timer thread does: dead entries off the top first, then the first entry if due,
+    /// then a sweep if the rule says so.
+    static func pop(_ heap: inout TimerHeap<Item>, dueAt now: MonotonicInstant, cancelled: inout Int) -> Item? {
+        cancelled -= heap.dropCancelledFromTop()
+        let item = heap.popFirst(dueAt: now)
+        if TimerHeap<Item>.needsSweep(cancelled: cancelled, stored: heap.count) { cancelled -= heap.removeCancelled() }
+        return item
+    }
+
+    @Test("random inserts, cancels and pops match a sorted-array model", arguments: 0..<8)
     func randomOperationsMatchModel(seed: UInt64) {
         var random = SplitMix64(seed: 0x7131_4EA9 &+ seed)
         var heap = TimerHeap<Item>()
         var model = Model()
-        var allItems: [Item] = []
-        var outside: [Item] = []  // removed or popped: no longer in the heap
+        var cancelled = 0
+        var nextID = 0
+        var popped: [Item] = []  // out of the heap, live: may go back in, as a repeating call does
         var failures: [String] = []
         // Deadlines from a small range so that ties are common, a few from the far ends of the time line.
         func randomDeadline() -> MonotonicInstant {
@@ -105,22 +124,21 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
             // Grow early, shrink late, so both a large heap and an empty one are exercised.
             let insertShare = step < 2000 ? 55 : 30
             if dice < insertShare {
-                let item = Item(allItems.count)
-                allItems.append(item)
+                let item = Item(nextID)
+                nextID += 1
                 let deadline = randomDeadline()
-                heap.insert(item, deadline: deadline)
+                let isFirst = heap.insert(item, deadline: deadline)
                 model.insert(item, deadline: deadline)
-            } else if dice < insertShare + 20, model.count > 0 {
+                if isFirst != (model.first?.item === item) {
+                    failures.append("step \(step): insert said first \(isFirst), model first \(String(describing: model.first))")
+                }
+            } else if dice < insertShare + 25, model.count > 0 {
                 let item = model.entries[Int.random(in: 0..<model.count, using: &random)].item
-                if !heap.remove(item) { failures.append("step \(step): remove(\(item)) returned false") }
-                if item.heapIndex != nil { failures.append("step \(step): \(item) keeps its heapIndex") }
+                Self.cancel(item, in: &heap, cancelled: &cancelled)
                 model.remove(item)
-                outside.append(item)
-            } else if dice < insertShare + 25, let item = outside.randomElement(using: &random) {
-                if heap.remove(item) { failures.append("step \(step): remove(\(item)) of an element not in the heap") }
-            } else if dice < insertShare + 30, let item = outside.randomElement(using: &random) {
-                // An element may go back in once it is out.
-                outside.removeAll { $0 === item }
+            } else if dice < insertShare + 30, let item = popped.randomElement(using: &random) {
+                // An element popped live goes back in, as a repeating call does.
+                popped.removeAll { $0 === item }
                 let deadline = randomDeadline()
                 heap.insert(item, deadline: deadline)
                 model.insert(item, deadline: deadline)
@@ -128,29 +146,44 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
                 let now = Int.random(in: 0..<10, using: &random) == 0
                     ? at(.max) : at(UInt64.random(in: 0..<70, using: &random))
                 let expected = model.popFirst(dueAt: now)
-                let popped = heap.popFirst(dueAt: now)
-                if popped !== expected {
-                    failures.append("step \(step): popFirst(dueAt: \(now)) gave \(String(describing: popped)), model \(String(describing: expected))")
+                let item = Self.pop(&heap, dueAt: now, cancelled: &cancelled)
+                if item !== expected {
+                    failures.append("step \(step): popFirst(dueAt: \(now)) gave \(String(describing: item)), model \(String(describing: expected))")
                 }
-                if let popped {
-                    if popped.heapIndex != nil { failures.append("step \(step): popped \(popped) keeps its heapIndex") }
-                    outside.append(popped)
-                }
+                if let item { popped.append(item) }
             }
-            failures += Self.differences(heap, model, allItems: allItems, bookkeeping: step % 20 == 0)
-                .map { "step \(step): \($0)" }
+            failures += Self.differences(&heap, model, cancelled: &cancelled).map { "step \(step): \($0)" }
         }
         #expect(failures.isEmpty, "\(failures.count) failures, first: \(failures.prefix(5))")
-        Self.check(heap, model, allItems: allItems)
+        Self.check(&heap, model, cancelled: &cancelled)
 
         // Draining hands out exactly the model's order.
         while let expected = model.popFirst(dueAt: at(.max)) {
-            let popped = heap.popFirst(dueAt: at(.max))
-            #expect(popped === expected)
+            let item = Self.pop(&heap, dueAt: at(.max), cancelled: &cancelled)
+            #expect(item === expected)
         }
-        let last = heap.popFirst(dueAt: at(.max))
+        let last = Self.pop(&heap, dueAt: at(.max), cancelled: &cancelled)
         #expect(last == nil)
-        Self.check(heap, model, allItems: allItems)
+        #expect(heap.isEmpty && cancelled == 0)
+    }
+
+    @Test("the sweep rule: due once dead entries are more than half of those stored")
+    func sweepRule() {
+        #expect(!TimerHeap<Item>.needsSweep(cancelled: 0, stored: 0))
+        #expect(!TimerHeap<Item>.needsSweep(cancelled: 0, stored: 1))
+        #expect(TimerHeap<Item>.needsSweep(cancelled: 1, stored: 1))
+        #expect(!TimerHeap<Item>.needsSweep(cancelled: 1, stored: 2))
+        #expect(TimerHeap<Item>.needsSweep(cancelled: 2, stored: 3))
+        #expect(!TimerHeap<Item>.needsSweep(cancelled: 500, stored: 1_000))
+        #expect(TimerHeap<Item>.needsSweep(cancelled: 501, stored: 1_000))
+        #expect(!TimerHeap<Item>.needsSweep(cancelled: 500, stored: 1_001))
+        #expect(TimerHeap<Item>.needsSweep(cancelled: 501, stored: 1_001))
+        // Below the threshold, the live entries are at least half: stored ≤ 2 × live + 1.
+        for stored in 0...200 {
+            for cancelled in 0...stored where !TimerHeap<Item>.needsSweep(cancelled: cancelled, stored: stored) {
+                #expect(stored <= 2 * (stored - cancelled) + 1, "stored \(stored), cancelled \(cancelled)")
+            }
+        }
     }
 
     @Test("removal is lazy but bounded: cancelling most of 100,000 elements in random order keeps storage within twice the live count")
@@ -159,55 +192,85 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
         var heap = TimerHeap<Item>()
         let items = Self.insert(100_000, into: &heap, dueBefore: 1_000_000, using: &random)
         var worstRatio = 0.0
+        var cancelled = 0
+        var sweptEntries = 0
         var order = items
         order.shuffle(using: &random)
         let survivors = order.suffix(1_000)
         for item in order.dropLast(1_000) {
-            let removed = heap.remove(item)
-            #expect(removed)
-            worstRatio = max(worstRatio, Double(heap.storedCount) / Double(heap.count + 1))
+            let before = heap.count
+            Self.cancel(item, in: &heap, cancelled: &cancelled)
+            if heap.count < before { sweptEntries += before }
+            worstRatio = max(worstRatio, Double(heap.count) / Double(heap.count - cancelled + 1))
         }
-        #expect(heap.count == 1_000)
+        #expect(heap.count - cancelled == 1_000)
         #expect(worstRatio <= 2.0)
-        #expect(heap.storedCount <= 2 * heap.count + 1)
+        #expect(heap.count <= 2 * 1_000 + 1)
+        // Sweeps look at about two entries per cancel, all told (a geometric series: 100,000 entries,
+        // then 50,000, 25,000, …).
+        #expect(sweptEntries <= 2 * 100_000, "\(sweptEntries) entries swept for 99,000 cancels")
         // The survivors come out in deadline order, each once, and nothing else does.
         var popped: [Item] = []
-        while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item) }
+        while let item = Self.pop(&heap, dueAt: at(.max), cancelled: &cancelled) { popped.append(item) }
         #expect(Set(popped.map(ObjectIdentifier.init)) == Set(survivors.map(ObjectIdentifier.init)))
         #expect(popped.count == 1_000)
-        #expect(heap.isEmpty && heap.storedCount == 0)
+        #expect(heap.isEmpty && cancelled == 0)
+    }
+
+    @Test("dead entries at the top are dropped, so the first entry the owner sees is live")
+    func deadEntriesLeaveFromTheTop() {
+        var heap = TimerHeap<Item>()
+        let items = (0..<10).map(Item.init)
+        for (index, item) in items.enumerated() { heap.insert(item, deadline: at(UInt64(index))) }
+        for item in items.prefix(4) { item.isCancelled = true }
+        items[6].isCancelled = true
+        #expect(heap.first?.element === items[0], "the heap does not look on its own")
+        #expect(heap.dropCancelledFromTop() == 4)
+        #expect(heap.first?.element === items[4])
+        #expect(heap.count == 6)
+        #expect(heap.dropCancelledFromTop() == 0)
+        // earliest(_:) passes through the dead entry in the middle.
+        #expect(heap.earliest(3).map(\.element.id) == [4, 5, 7])
+        #expect(heap.removeCancelled() == 1)
+        #expect(heap.count == 5)
+        var popped: [Int] = []
+        while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item.id) }
+        #expect(popped == [4, 5, 7, 8, 9])
     }
 
     @Test("the storage bound holds when calls fire after later ones were cancelled")
     func boundHoldsAcrossPops() {
         var heap = TimerHeap<Item>()
+        var cancelled = 0
         let early = (0..<100).map(Item.init), late = (100..<200).map(Item.init), far = Item(200)
         for (index, item) in early.enumerated() { heap.insert(item, deadline: at(UInt64(index))) }
         for (index, item) in late.enumerated() { heap.insert(item, deadline: at(1_000 + UInt64(index))) }
         heap.insert(far, deadline: at(1_000_000))
-        // Cancel the late calls (marked, fewer than the live ones), then let the early ones fire.
-        for item in late { heap.remove(item) }
+        // Cancel the late calls (fewer than the live ones: no sweep), then let the early ones fire,
+        // sweeping after each pop as the timer thread does.
+        for item in late { Self.cancel(item, in: &heap, cancelled: &cancelled) }
+        #expect(heap.count == 201)
         var fired = 0
-        while heap.popFirst(dueAt: at(999)) != nil {
+        while Self.pop(&heap, dueAt: at(999), cancelled: &cancelled) != nil {
             fired += 1
-            #expect(heap.storedCount <= 2 * heap.count + 1, "\(heap.storedCount) stored for \(heap.count) live after \(fired) pops")
+            #expect(heap.count <= 2 * (heap.count - cancelled) + 1, "\(heap.count) stored, \(cancelled) dead after \(fired) pops")
         }
         #expect(fired == 100)
-        #expect(heap.count == 1 && heap.storedCount <= 3)
-        #expect(heap.popFirst(dueAt: at(.max)) === far)
+        #expect(heap.count - cancelled == 1 && heap.count <= 3)
+        #expect(Self.pop(&heap, dueAt: at(.max), cancelled: &cancelled) === far)
     }
 
-    @Test("equal deadlines come out in insertion order, also after removals")
+    @Test("equal deadlines come out in insertion order, also after cancels")
     func equalDeadlinesKeepInsertionOrder() {
         var random = SplitMix64(seed: 42)
         var heap = TimerHeap<Item>()
+        var cancelled = 0
         let items = (0..<1000).map(Item.init)
         for item in items { heap.insert(item, deadline: at(500)) }
         var kept: [Item] = []
         for item in items {
             if Bool.random(using: &random) {
-                let removed = heap.remove(item)
-                #expect(removed)
+                Self.cancel(item, in: &heap, cancelled: &cancelled)
             } else {
                 kept.append(item)
             }
@@ -215,9 +278,10 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
         // One earlier and one later deadline around the ties.
         let early = Item(-1), late = Item(-2)
         heap.insert(late, deadline: at(501))
-        heap.insert(early, deadline: at(499))
+        let earlyIsFirst = heap.insert(early, deadline: at(499))
+        #expect(earlyIsFirst)
         var popped: [Item] = []
-        while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item) }
+        while let item = Self.pop(&heap, dueAt: at(.max), cancelled: &cancelled) { popped.append(item) }
         #expect(popped.map(\.id) == [early.id] + kept.map(\.id) + [late.id])
     }
 
@@ -233,21 +297,19 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
             heap.insert(item, deadline: at(deadline))
         }
         #expect(heap.count == items.count)
-        #expect(Set(items.compactMap(\.heapIndex)) == Set(0..<items.count))
         // The model: ids sorted by deadline, then by id (the insertion order).
         let expected = items.map(\.id).sorted { (deadlines[$0], $0) < (deadlines[$1], $1) }
         var popped: [Int] = []
         while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item.id) }
         #expect(popped == expected)
-        #expect(items.allSatisfy { $0.heapIndex == nil })
     }
 
     @Test("popFirst(dueAt:) hands out an element exactly from its deadline on")
     func popFirstRespectsDeadline() {
         var heap = TimerHeap<Item>()
         let a = Item(1), b = Item(2)
-        heap.insert(b, deadline: at(200))
-        heap.insert(a, deadline: at(100))
+        let bIsFirst = heap.insert(b, deadline: at(200)), aIsFirst = heap.insert(a, deadline: at(100))
+        #expect(bIsFirst && aIsFirst)
         let pops = [0, 99, 100, 199, 1000, .max].map { heap.popFirst(dueAt: at($0)) }
         #expect(pops[0] == nil)
         #expect(pops[1] == nil)
@@ -255,44 +317,37 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
         #expect(pops[3] == nil)
         #expect(pops[4] === b)
         #expect(pops[5] == nil)
-        #expect(heap.isEmpty)
+        #expect(heap.isEmpty == true)
         #expect(heap.first == nil)
     }
 
-    @Test("removing the last, the first and a middle element keeps the order")
-    func removeAtEveryPosition() {
-        for removedDeadline: UInt64 in [10, 50, 90] {
+    @Test("cancelling the last, the first and a middle element keeps the order")
+    func cancelAtEveryPosition() {
+        for cancelledDeadline: UInt64 in [10, 50, 90] {
             var heap = TimerHeap<Item>()
+            var cancelled = 0
             let items = (0..<9).map(Item.init)
             for (offset, item) in items.enumerated() { heap.insert(item, deadline: at(UInt64(offset + 1) * 10)) }
-            let removed = items[Int(removedDeadline / 10) - 1]
-            let first = heap.remove(removed)
-            let second = heap.remove(removed)
-            #expect(first)
-            #expect(!second)
-            #expect(removed.heapIndex == nil)
+            let gone = items[Int(cancelledDeadline / 10) - 1]
+            Self.cancel(gone, in: &heap, cancelled: &cancelled)
             var popped: [Int] = []
-            while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item.id) }
-            #expect(popped == items.map(\.id).filter { $0 != removed.id })
+            while let item = Self.pop(&heap, dueAt: at(.max), cancelled: &cancelled) { popped.append(item.id) }
+            #expect(popped == items.map(\.id).filter { $0 != gone.id })
+            #expect(cancelled == 0)
         }
     }
 
-    @Test("removeAll returns every element, clears their indices and leaves a usable heap")
+    @Test("removeAll returns every entry, dead ones too, and leaves a usable heap")
     func removeAllEmptiesTheHeap() {
         var random = SplitMix64(seed: 99)
         var heap = TimerHeap<Item>()
         let items = Self.insert(300, into: &heap, dueBefore: 50, using: &random)
-        var inHeap = Set(items.map(ObjectIdentifier.init))
-        for item in items where Int.random(in: 0..<3, using: &random) == 0 {
-            heap.remove(item)
-            inHeap.remove(ObjectIdentifier(item))
-        }
+        for item in items where Int.random(in: 0..<3, using: &random) == 0 { item.isCancelled = true }
         let removed = heap.removeAll()
-        #expect(removed.count == inHeap.count)
-        #expect(Set(removed.map(ObjectIdentifier.init)) == inHeap)
-        #expect(items.allSatisfy { $0.heapIndex == nil })
+        #expect(removed.count == items.count)
+        #expect(Set(removed.map(ObjectIdentifier.init)) == Set(items.map(ObjectIdentifier.init)))
         #expect(heap.count == 0)
-        #expect(heap.isEmpty)
+        #expect(heap.isEmpty == true)
         #expect(heap.first == nil)
         let poppedWhenEmpty = heap.popFirst(dueAt: at(.max))
         #expect(poppedWhenEmpty == nil)
@@ -300,7 +355,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
         #expect(removedAgain.isEmpty)
 
         // Elements go back in after removeAll, and ties still come out in insertion order.
-        let again = Array(items.prefix(20).reversed())
+        let again = Array(items.filter { !$0.isCancelled }.prefix(20).reversed())
         for item in again { heap.insert(item, deadline: at(7)) }
         #expect(heap.count == 20)
         var popped: [Int] = []
@@ -308,7 +363,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
         #expect(popped == again.map(\.id))
     }
 
-    @Test("removeAll(where:) removes exactly the matching elements and keeps the rest in order, ties included",
+    @Test("removeAll(where:) removes exactly the matching live elements and the dead ones, and keeps the rest in order, ties included",
           arguments: 0..<4)
     func removeAllWhereKeepsTheRestInOrder(seed: UInt64) {
         var random = SplitMix64(seed: 0x5EED &+ seed)
@@ -321,26 +376,37 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
             heap.insert(item, deadline: deadline)
             model.insert(item, deadline: deadline)
         }
+        let dead = model.entries.filter { $0.item.id % 11 == 5 }
+        for entry in dead {
+            entry.item.isCancelled = true
+            model.remove(entry.item)
+        }
         let divisor = Int.random(in: 2...5, using: &random)
-        let removed = heap.removeAll { item, deadline in item.id % divisor == 0 || deadline == at(13) }
+        var asked: [Int] = []
+        let (removed, cancelled) = heap.removeAll { item, deadline in
+            asked.append(item.id)
+            return item.id % divisor == 0 || deadline == at(13)
+        }
+        #expect(cancelled == dead.count)
+        #expect(!asked.contains { $0 % 11 == 5 }, "a dead entry is never offered")
         let expected = model.entries.filter { $0.item.id % divisor == 0 || $0.deadline == at(13) }
         for entry in expected { model.remove(entry.item) }
         #expect(Set(removed.map(ObjectIdentifier.init)) == Set(expected.map { ObjectIdentifier($0.item) }))
-        #expect(removed.allSatisfy { $0.heapIndex == nil })
-        #expect(Self.differences(heap, model, allItems: items, bookkeeping: true).isEmpty)
-        // The heap still works: inserts and removals after it, then everything out in model order.
+        #expect(heap.count == model.count)
+        // The heap still works: inserts and cancels after it, then everything out in model order.
+        var deadCount = 0
         for item in removed.prefix(30) {
             let deadline = at(UInt64.random(in: 0..<40, using: &random))
             heap.insert(item, deadline: deadline)
             model.insert(item, deadline: deadline)
         }
         for entry in model.entries.filter({ $0.item.id % 7 == 3 }) {
-            heap.remove(entry.item)
+            Self.cancel(entry.item, in: &heap, cancelled: &deadCount)
             model.remove(entry.item)
         }
         var popped: [Int] = []
-        while let item = heap.popFirst(dueAt: at(.max)) { popped.append(item.id) }
+        while let item = Self.pop(&heap, dueAt: at(.max), cancelled: &deadCount) { popped.append(item.id) }
         #expect(popped == model.entries.map(\.item.id))
-        #expect(heap.removeAll { _, _ in true }.isEmpty)
+        #expect(heap.removeAll { _, _ in true }.removed.isEmpty)
     }
 }

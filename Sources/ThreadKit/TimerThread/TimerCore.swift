@@ -1,3 +1,5 @@
+import Synchronization
+
 /// The state and the thread of one ``TimerThread``: what its thread and its handles hold on to.
 ///
 /// A ``TimerThread`` is a front that owns its core. The timer thread and every ``TimerHandle``
@@ -6,19 +8,37 @@
 /// still pending (each handle can still cancel its own), stops the repeating ones, and its thread
 /// exits once no call is left. A handle keeps the core's memory, not its thread.
 ///
-/// One mutex guards everything here, and the `var`s of the core's handles. It is never held while a
-/// call runs, nor while a closure, a tag or a handle is released: their `deinit` may call back into
-/// the timer. Locked sections move such things out into ``Leftovers`` and their callers release
-/// them after unlocking.
+/// One mutex guards the heap and everything in `state`. A cancel takes no lock: it moves its
+/// handle's atomic state on (see ``TimerCallState``) and leaves the entry in the heap, dead; the
+/// timer thread drops dead entries as they reach the top, and a sweep drops them all once they are
+/// more than half the heap (``TimerHeap/needsSweep(cancelled:stored:)``), so pending memory stays
+/// within twice the live calls. The mutex is never held while a call runs, nor while a closure, a
+/// tag or a handle that may hold the last reference to one is released: their `deinit` may call
+/// back into the timer. Locked sections move such things out into ``Leftovers`` and their callers
+/// release them after unlocking. (A dead entry's handle may be released under the mutex: its
+/// closure is gone, or its canceller, still in `cancel()`, holds the handle and releases it.)
 final class TimerCore: @unchecked Sendable {
-    // Sendable: `state`, and every `TimerHandle`'s vars, are guarded by `mutex`.
+    // Sendable: `state` is guarded by `mutex`; the atomics and constants need no lock; a handle's
+    // closure belongs to whoever moved its state on last (see `TimerHandle`).
 
     let name: String
     let mutex = PThreadMutex()
-    private let wakeUp = MonotonicCondition()
-    private var state = State()
+    let wakeUp = MonotonicCondition()
+    /// Guarded by `mutex`; the timer thread's loop is in `TimerCore+Thread.swift`.
+    var state = State()
+    /// Calls stopped while waiting whose entries stayed in the heap: cancels by handle and by tag.
+    /// Wrapping; with `state.dropped`, it gives how many heap entries are dead.
+    private let heapCancels = Atomic<UInt64>(0)
+    /// The value of `heapCancels` from which a sweep may be due: a cancel that reaches it takes the
+    /// mutex to see. Written under the mutex when the heap shrinks; an insert leaves it low, which
+    /// costs at most one needless look.
+    private let sweepDue = Atomic<UInt64>(1)
+    /// Set, under the mutex, when the front is released: a cancel then wakes the thread, which
+    /// exits once no live call is left. Sequentially consistent with the cancel's exchange, so of
+    /// a cancel and a release one sees the other.
+    private let windingDown = Atomic<Bool>(false)
 
-    private enum Lifecycle {
+    enum Lifecycle {
         /// No call yet, so no thread.
         case notStarted
         /// The thread runs calls as they fall due.
@@ -30,9 +50,11 @@ final class TimerCore: @unchecked Sendable {
         case disposed
     }
 
-    private struct State {
+    struct State: ~Copyable {
         var lifecycle = Lifecycle.notStarted
         var heap = TimerHeap<TimerHandle>()
+        /// Dead entries that left the heap (wrapping), against `heapCancels`.
+        var dropped: UInt64 = 0
         /// The pending and running calls of each tag, for `cancelAll(tag:)`.
         var tagged: [AnyHashable: Set<TimerHandle>] = [:]
         /// The tag of each tagged call in `tagged`.
@@ -43,6 +65,8 @@ final class TimerCore: @unchecked Sendable {
         var metrics = TimerMetrics()
         /// The timer thread's activity, while it runs.
         var activity: ThreadActivity?
+        /// How near a deadline the thread spins for rather than sleeps.
+        var spinWindow = TimerSpinWindow()
     }
 
     /// What a locked section took out of the timer for its caller to release once it has unlocked.
@@ -104,13 +128,13 @@ final class TimerCore: @unchecked Sendable {
             case .running:
                 break
             }
-            state.heap.insert(handle, deadline: deadline)
+            let isFirst = state.heap.insert(handle, deadline: deadline)
             state.metrics.recordScheduled()
             if let tag {
                 state.tagged[tag, default: []].insert(handle)
                 state.tags[ObjectIdentifier(handle)] = tag
             }
-            if handle.heapIndex == 0 { wakeUp.signal() }  // the new earliest deadline
+            if isFirst { wakeUp.signal() }  // the new earliest deadline
             return .success(())
         }
         switch outcome {
@@ -125,17 +149,53 @@ final class TimerCore: @unchecked Sendable {
     }
 
     /// Stops `handle` if it would run again; see ``TimerHandle/cancel()``.
+    ///
+    /// A waiting call is stopped without the mutex: the exchange of its state makes this thread
+    /// the owner of its closure, released here, and its entry stays in the heap, dead. The mutex is
+    /// taken only to untag a tagged call, to sweep the heap when dead entries may be half of it, to
+    /// wake a released timer's thread (this may have been its last call), and to count the cancel
+    /// of a repeating call during its run.
     func cancel(_ handle: TimerHandle) -> Bool {
-        let (stopped, work, tags) = mutex.withLock {
-            () -> (Bool, (@Sendable () -> Void)?, (AnyHashable?, AnyHashable?)) in
-            let (stopped, work) = stop(handle)
-            guard stopped else { return (false, nil, (nil, nil)) }
-            // A released timer's thread waits for its last call; this may have been it.
-            if case .released = state.lifecycle, state.heap.isEmpty { wakeUp.signal() }
-            return (true, work, untag(handle))
+        let (from, to) = handle.advance { $0.cancelled(repeating: handle.isRepeating) }
+        guard to != nil else { return false }
+        guard from.phase == .scheduled else {
+            // A repeating call during its run: the timer thread releases its closure after the run.
+            let tags = mutex.withLock {
+                state.metrics.recordCancelled(1)
+                return untag(handle)
+            }
+            withExtendedLifetime(tags) {}  // released here, with the mutex not held
+            return true
         }
-        withExtendedLifetime((work, tags)) {}  // released here, with the mutex not held
-        return stopped
+        let work = handle.work.take()
+        let cancels = heapCancels.wrappingAdd(1, ordering: .relaxed).newValue
+        if handle.isTagged || cancels >= sweepDue.load(ordering: .relaxed)
+            || windingDown.load(ordering: .sequentiallyConsistent) {
+            let tags = mutex.withLock {
+                sweepIfDue()
+                if case .released = state.lifecycle { wakeUp.signal() }
+                return untag(handle)
+            }
+            withExtendedLifetime(tags) {}  // released here, with the mutex not held
+        }
+        withExtendedLifetime(work) {}  // released here, with the mutex not held
+        return true
+    }
+
+    /// How many heap entries are dead. Mutex held. For a moment, while a cancel has exchanged its
+    /// call's state and not yet counted it, this can be one short, or (once the thread dropped
+    /// that entry) one over.
+    private var cancelledInHeap: Int {
+        Int(truncatingIfNeeded: heapCancels.load(ordering: .relaxed) &- state.dropped)
+    }
+
+    /// Drops the heap's dead entries if they are more than half of it, and sets the count of
+    /// cancels from which the next sweep may be due. Mutex held; called where the heap shrinks.
+    func sweepIfDue() {
+        if TimerHeap<TimerHandle>.needsSweep(cancelled: cancelledInHeap, stored: state.heap.count) {
+            state.dropped &+= UInt64(state.heap.removeCancelled())
+        }
+        sweepDue.store(state.dropped &+ UInt64(state.heap.count / 2) &+ 1, ordering: .relaxed)
     }
 
     /// Stops every call scheduled with `tag`; see ``TimerThread/cancelAll(tag:)``.
@@ -148,11 +208,18 @@ final class TimerCore: @unchecked Sendable {
             var count = 0
             for handle in handles {
                 if let tag = state.tags.removeValue(forKey: ObjectIdentifier(handle)) { leftovers.tags.append(tag) }
-                let (stopped, work) = stop(handle)
-                if stopped { count += 1 }
-                if let work { leftovers.closures.append(work) }
+                let (from, to) = handle.advance { $0.cancelled(repeating: handle.isRepeating) }
+                guard to != nil else { continue }
+                count += 1
+                if from.phase == .scheduled {
+                    if let work = handle.work.take() { leftovers.closures.append(work) }
+                    heapCancels.wrappingAdd(1, ordering: .relaxed)  // its entry stays, dead
+                } else {
+                    state.metrics.recordCancelled(1)  // a repeating call during its run
+                }
             }
             leftovers.handles.append(contentsOf: handles)
+            sweepIfDue()
             return (count, leftovers)
         }
         withExtendedLifetime(leftovers) {}  // released here, with the mutex not held
@@ -169,6 +236,7 @@ final class TimerCore: @unchecked Sendable {
             if case .disposed = state.lifecycle { return (nil, leftovers) }
             state.lifecycle = .disposed
             let count = stop(dropped: state.heap.removeAll(), into: &leftovers)
+            sweepIfDue()
             return (count, leftovers)
         }
         withExtendedLifetime(leftovers) {}  // released here, with the mutex not held
@@ -176,19 +244,24 @@ final class TimerCore: @unchecked Sendable {
         return dropped
     }
 
-    /// Cancels `dropped`, calls just taken out of the heap, and a repeating call running now (it
+    /// Cancels `dropped`, entries just taken out of the heap, and a repeating call running now (it
     /// stops after this run); moves their closures, the handles and the tag tables into `leftovers`
     /// and wakes the thread. Mutex held.
     ///
-    /// - Returns: How many calls will never run (again).
+    /// - Returns: How many calls will never run (again): the dead entries among `dropped` (calls
+    ///   cancelled before) are not counted.
     private func stop(dropped: [TimerHandle], into leftovers: inout Leftovers) -> Int {
+        var count = 0
         for handle in dropped {
-            handle.phase = .cancelled
-            if let work = handle.work.take() { leftovers.closures.append(work) }
+            if handle.advance({ $0.cancelled(repeating: handle.isRepeating) }).to != nil {
+                count += 1
+                if let work = handle.work.take() { leftovers.closures.append(work) }
+            } else {
+                state.dropped &+= 1  // a dead entry
+            }
         }
-        var count = dropped.count
-        if let running = state.running, running.isRepeating, running.phase == .running {
-            running.phase = .cancelled
+        if let running = state.running, running.isRepeating,
+           running.advance({ $0.cancelled(repeating: true) }).to != nil {
             count += 1
         }
         leftovers.handles = dropped
@@ -218,12 +291,15 @@ final class TimerCore: @unchecked Sendable {
                 break
             }
             state.lifecycle = .released
+            windingDown.store(true, ordering: .sequentiallyConsistent)
             var leftovers = Leftovers()
-            let stopped = state.heap.removeAll { handle, deadline in
+            let (stopped, cancelled) = state.heap.removeAll { handle, deadline in
                 handle.isRepeating || deadline >= .distantFuture
             }
+            state.dropped &+= UInt64(cancelled)
             // Only cancelAll(tag:) reads the tag tables, and nothing can call it now.
             let count = stop(dropped: stopped, into: &leftovers)
+            sweepIfDue()
             return (count, state.heap.count, leftovers)
         }
         guard let outcome else { return }
@@ -234,44 +310,25 @@ final class TimerCore: @unchecked Sendable {
     /// How many calls will run (again): those waiting for their deadline, and a repeating call
     /// running now unless it was cancelled. A repeating call counts once.
     var pendingCount: Int {
-        mutex.withLock {
-            let runningRepeats = state.running.map { $0.isRepeating && $0.phase == .running } ?? false
-            return state.heap.count + (runningRepeats ? 1 : 0)
-        }
+        mutex.withLock { lockedPendingCount }
     }
 
-    /// Whether `handle`'s call was cancelled (or dropped by dispose or release).
-    func isCancelled(_ handle: TimerHandle) -> Bool {
-        mutex.withLock { handle.phase == .cancelled }
+    /// How many entries the heap stores, dead ones included: what the memory bound is about.
+    var storedEntryCount: Int {
+        mutex.withLock { state.heap.count }
     }
 
-    /// Whether `handle`'s call has started running at least once.
-    func hasFired(_ handle: TimerHandle) -> Bool {
-        mutex.withLock { handle.hasRun }
-    }
-
-    /// Stops `handle` if it would run again. The caller holds the mutex, tidies the tag table and
-    /// releases the returned closure once it has unlocked.
-    private func stop(_ handle: TimerHandle) -> (stopped: Bool, work: (@Sendable () -> Void)?) {
-        switch handle.phase {
-        case .scheduled:
-            state.heap.remove(handle)
-            handle.phase = .cancelled
-            state.metrics.recordCancelled(1)
-            return (true, handle.work.take())
-        case .running where handle.isRepeating:
-            handle.phase = .cancelled  // the timer thread drops the call after this run
-            state.metrics.recordCancelled(1)
-            return (true, nil)
-        case .running, .fired, .cancelled:
-            return (false, nil)
-        }
+    /// ``pendingCount``, mutex held: the live heap entries, and a repeating call running now unless
+    /// it was cancelled.
+    private var lockedPendingCount: Int {
+        let runningRepeats = state.running.map { $0.isRepeating && $0.callState.phase == .running } ?? false
+        return max(0, state.heap.count - cancelledInHeap) + (runningRepeats ? 1 : 0)
     }
 
     /// Removes `handle` from the tag tables, if it is there. Mutex held.
     ///
     /// - Returns: The tag instances the tables held for it, for the caller to release unlocked.
-    private func untag(_ handle: TimerHandle) -> (AnyHashable?, AnyHashable?) {
+    func untag(_ handle: TimerHandle) -> (AnyHashable?, AnyHashable?) {
         guard handle.isTagged, let tag = state.tags.removeValue(forKey: ObjectIdentifier(handle)),
               let index = state.tagged.index(forKey: tag) else { return (nil, nil) }
         state.tagged.values[index].remove(handle)
@@ -280,132 +337,20 @@ final class TimerCore: @unchecked Sendable {
         return (tag, state.tagged.remove(at: index).key)
     }
 
-    // MARK: - The timer thread
-
-    /// A call taken off the heap to run now.
-    private struct DueCall {
-        let handle: TimerHandle
-        let work: @Sendable () -> Void
-        let deadline: MonotonicInstant
-        let now: MonotonicInstant
-        /// A one-shot call's tag, out of the tag tables, to release unlocked.
-        var tags: (AnyHashable?, AnyHashable?)
-    }
-
-    /// The timer thread: sleep until the earliest deadline, run what is due, repeat until disposed,
-    /// or until released with no call left.
-    ///
-    /// The mutex is held only inside ``_blockingWaitForDueCall()`` and
-    /// ``finishRun(of:dueAt:returnedAt:)``;
-    /// calls run, and closures, tags and handles are released, with it unlocked.
-    private func runTimerThread() {
-        mutex.withLock { state.activity = ThreadActivity.current }
-        while var call = _blockingWaitForDueCall() {
-            call.tags = (nil, nil)  // a one-shot call's tag: released unlocked, before it runs
-            let lateness = call.deadline.duration(to: call.now)
-            if lateness > .milliseconds(10) {
-                Log.log(.timer, "\(name): a call fired \(lateness) late")
-            }
-            call.work()
-            let returned = MonotonicInstant.now()
-            let cancelledWork = mutex.withLock {
-                state.metrics.recordFired(lateness: Int64(bitPattern: call.now.nanoseconds &- call.deadline.nanoseconds))
-                return finishRun(of: call.handle, dueAt: call.deadline, returnedAt: returned)
-            }
-            // Released here, unlocked: the closure of a repeating call cancelled during this run,
-            // and then this loop's own references to the call and its closure.
-            withExtendedLifetime((cancelledWork, call)) {}
-        }
-        // Released unlocked: the last reference to the activity takes the activities' lock.
-        let activity = mutex.withLock { state.activity.take() }
-        withExtendedLifetime(activity) {}
-        Log.log(.timer, "\(name): the timer thread exits")
-    }
-
-    /// Waits until a call is due and takes it off the heap, or returns `nil` once the thread should exit.
-    private func _blockingWaitForDueCall() -> DueCall? {
-        mutex.lock()
-        defer { mutex.unlock() }
-        while true {
-            switch state.lifecycle {
-            case .disposed: return nil
-            case .released where state.heap.isEmpty: return nil
-            case .notStarted, .running, .released: break
-            }
-            guard let deadline = state.heap.firstDeadline else {
-                _blockingWaitForCalls()
-                continue
-            }
-            let now = MonotonicInstant.now()
-            guard deadline <= now else {
-                _blockingWaitForDeadline(deadline)
-                continue
-            }
-            let handle = state.heap.popFirst(dueAt: now)!
-            handle.phase = .running
-            handle.hasRun = true
-            state.running = handle
-            if handle.isRepeating {
-                return DueCall(handle: handle, work: handle.work!, deadline: deadline, now: now, tags: (nil, nil))
-            }
-            // A one-shot call gives up its closure and its tag now; they leave with the DueCall.
-            return DueCall(handle: handle, work: handle.work.take()!, deadline: deadline, now: now, tags: untag(handle))
-        }
-    }
-
-    /// Sends a finished call on: the next run of a repeating call, or done. Mutex held.
-    ///
-    /// - Parameters:
-    ///   - deadline: When the run was due.
-    ///   - returned: When the call returned, read before taking the mutex, so that waiting for the
-    ///     mutex cannot stretch a fixed delay.
-    /// - Returns: The closure of a repeating call cancelled during this run, for the caller to
-    ///   release once it has unlocked.
-    private func finishRun(
-        of handle: TimerHandle, dueAt deadline: MonotonicInstant, returnedAt returned: MonotonicInstant
-    ) -> (@Sendable () -> Void)? {
-        state.running = nil
-        guard handle.phase == .running else {
-            return handle.work.take()  // cancelled while running (its tag went with the cancel)
-        }
-        guard let repetition = handle.repetition else {
-            handle.phase = .fired
-            return nil
-        }
-        handle.phase = .scheduled
-        let next = RepeatSchedule.nextDeadline(
-            after: deadline, interval: repetition.interval, spacing: repetition.spacing, now: returned)
-        state.heap.insert(handle, deadline: next)
-        return nil
-    }
-
-    private func _blockingWaitForCalls() {
-        state.activity?.sleeping()
-        wakeUp.wait(mutex)
-        state.activity?.running("timer call")
-    }
-
-    private func _blockingWaitForDeadline(_ deadline: MonotonicInstant) {
-        state.activity?.sleeping(until: deadline)
-        wakeUp.wait(mutex, until: deadline)
-        state.activity?.running("timer call")
-    }
-
     // MARK: - Diagnostics
 
     /// What one hold of the mutex copies for ``TimerThread``'s entry in a snapshot: the counts,
     /// the `limit` earliest calls (from the heap's top, never sorting it) with their tags, the thread.
     func diagnosticsReading(next limit: Int) -> TimerReading {
         mutex.withLock {
-            let runningRepeats = state.running.map { $0.isRepeating && $0.phase == .running } ?? false
             let next = state.heap.earliest(limit).map { deadline, handle in
                 TimerReading.Call(
                     deadline: deadline, tag: handle.isTagged ? state.tags[ObjectIdentifier(handle)] : nil,
                     interval: handle.repetition?.interval)
             }
-            return TimerReading(
-                pending: state.heap.count + (runningRepeats ? 1 : 0), next: next, metrics: state.metrics,
-                activity: state.activity)
+            var metrics = state.metrics
+            metrics.recordCancelled(Int(clamping: heapCancels.load(ordering: .relaxed)))
+            return TimerReading(pending: lockedPendingCount, next: next, metrics: metrics, activity: state.activity)
         }
     }
 }

@@ -1,53 +1,54 @@
-/// An element that remembers where it stands in a ``TimerHeap``, so it can be removed without a search.
+/// An element of a ``TimerHeap``: it says itself whether it was cancelled while waiting.
 protocol TimerHeapElement: AnyObject {
-    /// The element's slot in the heap, or `nil` when it is not in one. Only the heap writes it.
-    var heapIndex: Int? { get set }
+    /// Whether the element was cancelled: its entry is dead and leaves the heap when the heap meets
+    /// it (at the top, or in ``TimerHeap/removeCancelled()``). Once `true`, it stays `true`.
+    var isCancelled: Bool { get }
 }
 
-/// A binary min-heap of elements ordered by deadline, then by insertion order.
+/// A 4-ary min-heap of elements ordered by deadline, then by insertion order.
 ///
-/// Removing an element (a cancelled timer) costs O(1) amortized: its entry is only marked, and
-/// leaves the heap when it reaches the top or when marked entries outnumber the live ones, at which
-/// point one O(n) pass rebuilds the heap from the live entries. So the entries never number more
-/// than twice the live elements (plus one), the earliest entry is always live, and a rebuild's cost
-/// is spread over at least as many removals as it drops. Entries keep their deadline and sequence
-/// number inline, so sifting compares without following a pointer. A pure value type: no clock,
-/// no lock, no threads.
-struct TimerHeap<Element: TimerHeapElement> {
+/// Four children a node, not two: a pop, which the timer thread makes before each call, sifts down
+/// half as many levels, and a node's four children lie side by side (96 bytes, a cache line or two),
+/// so the extra comparisons cost less than the levels they save.
+///
+/// The heap never looks for an element: a cancelled one stays where it is, and its entry leaves
+/// when it reaches the top (``dropCancelledFromTop()``) or when its owner sweeps the heap
+/// (``removeCancelled()``), which it does when ``needsSweep(cancelled:stored:)`` says so. Nothing
+/// is written to an element while entries move, so an insert or a pop touches only the heap's own
+/// array: entries keep their deadline and sequence number inline, so sifting compares without
+/// following a pointer, and hold their element unmanaged (the heap holds one reference to each,
+/// taken at insert and handed on or let go when the entry leaves), so moving an entry is a copy of
+/// 24 bytes, with no reference counting on the element. Not copyable, as it owns those references.
+/// A pure value type: no clock, no lock, no threads.
+struct TimerHeap<Element: TimerHeapElement>: ~Copyable {
     private struct Entry {
         var deadline: MonotonicInstant
-        /// The insertion order, with ``Entry/removedFlag`` set once the element was removed.
-        var sequenceAndFlag: UInt64
-        var element: Element
+        /// The insertion order.
+        var sequence: UInt64
+        /// Retained by the heap: one reference, released or handed on when the entry leaves.
+        var reference: Unmanaged<Element>
 
-        /// Set in `sequenceAndFlag` for a removed element; sequences never reach it.
-        static var removedFlag: UInt64 { 1 << 63 }
-
-        var sequence: UInt64 { sequenceAndFlag & ~Self.removedFlag }
-        var isRemoved: Bool { sequenceAndFlag & Self.removedFlag != 0 }
+        var element: Element { reference.takeUnretainedValue() }
 
         func precedes(_ other: Entry) -> Bool {
             deadline != other.deadline ? deadline < other.deadline : sequence < other.sequence
-        }
-
-        /// Tells a live element where it now stands; a removed one no longer has a place.
-        func recordIndex(_ index: Int) {
-            if !isRemoved { element.heapIndex = index }
         }
     }
 
     private var entries: ContiguousArray<Entry> = []
     private var nextSequence: UInt64 = 0
-    /// How many entries are marked removed.
-    private var removedCount = 0
 
-    /// How many elements are in the heap (marked entries not counted).
-    var count: Int { entries.count - removedCount }
+    init() {}
+
+    deinit {
+        for entry in entries { entry.reference.release() }
+    }
+
+    /// How many entries the heap stores, cancelled ones included.
+    var count: Int { entries.count }
     var isEmpty: Bool { entries.isEmpty }
-    /// How many entries the heap stores, marked ones included: at most `2 * count + 1`.
-    var storedCount: Int { entries.count }
 
-    /// The earliest entry: the one to run next.
+    /// The earliest entry, cancelled or not.
     var first: (deadline: MonotonicInstant, element: Element)? {
         entries.first.map { ($0.deadline, $0.element) }
     }
@@ -57,11 +58,19 @@ struct TimerHeap<Element: TimerHeapElement> {
         entries.first?.deadline
     }
 
-    /// The `limit` earliest elements with their deadlines, earliest first, the heap untouched.
+    /// Whether `cancelled` dead entries among `stored` are more than half of them: then a sweep
+    /// (O(stored)) is due. It leaves at most `stored - cancelled` entries, and the next one is due
+    /// only after as many cancels again as half of those, so each cancel pays for two entries of
+    /// sweeping, and the heap never stores more than twice its live entries plus one.
+    static func needsSweep(cancelled: Int, stored: Int) -> Bool {
+        cancelled > stored / 2
+    }
+
+    /// The `limit` earliest live elements with their deadlines, earliest first, the heap untouched.
     ///
     /// A best-first walk down from the root: it looks at the entries that precede the last one it
-    /// returns and their children (marked entries are passed through), never at the whole heap, so
-    /// showing the next few of a million pending calls costs a few dozen comparisons.
+    /// returns and their children (cancelled entries are passed through), never at the whole heap,
+    /// so showing the next few of a million pending calls costs a few dozen comparisons.
     func earliest(_ limit: Int) -> [(deadline: MonotonicInstant, element: Element)] {
         var found: [(deadline: MonotonicInstant, element: Element)] = []
         var frontier = entries.isEmpty ? [] : [0]
@@ -73,8 +82,8 @@ struct TimerHeap<Element: TimerHeapElement> {
             let index = frontier[best]
             frontier.swapAt(best, frontier.count - 1)
             frontier.removeLast()
-            if !entries[index].isRemoved { found.append((entries[index].deadline, entries[index].element)) }
-            for child in [2 * index + 1, 2 * index + 2] where child < entries.count {
+            if !entries[index].element.isCancelled { found.append((entries[index].deadline, entries[index].element)) }
+            for child in Self.children(of: index, count: entries.count) {
                 frontier.append(child)
             }
         }
@@ -82,147 +91,132 @@ struct TimerHeap<Element: TimerHeapElement> {
     }
 
     /// Adds `element` to run at `deadline`, after every element already due at the same instant.
-    mutating func insert(_ element: Element, deadline: MonotonicInstant) {
-        precondition(element.heapIndex == nil, "an element is in at most one heap, once")
-        entries.append(Entry(deadline: deadline, sequenceAndFlag: nextSequence, element: element))
+    ///
+    /// - Returns: Whether it is now the earliest entry.
+    @discardableResult
+    mutating func insert(_ element: Element, deadline: MonotonicInstant) -> Bool {
+        entries.append(Entry(deadline: deadline, sequence: nextSequence, reference: .passRetained(element)))
         nextSequence &+= 1
-        element.heapIndex = entries.count - 1
-        siftUp(entries.count - 1)
+        return siftUp(entries.count - 1) == 0
     }
 
-    /// Removes and returns the earliest element if its deadline is at or before `now`.
+    /// Removes and returns the earliest element, cancelled or not, if its deadline is at or before `now`.
     mutating func popFirst(dueAt now: MonotonicInstant) -> Element? {
         guard let first = entries.first, first.deadline <= now else { return nil }
-        let element = remove(at: 0)
-        dropRemovedFromTop()
-        if removedCount > count { compact() }  // a pop leaves fewer live entries beside the marked ones
-        return element
+        removeFirst()
+        return first.reference.takeRetainedValue()
     }
 
-    /// Removes `element` if it is in the heap, in O(1) amortized: its entry is marked, and leaves
-    /// the heap later (see the type's description). The element's `heapIndex` goes back to `nil`.
+    /// Pops cancelled entries off the top, so that the earliest entry, if any, is live.
     ///
-    /// - Returns: `true` if it was there.
-    @discardableResult
-    mutating func remove(_ element: Element) -> Bool {
-        guard let index = element.heapIndex else { return false }
-        precondition(entries[index].element === element, "the element belongs to another heap")
-        entries[index].sequenceAndFlag |= Entry.removedFlag
-        element.heapIndex = nil
-        removedCount += 1
-        dropRemovedFromTop()
-        if removedCount > count { compact() }
-        return true
+    /// - Returns: How many it dropped.
+    mutating func dropCancelledFromTop() -> Int {
+        var dropped = 0
+        while let first = entries.first, first.element.isCancelled {
+            removeFirst()
+            first.reference.release()
+            dropped += 1
+        }
+        return dropped
     }
 
-    /// Removes every element, in no particular order.
+    /// Drops every cancelled entry and restores the heap order, in O(n).
+    ///
+    /// - Returns: How many it dropped.
+    mutating func removeCancelled() -> Int {
+        removeAll { _, _ in false }.cancelled
+    }
+
+    /// Removes every entry, in no particular order.
+    ///
+    /// - Returns: Every element, cancelled ones included.
     mutating func removeAll() -> [Element] {
-        let elements = entries.filter { !$0.isRemoved }.map(\.element)
-        for element in elements { element.heapIndex = nil }
+        let elements = entries.map { $0.reference.takeRetainedValue() }
         entries.removeAll()
-        removedCount = 0
         return elements
     }
 
-    /// Removes the elements for which `shouldRemove` returns `true`, in O(n), and drops the marked
-    /// entries on the way.
+    /// Removes the live elements for which `shouldRemove` returns `true`, and the cancelled ones, in O(n).
     ///
     /// The rest keep their deadlines and their order, ties included.
     ///
-    /// - Returns: The removed elements, in no particular order.
-    mutating func removeAll(where shouldRemove: (_ element: Element, _ deadline: MonotonicInstant) -> Bool) -> [Element] {
+    /// - Returns: The removed live elements, in no particular order, and how many cancelled entries went.
+    mutating func removeAll(
+        where shouldRemove: (_ element: Element, _ deadline: MonotonicInstant) -> Bool
+    ) -> (removed: [Element], cancelled: Int) {
         var removed: [Element] = []
-        rebuild { entry in
-            guard shouldRemove(entry.element, entry.deadline) else { return true }
-            entry.element.heapIndex = nil
-            removed.append(entry.element)
-            return false
-        }
-        return removed
-    }
-
-    /// Drops every marked entry and restores the heap order, in O(n).
-    private mutating func compact() {
-        rebuild { _ in true }
-    }
-
-    /// Keeps the live entries for which `keep` returns `true`, then restores the heap order.
-    private mutating func rebuild(keeping keep: (Entry) -> Bool) {
+        var cancelled = 0
         var kept = ContiguousArray<Entry>()
-        kept.reserveCapacity(entries.count - removedCount)
-        for entry in entries where !entry.isRemoved && keep(entry) {
-            kept.append(entry)
+        kept.reserveCapacity(entries.count)
+        for entry in entries {
+            if entry.element.isCancelled {
+                cancelled += 1
+                entry.reference.release()
+            } else if shouldRemove(entry.element, entry.deadline) {
+                removed.append(entry.reference.takeRetainedValue())
+            } else {
+                kept.append(entry)
+            }
         }
         // Moved, not copied: a second reference would make the first sift copy the whole array.
         entries = consume kept
-        removedCount = 0
-        // Floyd's heap construction: sift every parent down, the last one first. Elements learn
-        // their places once, at the end, rather than at every step: each is a write to another object.
-        for index in stride(from: entries.count / 2 - 1, through: 0, by: -1) {
-            siftDown(index, recordingIndices: false)
-        }
-        for index in entries.indices {
-            entries[index].element.heapIndex = index
-        }
-    }
-
-    /// Pops marked entries off the top, so that the earliest entry is always live.
-    private mutating func dropRemovedFromTop() {
-        while let first = entries.first, first.isRemoved {
-            _ = remove(at: 0)
-            removedCount -= 1
-        }
-    }
-
-    private mutating func remove(at index: Int) -> Element {
-        let removed = entries[index].element
-        if !entries[index].isRemoved { removed.heapIndex = nil }
-        let last = entries.removeLast()
-        if index < entries.count {
-            entries[index] = last
-            if !last.isRemoved { last.element.heapIndex = index }
-            if index > 0, last.precedes(entries[(index - 1) / 2]) {
-                siftUp(index)
-            } else {
+        // Floyd's heap construction: sift every parent down, the last one first.
+        if entries.count > 1 {
+            for index in stride(from: (entries.count - 2) / Self.arity, through: 0, by: -1) {
                 siftDown(index)
             }
         }
-        return removed
+        return (removed, cancelled)
     }
 
-    private mutating func siftUp(_ start: Int) {
+    /// Children per node.
+    private static var arity: Int { 4 }
+
+    /// The slots of `index`'s children in a heap of `count` entries.
+    private static func children(of index: Int, count: Int) -> Range<Int> {
+        let first = arity * index + 1
+        return min(first, count)..<min(first + arity, count)
+    }
+
+    private mutating func removeFirst() {
+        let last = entries.removeLast()
+        if !entries.isEmpty {
+            entries[0] = last
+            siftDown(0)
+        }
+    }
+
+    /// Moves the entry at `start` up to its place.
+    ///
+    /// - Returns: Where it ends.
+    private mutating func siftUp(_ start: Int) -> Int {
         var index = start
         let moving = entries[index]
         while index > 0 {
-            let parent = (index - 1) / 2
+            let parent = (index - 1) / Self.arity
             guard moving.precedes(entries[parent]) else { break }
             entries[index] = entries[parent]
-            entries[index].recordIndex(index)
             index = parent
         }
-        if index != start {
-            entries[index] = moving
-            moving.recordIndex(index)
-        }
+        if index != start { entries[index] = moving }
+        return index
     }
 
-    private mutating func siftDown(_ start: Int, recordingIndices: Bool = true) {
+    private mutating func siftDown(_ start: Int) {
         var index = start
         let moving = entries[index]
         let count = entries.count
         while true {
-            let left = 2 * index + 1
-            guard left < count else { break }
-            let right = left + 1
-            let child = right < count && entries[right].precedes(entries[left]) ? right : left
+            let first = Self.arity * index + 1
+            guard first < count else { break }
+            var child = first
+            for other in first + 1..<min(first + Self.arity, count) where entries[other].precedes(entries[child]) {
+                child = other
+            }
             guard entries[child].precedes(moving) else { break }
             entries[index] = entries[child]
-            if recordingIndices { entries[index].recordIndex(index) }
             index = child
         }
-        if index != start {
-            entries[index] = moving
-            if recordingIndices { moving.recordIndex(index) }
-        }
+        if index != start { entries[index] = moving }
     }
 }
