@@ -13,7 +13,6 @@ enum Catalogue {
             ("floor.spsc.free", { FloorWorkloads.spsc(scale: $0, capture: .free) }),
             ("floor.inline.shared", { FloorWorkloads.inline(scale: $0, capture: .shared) }),
             ("floor.inline.free", { FloorWorkloads.inline(scale: $0, capture: .free) }),
-            ("floor.timedwait", FloorWorkloads.timedWait),
         ]
         for producers in PoolWorkloads.producerCounts {
             list.append(("pool.throughput.p\(producers)", { PoolWorkloads.throughput(scale: $0, producers: producers, capture: .shared) }))

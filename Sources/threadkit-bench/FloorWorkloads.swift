@@ -1,7 +1,7 @@
 // floor.*: what handing a closure from one thread to another costs on this machine with nothing
 // in between: a single-producer/single-consumer ring whose consumer spins, never sleeps. Pool rows
 // read "× floor" against it (a pool whose threads all run closures can go below one consumer).
-// floor.timedwait: how late the kernel ends a bare timed wait, which `timer.fire` reads against.
+// TimedWaiter: how late the kernel ends a bare timed wait, `timer.fire`'s floor contender.
 import Foundation
 import Glibc
 
@@ -14,7 +14,6 @@ enum FloorWorkloads {
             || workload == "pool.schedule.p1" || workload == "dedicated.throughput" {
             return "floor.spsc.shared"
         }
-        if workload == "timer.fire" { return "floor.timedwait" }
         return nil
     }
 
@@ -65,25 +64,6 @@ enum FloorWorkloads {
         }
         countdown.waitForAll()
         return stopwatch.perItem(items)
-    }
-
-    /// `floor.timedwait`: `timer.fire`'s 100,000 deadlines (the same delays, uniform over two
-    /// seconds) met by one thread that does nothing else: for each deadline in turn, a
-    /// `pthread_cond_timedwait` on a `CLOCK_MONOTONIC` condition (what `TimerThread` sleeps on), with
-    /// the timer slack at 1 ns (as ThreadKit's threads set it). Its lateness (wake − deadline) is
-    /// how late the kernel wakes a timed wait here; a deadline already passed when the thread gets
-    /// to it counts how late it is, as a timer's would. Process CPU: the sleeps and wakes alone.
-    static func timedWait(scale: Scale) -> Workload {
-        let delays = TimerWorkloads.uniformDelays(
-            calls: scale.size(100_000), over: scale.duration(.seconds(2)), seed: TimerWorkloads.fireSeed)
-        let warmUpDelays = (0..<1_000).map { Duration.microseconds($0 * 20) }
-        return Workload(
-            id: "floor.timedwait", metrics: Metric.percentiles("lateness") + [Metric(name: "process CPU", unit: "ms")],
-            contenders: [
-                Contender(
-                    name: "floor", warmUp: { _ = TimedWaiter.measure(delays: warmUpDelays) },
-                    run: { TimedWaiter.measure(delays: delays) })
-            ])
     }
 }
 

@@ -73,7 +73,7 @@ enum TimerWorkloads {
         }
     }
 
-    /// The seed of `timer.fire`'s delays, which `floor.timedwait` waits out too.
+    /// The seed of `timer.fire`'s delays.
     static let fireSeed: UInt64 = 0x7153_5F46_4952_45
 
     /// `timer.fire`: many one-shot calls with delays spread evenly over two seconds.
@@ -82,9 +82,14 @@ enum TimerWorkloads {
     static func fire(scale: Scale) -> Workload {
         let calls = scale.size(100_000)
         let delays = uniformDelays(calls: calls, over: scale.duration(.seconds(2)), seed: fireSeed)
+        // The floor: the same deadlines met by a bare timed wait (see ``TimedWaiter``), judged in
+        // the same rounds: how late the kernel wakes a thread here.
+        let floorWarmUp = (0..<1_000).map { Duration.microseconds($0 * 20) }
+        let floor = Contender(
+            name: "floor", warmUp: { _ = TimedWaiter.measure(delays: floorWarmUp) }, run: { TimedWaiter.measure(delays: delays) })
         return Workload(
             id: "timer.fire", metrics: fireMetrics,
-            contenders: fireContenders { try measureFire($0, delays: delays) })
+            contenders: fireContenders { try measureFire($0, delays: delays) } + [floor])
     }
 
     /// The work of a call in `timer.fire.work` and `timer.fire.burst`.
