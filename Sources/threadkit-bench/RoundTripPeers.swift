@@ -13,37 +13,56 @@ protocol RoundTrip: Sendable {
 }
 
 /// The floor: one hand-off there and one back, with the cheapest wake the machine has — neither
-/// side sleeps; each watches a word the other writes (the ring's consumer for the request, the
-/// caller for the answer), yielding its core only after 100 looks in vain.
+/// side sleeps, and nothing is allocated: the caller puts the work in a slot and bumps a request
+/// number; the other thread, watching that number, runs the work and bumps an answer number, which
+/// the caller watches. Each yields its core only after 100 looks in vain (as ``ClosureRing`` does).
 ///
 /// Nothing can go from one thread to another and back for less on this machine: no lock, no
-/// queue beyond the ring, no system call while the two threads are on their cores.
+/// queue, no allocation, no system call while the two threads are on their cores.
 final class SpinRoundTrip: RoundTrip, @unchecked Sendable {
-    // Sendable: `ring` is a single-producer/single-consumer ring (one caller at a time), and
-    // `answered` is an atomic.
-    private let ring = ClosureRing()
+    // Sendable: `work` is written by the caller before its releasing store of `requested` and read
+    // by the server after its acquiring load of it; the server's releasing store of `answered`
+    // hands it back. One caller at a time.
+    private let requested = Atomic<Int>(0)
+    private let paddingBetween: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
     private let answered = Atomic<Int>(0)
+    private let stopped = Atomic<Bool>(false)
+    private var work: (@Sendable () -> Void)?
     private var calls = 0
 
     init() {
-        let consumer = Thread { [ring] in ring.consume() }
-        consumer.name = "bench floor round trip"
-        consumer.start()
+        let server = Thread { [self] in serve() }
+        server.name = "bench floor round trip"
+        server.start()
     }
 
     func call(_ body: @escaping @Sendable () -> Void) {
         calls += 1
-        let call = calls
-        ring.submit { [self] in
-            body()
-            answered.store(call, ordering: .releasing)
-        }
+        work = body
+        requested.store(calls, ordering: .releasing)
         var polls = 0
-        while answered.load(ordering: .acquiring) != call { ClosureRing.backOff(&polls) }
+        while answered.load(ordering: .acquiring) != calls { ClosureRing.backOff(&polls) }
+        work = nil
     }
 
     func stop() {
-        ring.stop()
+        stopped.store(true, ordering: .releasing)
+    }
+
+    private func serve() {
+        var served = 0
+        var polls = 0
+        while !stopped.load(ordering: .acquiring) {
+            let request = requested.load(ordering: .acquiring)
+            guard request != served else {
+                ClosureRing.backOff(&polls)
+                continue
+            }
+            polls = 0
+            work!()
+            served = request
+            answered.store(served, ordering: .releasing)
+        }
     }
 }
 
