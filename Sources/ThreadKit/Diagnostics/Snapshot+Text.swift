@@ -109,7 +109,6 @@ extension Snapshot {
         return sign + String(format: "%.0fµs", magnitude * 1e6)
     }
 
-
     private static func timestamp(_ date: Date) -> String {
         var formatter = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
         formatter.timeZone = TimeZone(identifier: "UTC")!
