@@ -276,8 +276,8 @@ struct Report {
         let total = seconds.map(\.seconds).reduce(0, +)
         text += String(format: "%.0f s in all. ", total)
         text += "\(scale.rounds) rounds per workload"
-        if !isQuick && !scale.roundsAreGiven {
-            text += " (\(3 * scale.rounds) for " + Scale.manyRoundWorkloads.sorted().map { "`\($0)`" }.joined(separator: ", ") + ")"
+        if scale.manyRounds != scale.rounds {
+            text += " (\(scale.manyRounds) for " + Scale.manyRoundWorkloads.sorted().map { "`\($0)`" }.joined(separator: ", ") + ")"
         }
         text += ", every contender's round in a fresh process after a warm-up in it. "
         text += "A figure is the median of the rounds (a percentile: of every round's samples pooled), with the "

@@ -137,11 +137,13 @@ struct Scale {
         "pool.fairness", "timer.concurrent", "pool.throughput.p8",
     ]
 
-    /// The rounds `workload` runs: ``rounds``, or three times as many for one of
-    /// ``manyRoundWorkloads`` in a full run with the default rounds.
+    /// The rounds of the ``manyRoundWorkloads``: three times ``rounds`` in a full run with the
+    /// default rounds, else ``rounds``.
+    var manyRounds: Int { isQuick || roundsAreGiven ? rounds : 3 * rounds }
+
+    /// The rounds `workload` runs: ``manyRounds`` for one of ``manyRoundWorkloads``, else ``rounds``.
     func rounds(for workload: String) -> Int {
-        guard !isQuick, !roundsAreGiven, Self.manyRoundWorkloads.contains(workload) else { return rounds }
-        return 3 * rounds
+        Self.manyRoundWorkloads.contains(workload) ? manyRounds : rounds
     }
 
     /// `full`, or a tenth of it in quick mode.
