@@ -102,8 +102,11 @@ public final class ThreadPool: TaskExecutor, @unchecked Sendable {
     /// A pool whose first tasks must not wait for a thread to start passes `minimumThreads`: that
     /// many threads start at once, here, and the collector never retires one while no more than
     /// that many exist (threads beyond them come and go as without it). ``dispose()`` and
-    /// ``disposeNow()`` still end them all. A thread the system refuses to start here is not an
-    /// error: the pool makes it later, when a task needs it, as it does for any other thread.
+    /// ``disposeNow()`` still end them all, and such a pool must be disposed: its kept threads
+    /// hold it and never exit by themselves, so one that is only let go of stays, with them, until
+    /// the process ends (Java's rule for core threads; with the default 0, every idle thread
+    /// retires and a pool let go of ends by itself). A thread the system refuses to start here is
+    /// not an error: the pool makes it later, when a task needs it, as it does for any other thread.
     ///
     /// - Parameters:
     ///   - name: Names the threads, log lines and errors.
