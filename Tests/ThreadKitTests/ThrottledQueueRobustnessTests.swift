@@ -555,7 +555,12 @@ struct ThrottledQueueRobustnessTests {
         let atOneMillisecond = try await Self.workerCPUShare(interval: .milliseconds(1), count: 400)
         let atHundredMicroseconds = try await Self.workerCPUShare(interval: .microseconds(100), count: 3000)
         #expect(atOneMillisecond < 0.2, "the worker used \(Int(atOneMillisecond * 100)) % of a core at a 1 ms interval")
-        #expect(atHundredMicroseconds < 0.5, "the worker used \(Int(atHundredMicroseconds * 100)) % of a core at a 100 µs interval")
+        // A spin of the whole interval would take the whole core. Under the thread sanitizer the
+        // instrumented wake-up alone costs about 50 µs of CPU per start, half a core at 100 µs
+        // (0.52-0.55 measured once the start margin came down to 1 µs), so there the bound leaves
+        // room for it and still fails such a spin.
+        let bound = threadSanitized ? 0.75 : 0.5
+        #expect(atHundredMicroseconds < bound, "the worker used \(Int(atHundredMicroseconds * 100)) % of a core at a 100 µs interval")
     }
     #endif
 }
