@@ -148,6 +148,18 @@ enum LoopbackSocket {
         withAddress(address, port: port) { Glibc.connect(fd, $0, $1) } == 0
     }
 
+    /// Whether a socket listens on `address:port`, as the kernel's `/proc/net/tcp` lists it (state
+    /// `0A`): the listener itself, where a connection attempt could also reach another test's
+    /// socket that took the port since, or the attempt's own socket connected to itself.
+    static func isListening(on address: String, port: Int) -> Bool {
+        let table = (try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8)) ?? ""
+        let local = String(format: "%08X:%04X", inet_addr(address), port)
+        return table.split(separator: "\n").contains { line in
+            let fields = line.split(separator: " ")
+            return fields.count > 3 && fields[1] == local && fields[3] == "0A"
+        }
+    }
+
     /// Whether a TCP connection to `address:port` is accepted.
     static func connects(to address: String, port: Int) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
