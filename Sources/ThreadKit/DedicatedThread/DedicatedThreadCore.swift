@@ -251,13 +251,15 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     /// Follows the rules of ``ExecutionContexts``: on this thread, inline; when the caller holds
     /// this thread through other contexts (A → B → A), the work runs on this thread, which serves
     /// it in its own `sync` wait; a refusal (a disposed thread, or one that never started) is
-    /// thrown before anything else is decided, as for every other submission; a stop if waiting
-    /// would close a cycle; else the work is lent to this thread, to run after what was queued
-    /// before it, holding what the caller held.
+    /// thrown as for every other submission; else the work is lent to this thread, to run after
+    /// what was queued before it, holding what the caller held.
     ///
-    /// The caller is registered as waiting before its work is submitted, so that it is known as
-    /// blocked for as long as its work can run. A dispose that lands between the first refusal
-    /// check and the submission refuses the submission then: the caller gets that refusal.
+    /// The caller watches for the result for ``spinBeforeSleeping`` first, which ends most calls
+    /// to an idle thread, and registers its wait only if it must sleep: the check that the wait
+    /// closes no cycle (a stop if it does) and the `blocked` state ``Diagnostics`` shows. A
+    /// deadlock is still found: every thread of a cycle sleeps, and the last one to register
+    /// sees the others' edges. A thread that only watches shows `running`, as while any other
+    /// brief spin.
     private func sync<T>(
         _ work: () throws -> T, refused: (DedicatedThreadError) throws -> Never,
         rethrowing rethrow: (any Error) throws -> Never
@@ -267,21 +269,19 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
         var result: Result<T, any Error>?
         var refusal: DedicatedThreadError?
         if !ExecutionContexts.reenter(context, { result = Result { try work() } }) {
-            if let refusal = mutex.withLock({ machine.refusal }) { try refused(refusal) }
             ExecutionContexts.includingMainQueue {
                 ExecutionContexts.includingTaskHolds {
                     // The thread holds its own context. The caller waits serving: the work may
                     // send it a piece of a thread-affine context it runs.
                     let handover = ExecutionContexts.handover(in: nil, serving: true)
-                    ExecutionContexts.blocking(for: context) {
-                        do throws(DedicatedThreadError) {
-                            let ran = try ExecutionContexts.LentWork._blockingLend(
-                                { handover.run { result = Result { try work() } } }, spinningFor: Self.spinBeforeSleeping,
-                                to: { lent throws(DedicatedThreadError) in try submit(.sync(lent)) })
-                            precondition(ran, "DedicatedThread '\(name)' let go of a sync caller's work unrun: it runs every one before it exits")
-                        } catch {
-                            refusal = error
-                        }
+                    do throws(DedicatedThreadError) {
+                        let ran = try ExecutionContexts.LentWork._blockingLend(
+                            { handover.run { result = Result { try work() } } }, spinningFor: Self.spinBeforeSleeping,
+                            to: { lent throws(DedicatedThreadError) in try submit(.sync(lent)) },
+                            sleeping: { sleep in ExecutionContexts.blocking(for: context, sleep) })
+                        precondition(ran, "DedicatedThread '\(name)' let go of a sync caller's work unrun: it runs every one before it exits")
+                    } catch {
+                        refusal = error
                     }
                 }
             }
