@@ -19,14 +19,15 @@ struct LentWorkTests {
         var ran = false
         let returned = ExecutionContexts.LentWork._blockingLend(
             { ran = true }, spinningFor: .milliseconds(10), to: { $0.run() },
-            sleeping: { sleep in sleeps.count += 1; sleep() })
+            sleeping: { _, sleep in sleeps.count += 1; sleep() })
         #expect(returned && ran)
         #expect(sleeps.count == 0)
     }
 
-    @Test("A loan run by another thread after the watch enters the sleep once, and the caller returns after it ran")
+    @Test("A loan run by another thread after the watch enters the sleep once, told the wait is not over, and the caller returns after it ran")
     func runLaterSleepsOnce() throws {
         let sleeps = Sleeps()
+        var overBefore: Bool?, overAfter: Bool?
         let ranAt = LockedValue<MonotonicInstant?>(nil)
         let started = MonotonicInstant.now()
         let returned = ExecutionContexts.LentWork._blockingLend(
@@ -37,8 +38,14 @@ struct LentWorkTests {
                     lent.run()
                 }.start()
             },
-            sleeping: { sleep in sleeps.count += 1; sleep() })
+            sleeping: { isOver, sleep in
+                sleeps.count += 1
+                overBefore = isOver()
+                sleep()
+                overAfter = isOver()
+            })
         let ran = try #require(ranAt.withLock { $0 })
+        #expect(overBefore == false && overAfter == true)
         #expect(returned)
         #expect(sleeps.count == 1)
         #expect(started.duration(to: ran) >= .milliseconds(150))
@@ -57,8 +64,31 @@ struct LentWorkTests {
                     holder.withLock { $0 = nil }
                 }.start()
             },
-            sleeping: { sleep in sleeps.count += 1; sleep() })
+            sleeping: { _, sleep in sleeps.count += 1; sleep() })
         #expect(!returned && !ran)
         #expect(sleeps.count == 1)
+    }
+
+    @Test("A wait whose work has run already is not registered for deadlock detection; one still waiting is")
+    func waitThatIsOverIsNotRegistered() throws {
+        let holder = DedicatedThread(name: "LWreg"), other = DedicatedThread(name: "LWother")
+        defer {
+            holder.dispose()
+            other.dispose()
+        }
+        let waitedFor = SerialContext(.thread(other.core))
+        // On a dedicated thread, which holds its own context: its waits take part in detection.
+        let seen = holder.sync { () -> (over: Bool, waiting: Bool) in
+            let over = ExecutionContexts.blocking(for: waitedFor, isOver: { true }) {
+                ExecutionContexts.blockedThreadNames.contains("LWreg")
+            }
+            let waiting = ExecutionContexts.blocking(for: waitedFor, isOver: { false }) {
+                ExecutionContexts.blockedThreadNames.contains("LWreg")
+            }
+            return (over, waiting)
+        }
+        #expect(!seen.over)
+        #expect(seen.waiting)
+        #expect(!ExecutionContexts.blockedThreadNames.contains("LWreg"))
     }
 }

@@ -193,7 +193,7 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
 
     /// 1 while a `sync` caller's work waits in ``handOff`` for the thread to take it.
     private var handedOverCount: Int {
-        handOff.load(ordering: .relaxed) > HandOff.nudged ? 1 : 0
+        HandOff.holdsWork(handOff.load(ordering: .relaxed)) ? 1 : 0
     }
 
     /// What ``Diagnostics`` shows of the thread, copied in one brief hold of its locks.
@@ -274,9 +274,14 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
         /// Work was queued, or the thread's state changed, while it spun.
         static let nudged = 2
 
+        /// Whether `value` is handed-over work: any other value (an address may have its top bit set).
+        static func holdsWork(_ value: Int) -> Bool {
+            value != closed && value != open && value != nudged
+        }
+
         /// The work handed over in `value`, if any: the reference the hand-over retained.
         static func work(in value: Int) -> ExecutionContexts.LentWork? {
-            guard value > nudged, let address = UnsafeRawPointer(bitPattern: value) else { return nil }
+            guard holdsWork(value), let address = UnsafeRawPointer(bitPattern: value) else { return nil }
             return Unmanaged<ExecutionContexts.LentWork>.fromOpaque(address).takeRetainedValue()
         }
     }
@@ -325,7 +330,7 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
                         let ran = try ExecutionContexts.LentWork._blockingLend(
                             { handover.run { result = Result { try work() } } }, spinningFor: Self.spinBeforeSleeping,
                             to: { lent throws(DedicatedThreadError) in if !handOver(lent) { try submit(.sync(lent)) } },
-                            sleeping: { sleep in ExecutionContexts.blocking(for: context, sleep) })
+                            sleeping: { isOver, sleep in ExecutionContexts.blocking(for: context, isOver: isOver, sleep) })
                         precondition(ran, "DedicatedThread '\(name)' let go of a sync caller's work unrun: it runs every one before it exits")
                     } catch {
                         refusal = error

@@ -111,8 +111,8 @@ struct DedicatedThreadStateMachine<Item> {
     }
 
     /// The refusal a submission meets now: that of a disposed thread, or of one that never
-    /// started; `nil` while it takes work, paused or not. A `sync` caller asks before it
-    /// registers its wait, so that a refusal comes first (see ``DedicatedThreadCore``).
+    /// started; `nil` while it takes work, paused or not. A `sync` caller meets it when it
+    /// submits, before it could register a wait, so that a refusal comes first.
     var refusal: DedicatedThreadError? {
         switch state {
         case .alive(.accepting, _), .alive(.paused, _): nil
@@ -132,9 +132,10 @@ struct DedicatedThreadStateMachine<Item> {
     }
 
     /// Starts nothing after the item running now: the rest of the batch goes back to the front
-    /// of the queue, behind the item handed to the spinning thread and not yet taken, which
-    /// `takeHandedOver` gives back (see ``spinEnded(refilling:ranHandedOver:)``). Only a thread
-    /// that takes work pauses; `takeHandedOver` is called only then.
+    /// of the queue, and so does the item handed to the spinning thread and not yet taken, which
+    /// `takeHandedOver` gives back (see ``spinEnded(refilling:ranHandedOver:)``; the batch is
+    /// empty while the thread spins). Only a thread that takes work pauses; `takeHandedOver` is
+    /// called only then.
     mutating func pause(batch: inout RingBuffer<Item>, takeHandedOver: () -> Item? = { nil }) {
         guard case .alive(.accepting, let activity) = state else { return }
         state = .alive(.paused, activity)
