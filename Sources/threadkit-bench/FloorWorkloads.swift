@@ -68,18 +68,21 @@ enum FloorWorkloads {
 }
 
 /// A thread that sleeps until each of a list of deadlines in turn, on a `CLOCK_MONOTONIC` pthread
-/// condition that nothing signals, and notes how late each wake is.
+/// condition that nothing signals, and notes how late each wake is; with `work`, it is busy that
+/// long after each (a deadline passed meanwhile is met at once): the least any one thread can do.
 final class TimedWaiter: @unchecked Sendable {
     // Sendable: `mutex` and `condition` are pthread objects made to be shared; `lateness` is written
     // by the waiting thread only, and read after `done` (a semaphore) says it has finished.
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
     private let deadlines: [UInt64]
+    private let work: Duration
     private let lateness: SlotBuffer<Double>
     private let done = Countdown(1)
 
-    private init(deadlines: [UInt64]) {
+    private init(deadlines: [UInt64], work: Duration) {
         self.deadlines = deadlines
+        self.work = work
         lateness = SlotBuffer(count: deadlines.count, initialValue: 0)
         pthread_mutex_init(mutex, nil)
         var attributes = pthread_condattr_t()
@@ -96,11 +99,11 @@ final class TimedWaiter: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    /// Waits out `delays`, counted from now, earliest first, on a thread of its own: each wake's
-    /// lateness (µs), and the process CPU from the start to the last wake.
-    static func measure(delays: [Duration]) -> Measurement {
+    /// Waits out `delays`, counted from now, earliest first, on a thread of its own, busy for
+    /// `work` after each: each wake's lateness (µs), and the process CPU from the start to the end.
+    static func measure(delays: [Duration], work: Duration = .zero) -> Measurement {
         let origin = Self.now()
-        let waiter = TimedWaiter(deadlines: delays.map { origin + UInt64($0.nanoseconds) }.sorted())
+        let waiter = TimedWaiter(deadlines: delays.map { origin + UInt64($0.nanoseconds) }.sorted(), work: work)
         let stopwatch = Stopwatch()
         let thread = Thread { waiter.run() }
         thread.name = "bench timedwait"
@@ -124,6 +127,7 @@ final class TimedWaiter: @unchecked Sendable {
                 now = Self.now()
             }
             lateness[index] = Double(now - deadline) / 1_000
+            if work > .zero { spin(for: work) }
         }
         pthread_mutex_unlock(mutex)
         done.tick()

@@ -51,6 +51,7 @@ extension DedicatedThreadStateMachineTests {
     enum Report: String, Codable, Sendable, NamedTestCase {
         case ranOut = "out of work"
         case spinEnded = "a spin's end"
+        case handedOverRan = "a spin's end with a handed-over item run"
         case wokeUp = "a wakeup"
         case startFailure = "a failure to start"
     }
@@ -75,7 +76,9 @@ extension DedicatedThreadStateMachineTests {
 
         mutating func pause() { machine.pause(batch: &batch) }
         mutating func ranOut() -> Machine.ThreadStep { machine.threadRanOutOfWork(refilling: &batch) }
-        mutating func spinEnded() -> Machine.ThreadStep { machine.spinEnded(refilling: &batch) }
+        mutating func spinEnded(ranHandedOver: Bool = false) -> Machine.ThreadStep {
+            machine.spinEnded(refilling: &batch, ranHandedOver: ranHandedOver)
+        }
         mutating func wokeUp(after slept: Duration = .milliseconds(1)) -> Machine.ThreadStep {
             machine.threadWokeUp(afterSleeping: slept, refilling: &batch)
         }
@@ -85,6 +88,7 @@ extension DedicatedThreadStateMachineTests {
             switch report {
             case .ranOut: return ranOut()
             case .spinEnded: return spinEnded()
+            case .handedOverRan: return spinEnded(ranHandedOver: true)
             case .wokeUp: return wokeUp()
             case .startFailure:
                 machine.threadFailedToStart(errno: 11)
@@ -435,6 +439,49 @@ struct DedicatedThreadStateMachineTests {
         #expect(fixture.machine.state == .exited)
     }
 
+    @Test("A pause while the spinning thread has an item handed over and not taken puts that item first in the queue, before what was queued after it")
+    func pauseTakesBackTheHandedOverItem() {
+        var fixture = Situation.acceptingSpinning.make()
+        #expect(fixture.submit(.closure(2)) == .nudge)   // queued after the hand-over of j1
+        var asked = 0
+        fixture.machine.pause(batch: &fixture.batch) {
+            asked += 1
+            return .job(1)
+        }
+        #expect(asked == 1)
+        #expect(fixture.queue == [.job(1), .closure(2)])
+        #expect(fixture.spinEnded() == .sleep)
+        #expect(fixture.machine.resume() == .signal)
+        #expect(fixture.wokeUp() == .runBatch)
+        #expect(fixture.batchItems == [.job(1), .closure(2)])
+    }
+
+    @Test("A pause that changes nothing (paused already, or disposed) asks for no handed-over item: the thread runs it",
+          arguments: [Situation.pausedSpinning, .disposingSpinningNudged])
+    func pauseThatChangesNothingLeavesTheHandOver(_ situation: Situation) {
+        var fixture = situation.make()
+        var asked = 0
+        fixture.machine.pause(batch: &fixture.batch) {
+            asked += 1
+            return .job(1)
+        }
+        #expect(asked == 0)
+        #expect(fixture.queue.isEmpty)
+    }
+
+    @Test("A thread that ran an item handed over during its spin spins again while nothing is queued, without the spin budget learning from it")
+    func handedOverItemKeepsTheSpin() {
+        var fixture = Fixture()
+        for _ in 0..<3 {
+            #expect(fixture.ranOut() == .spin(spinCeiling))
+            #expect(fixture.spinEnded(ranHandedOver: true) == .spin(spinCeiling))
+            #expect(fixture.submit(.closure(1)) == .nudge)
+            #expect(fixture.spinEnded(ranHandedOver: true) == .runBatch)
+            fixture.runBatch()
+        }
+        #expect(fixture.machine.spinBudget.current == spinCeiling)
+    }
+
     // MARK: - The thread
 
     /// What the thread's report gets in a situation: the step, and the state after it; `nil`
@@ -454,6 +501,12 @@ struct DedicatedThreadStateMachineTests {
         case (.spinEnded, .acceptingSpinningNudged): (.runBatch, .alive(.accepting, .working))
         case (.spinEnded, .pausedSpinning), (.spinEnded, .pausedSpinningWithWork), (.spinEnded, .pausedSpinningNudged): (.sleep, sleepsPaused)
         case (.spinEnded, .disposingSpinningNudged): (.exit, .exited)
+        // A spin's end after running an item handed over: as out of work, a spin again included.
+        case (.handedOverRan, .acceptingSpinning): (.spin(spinCeiling), .alive(.accepting, .spinning(nudged: false)))
+        case (.handedOverRan, .acceptingSpinningNudged): (.runBatch, .alive(.accepting, .working))
+        case (.handedOverRan, .pausedSpinning), (.handedOverRan, .pausedSpinningWithWork), (.handedOverRan, .pausedSpinningNudged):
+            (.sleep, sleepsPaused)
+        case (.handedOverRan, .disposingSpinningNudged): (.exit, .exited)
         // A wakeup, signalled or not: as out of work (the spin is halved by a 1 ms sleep for work).
         case (.wokeUp, .acceptingSleepingForWork): (.spin(spinCeiling / 2), spinsAfterWakeup)
         case (.wokeUp, .acceptingSleepingSincePaused): (.spin(spinCeiling), spinsAfterWakeup)
@@ -468,7 +521,7 @@ struct DedicatedThreadStateMachineTests {
         }
     }
 
-    static let threadReports = [Report.ranOut, .spinEnded, .wokeUp]
+    static let threadReports = [Report.ranOut, .spinEnded, .handedOverRan, .wokeUp]
 
     @Test("The thread reports only what it can be doing: out of work while working, a spin's end while spinning, a wakeup while sleeping",
           arguments: threadReports)
@@ -476,7 +529,7 @@ struct DedicatedThreadStateMachineTests {
         for situation in Situation.allCases {
             let inTurn = switch report {
             case .ranOut: situation.state.isWorking
-            case .spinEnded: situation.state.isSpinning
+            case .spinEnded, .handedOverRan: situation.state.isSpinning
             case .wokeUp: situation.state.isSleeping
             case .startFailure: situation == .acceptingWorking
             }
@@ -553,7 +606,8 @@ struct DedicatedThreadStateMachineTests {
     @Test("The thread's reports in a state it cannot be in stop the process", .exitTestOnOwnThreads, arguments: [
         (Report.ranOut, Situation.acceptingSpinning), (.ranOut, .acceptingSleepingForWork), (.ranOut, .exited),
         (.ranOut, .failedToStart), (.ranOut, .acceptingWorkingThroughBatch), (.spinEnded, .acceptingWorking),
-        (.spinEnded, .pausedSleeping), (.spinEnded, .exited), (.wokeUp, .disposingWorking), (.wokeUp, .pausedSpinning),
+        (.spinEnded, .pausedSleeping), (.spinEnded, .exited), (.handedOverRan, .acceptingWorking),
+        (.handedOverRan, .acceptingSleepingForWork), (.wokeUp, .disposingWorking), (.wokeUp, .pausedSpinning),
         (.wokeUp, .failedToStart), (.startFailure, .acceptingWorkingThroughBatch),
     ])
     func outOfTurn(_ report: Report, in situation: Situation) async {

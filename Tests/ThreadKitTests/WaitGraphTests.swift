@@ -69,6 +69,17 @@ import Testing
         #expect(graph.cycle(if: "T4", holding: ["D"], waitsFor: "A") == nil)
     }
 
+    @Test("A blocked thread whose wait is over (its work ran; it has yet to unblock) takes no part in a cycle")
+    func waitThatIsOverIsNoHop() {
+        var graph = WaitGraph<String, [String]>()
+        graph.block("T2", holding: ["B"], waitingFor: "A", isOver: { true })
+        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B") == nil)
+        graph.block("T2", holding: ["B"], waitingFor: "A", isOver: { false })
+        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B")?.count == 2)
+        graph.block("T2", holding: ["B"], waitingFor: "A")
+        #expect(graph.cycle(if: "T1", holding: ["A"], waitsFor: "B")?.count == 2)
+    }
+
     @Test("A thread blocked again while serving a request in its wait replaces its entry, and gets the outer one back")
     func nestedBlockReplacesAndRestores() {
         var graph = WaitGraph<String, [String]>()

@@ -15,7 +15,7 @@ import Synchronization
 /// outside its locks.
 final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendable {
     // Sendable: `machine`, `exitWaiters` and `threadActivity` are guarded by `mutex`, `batch` and `completedCount`
-    // by `batchMutex` (taken inside `mutex` when both are needed); `workNudge` is an atomic; the rest is constant.
+    // by `batchMutex` (taken inside `mutex` when both are needed); `handOff` is an atomic; the rest is constant.
 
     let name: String
 
@@ -32,8 +32,10 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     /// per item; ``pause()``, ``pendingCount`` and ``disposeNow()`` look at both.
     private let batchMutex = PThreadMutex()
     private var batch = RingBuffer<Item>()
-    /// Bumped for the thread while it spins for work: it need not be woken.
-    private let workNudge = Atomic<Int>(0)
+    /// What the thread watches while it spins for work: ``HandOff/open`` while it spins with
+    /// nothing queued, ``HandOff/nudged`` once work was queued (or the thread must look at its
+    /// state again), or a `sync` caller's work handed straight to it (see ``handOver(_:)``).
+    private let handOff = Atomic<Int>(HandOff.closed)
     /// What the thread reports to ``Diagnostics``, from its start until it exits.
     private var threadActivity: ThreadActivity?
     /// How many items the thread has run to their end: counted when it takes the next item out of
@@ -107,9 +109,16 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
 
     // MARK: - Controlling
 
-    /// ``DedicatedThread/pause()``.
+    /// ``DedicatedThread/pause()``: a `sync` caller's work handed to the spinning thread and
+    /// not yet taken goes back to the queue's front, so that nothing starts after the pause.
     func pause() {
-        mutex.withLock { batchMutex.withLock { machine.pause(batch: &batch) } }
+        mutex.withLock {
+            batchMutex.withLock {
+                machine.pause(batch: &batch) {
+                    HandOff.work(in: handOff.exchange(HandOff.nudged, ordering: .acquiringAndReleasing)).map(Item.sync)
+                }
+            }
+        }
     }
 
     /// ``DedicatedThread/resume()``.
@@ -179,7 +188,12 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
 
     /// ``DedicatedThread/pendingCount``.
     var pendingCount: Int {
-        mutex.withLock { machine.queue.count + batchMutex.withLock { batch.count } }
+        mutex.withLock { machine.queue.count + batchMutex.withLock { batch.count } + handedOverCount }
+    }
+
+    /// 1 while a `sync` caller's work waits in ``handOff`` for the thread to take it.
+    private var handedOverCount: Int {
+        HandOff.holdsWork(handOff.load(ordering: .relaxed)) ? 1 : 0
     }
 
     /// What ``Diagnostics`` shows of the thread, copied in one brief hold of its locks.
@@ -197,7 +211,8 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
         mutex.withLock {
             let (batched, completed) = batchMutex.withLock { (batch.count, completedCount) }
             let lifecycle = machine.hasExited ? "exited" : machine.refusal != nil ? "disposed" : machine.isPaused ? "paused" : "running"
-            return DiagnosticsState(queued: machine.queue.count + batched, completed: completed, lifecycle: lifecycle, activity: threadActivity)
+            return DiagnosticsState(
+                queued: machine.queue.count + batched + handedOverCount, completed: completed, lifecycle: lifecycle, activity: threadActivity)
         }
     }
 
@@ -242,8 +257,45 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
         switch wake {
         case .none: break
         case .signal: workArrived.signal()
-        case .nudge: workNudge.wrappingAdd(1, ordering: .releasing)
+        // Closes the hand-off too. Work handed over already stays: the thread runs it, then
+        // finds what was queued after it.
+        case .nudge: _ = handOff.compareExchange(expected: HandOff.open, desired: HandOff.nudged, ordering: .acquiringAndReleasing)
         }
+    }
+
+    /// The values of ``handOff`` besides a handed-over `sync` caller's work, which is the
+    /// address of its retained ``ExecutionContexts/LentWork`` (never 0, 1 or 2).
+    private enum HandOff {
+        /// The thread is not spinning for work: submitters take the lock.
+        static let closed = 0
+        /// The thread spins with nothing queued, taking work: one `sync` caller may hand its
+        /// work over without the lock.
+        static let open = 1
+        /// Work was queued, or the thread's state changed, while it spun.
+        static let nudged = 2
+
+        /// Whether `value` is handed-over work: any other value (an address may have its top bit set).
+        static func holdsWork(_ value: Int) -> Bool {
+            value != closed && value != open && value != nudged
+        }
+
+        /// The work handed over in `value`, if any: the reference the hand-over retained.
+        static func work(in value: Int) -> ExecutionContexts.LentWork? {
+            guard holdsWork(value), let address = UnsafeRawPointer(bitPattern: value) else { return nil }
+            return Unmanaged<ExecutionContexts.LentWork>.fromOpaque(address).takeRetainedValue()
+        }
+    }
+
+    /// Hands a `sync` caller's work straight to the thread if it spins with nothing queued, as a
+    /// two-thread round trip does (no lock, no queue): the thread sees it within nanoseconds.
+    /// Anything submitted after it queues behind it. Else `false`: the caller submits it.
+    private func handOver(_ lent: ExecutionContexts.LentWork) -> Bool {
+        guard handOff.load(ordering: .relaxed) == HandOff.open else { return false }
+        let retained = Unmanaged.passRetained(lent)
+        let value = Int(bitPattern: retained.toOpaque())
+        if handOff.compareExchange(expected: HandOff.open, desired: value, ordering: .acquiringAndReleasing).exchanged { return true }
+        retained.release()  // the caller's own reference keeps the loan: this never ends it
+        return false
     }
 
     /// `sync`, with the error path spelled out so that `sync` itself only rethrows `work`'s errors.
@@ -251,13 +303,15 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
     /// Follows the rules of ``ExecutionContexts``: on this thread, inline; when the caller holds
     /// this thread through other contexts (A → B → A), the work runs on this thread, which serves
     /// it in its own `sync` wait; a refusal (a disposed thread, or one that never started) is
-    /// thrown before anything else is decided, as for every other submission; a stop if waiting
-    /// would close a cycle; else the work is lent to this thread, to run after what was queued
-    /// before it, holding what the caller held.
+    /// thrown as for every other submission; else the work is lent to this thread, to run after
+    /// what was queued before it, holding what the caller held.
     ///
-    /// The caller is registered as waiting before its work is submitted, so that it is known as
-    /// blocked for as long as its work can run. A dispose that lands between the first refusal
-    /// check and the submission refuses the submission then: the caller gets that refusal.
+    /// The caller watches for the result for ``spinBeforeSleeping`` first, which ends most calls
+    /// to an idle thread, and registers its wait only if it must sleep: the check that the wait
+    /// closes no cycle (a stop if it does) and the `blocked` state ``Diagnostics`` shows. A
+    /// deadlock is still found: every thread of a cycle sleeps, and the last one to register
+    /// sees the others' edges. A thread that only watches shows `running`, as while any other
+    /// brief spin.
     private func sync<T>(
         _ work: () throws -> T, refused: (DedicatedThreadError) throws -> Never,
         rethrowing rethrow: (any Error) throws -> Never
@@ -267,21 +321,19 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
         var result: Result<T, any Error>?
         var refusal: DedicatedThreadError?
         if !ExecutionContexts.reenter(context, { result = Result { try work() } }) {
-            if let refusal = mutex.withLock({ machine.refusal }) { try refused(refusal) }
             ExecutionContexts.includingMainQueue {
                 ExecutionContexts.includingTaskHolds {
                     // The thread holds its own context. The caller waits serving: the work may
                     // send it a piece of a thread-affine context it runs.
                     let handover = ExecutionContexts.handover(in: nil, serving: true)
-                    ExecutionContexts.blocking(for: context) {
-                        do throws(DedicatedThreadError) {
-                            let ran = try ExecutionContexts.LentWork._blockingLend(
-                                { handover.run { result = Result { try work() } } }, spinningFor: Self.spinBeforeSleeping,
-                                to: { lent throws(DedicatedThreadError) in try submit(.sync(lent)) })
-                            precondition(ran, "DedicatedThread '\(name)' let go of a sync caller's work unrun: it runs every one before it exits")
-                        } catch {
-                            refusal = error
-                        }
+                    do throws(DedicatedThreadError) {
+                        let ran = try ExecutionContexts.LentWork._blockingLend(
+                            { handover.run { result = Result { try work() } } }, spinningFor: Self.spinBeforeSleeping,
+                            to: { lent throws(DedicatedThreadError) in if !handOver(lent) { try submit(.sync(lent)) } },
+                            sleeping: { isOver, sleep in ExecutionContexts.blocking(for: context, isOver: isOver, sleep) })
+                        precondition(ran, "DedicatedThread '\(name)' let go of a sync caller's work unrun: it runs every one before it exits")
+                    } catch {
+                        refusal = error
                     }
                 }
             }
@@ -341,11 +393,19 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
             case .runBatch:
                 return true
             case .spin(let budget):
-                let nudge = workNudge.load(ordering: .acquiring)
+                handOff.store(HandOff.open, ordering: .releasing)
                 mutex.unlock()
-                _ = spinBriefly(for: budget) { workNudge.load(ordering: .acquiring) != nudge }
+                _ = spinBriefly(for: budget) { handOff.load(ordering: .acquiring) != HandOff.open }
+                // Closed before the machine hears of the spin's end: a hand-over is taken now or never.
+                var handedOver = HandOff.work(in: handOff.exchange(HandOff.closed, ordering: .acquiringAndReleasing))
+                let ranHandedOver = handedOver != nil
+                // Run outside the locks, and released (a temporary) before they are taken again.
+                if ranHandedOver { perform(.sync(handedOver.take()!)) }
                 mutex.lock()
-                step = batchMutex.withLock { machine.spinEnded(refilling: &batch) }
+                step = batchMutex.withLock {
+                    if ranHandedOver { completedCount &+= 1 }
+                    return machine.spinEnded(refilling: &batch, ranHandedOver: ranHandedOver)
+                }
             case .sleep:
                 let asleepSince = MonotonicInstant.now()
                 activity.sleeping()

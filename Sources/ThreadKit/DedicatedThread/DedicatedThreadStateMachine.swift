@@ -111,8 +111,8 @@ struct DedicatedThreadStateMachine<Item> {
     }
 
     /// The refusal a submission meets now: that of a disposed thread, or of one that never
-    /// started; `nil` while it takes work, paused or not. A `sync` caller asks before it
-    /// registers its wait, so that a refusal comes first (see ``DedicatedThreadCore``).
+    /// started; `nil` while it takes work, paused or not. A `sync` caller meets it when it
+    /// submits, before it could register a wait, so that a refusal comes first.
     var refusal: DedicatedThreadError? {
         switch state {
         case .alive(.accepting, _), .alive(.paused, _): nil
@@ -132,11 +132,15 @@ struct DedicatedThreadStateMachine<Item> {
     }
 
     /// Starts nothing after the item running now: the rest of the batch goes back to the front
-    /// of the queue. Only a thread that takes work pauses.
-    mutating func pause(batch: inout RingBuffer<Item>) {
+    /// of the queue, and so does the item handed to the spinning thread and not yet taken, which
+    /// `takeHandedOver` gives back (see ``spinEnded(refilling:ranHandedOver:)``; the batch is
+    /// empty while the thread spins). Only a thread that takes work pauses; `takeHandedOver` is
+    /// called only then.
+    mutating func pause(batch: inout RingBuffer<Item>, takeHandedOver: () -> Item? = { nil }) {
         guard case .alive(.accepting, let activity) = state else { return }
         state = .alive(.paused, activity)
         swap(&batch, &queue)
+        if let handedOver = takeHandedOver() { queue.append(handedOver) }
         while let item = batch.popFirst() { queue.append(item) }
     }
 
@@ -192,10 +196,16 @@ struct DedicatedThreadStateMachine<Item> {
         return nextStep(lifecycle, refilling: &batch, maySpin: true)
     }
 
-    /// The thread's spin has ended, nudged or not: the next step, which is never another spin.
-    mutating func spinEnded(refilling batch: inout RingBuffer<Item>) -> ThreadStep {
+    /// The thread's spin has ended, nudged or not: the next step, which is never another spin
+    /// unless the spin ended with an item handed straight to the thread, which it has run
+    /// (`ranHandedOver`): it then ran out of work again, as after a batch.
+    ///
+    /// The hand-over is the core's: while the thread spins with nothing queued, one submitter
+    /// may give it an item without the lock. That item is older than anything queued after it,
+    /// so the queue's order holds; a wakeup meanwhile is answered here, as any nudge is.
+    mutating func spinEnded(refilling batch: inout RingBuffer<Item>, ranHandedOver: Bool = false) -> ThreadStep {
         guard case .alive(let lifecycle, .spinning) = state else { preconditionFailure("a spin ended while \(state)") }
-        return nextStep(lifecycle, refilling: &batch, maySpin: false)
+        return nextStep(lifecycle, refilling: &batch, maySpin: ranHandedOver)
     }
 
     /// The thread woke up after `slept` (signalled or not): the next step. A sleep for work

@@ -8,40 +8,59 @@ extension ExecutionContexts {
     ///
     /// Call it only after the re-entry check (the thread does not hold `context`).
     ///
-    /// - Parameter kind: The wait's kind, as ``Diagnostics`` reports the thread meanwhile:
-    ///   `"sync"`, `"wait"` (for a task), `"full queue"`.
-    static func blocking<T>(for context: SerialContext, kind: String = "sync", _ wait: () throws -> T) rethrows -> T {
+    /// - Parameters:
+    ///   - kind: The wait's kind, as ``Diagnostics`` reports the thread meanwhile: `"sync"`,
+    ///     `"wait"` (for a task), `"full queue"`.
+    ///   - isOver: Whether the work waited for has run already, where the wait can tell (an
+    ///     atomic read, asked under the registry's lock): such a wait is not registered, and an
+    ///     entry whose wait is over takes no part in other waits' cycles. Without it, a wait that
+    ///     registers after its work may have run (a `sync` that watched first) could meet, in its
+    ///     check, a wait that the same work's thread began afterwards: a cycle that never was.
+    static func blocking<T>(
+        for context: SerialContext, kind: String = "sync", isOver: (@Sendable () -> Bool)? = nil, _ wait: () throws -> T
+    ) rethrows -> T {
         try ThreadActivity.current.blocked(kind, on: .context(context)) {
-            try includingMainQueue { try includingTaskHolds(except: context) { try register(waitFor: context, wait) } }
+            try includingMainQueue { try includingTaskHolds(except: context) { try register(waitFor: context, isOver: isOver, wait) } }
         }
     }
 
-    /// ``blocking(for:_:)`` once the task's holds are on the thread's record.
-    private static func register<T>(waitFor context: SerialContext, _ wait: () throws -> T) rethrows -> T {
+    /// What registering a wait did: nothing (its work has run), or an entry, with the one it
+    /// replaced (a thread serving a nested request while blocked in an outer wait).
+    private enum Registration {
+        case skipped
+        case registered(outer: WaitGraph<ThreadKey, HeldContexts>.Blocked?)
+    }
+
+    /// ``blocking(for:kind:isOver:_:)`` once the task's holds are on the thread's record.
+    private static func register<T>(
+        waitFor context: SerialContext, isOver: (@Sendable () -> Bool)?, _ wait: () throws -> T
+    ) rethrows -> T {
         guard let record = Record.current, record.held.count > 0 else { return try wait() }
         let thread = ThreadKey(record)
         // The registry keeps a view of the record's buffer (see `Record`).
         let held = record.held
         // A thread that serves a nested request while blocked in an outer wait is registered
         // already: its outer entry comes back once this wait ends.
-        let registered = Registry.shared.withLock { graph -> Result<(count: Int, waitsFor: SerialContext)?, Deadlock> in
+        let registered = Registry.shared.withLock { graph -> Result<Registration, Deadlock> in
+            if isOver?() == true { return .success(.skipped) }
             if let cycle = graph.cycle(if: thread, holding: held, waitsFor: context) {
                 return .failure(Deadlock(message: message(for: cycle)))
             }
-            return .success(graph.block(thread, holding: held, waitingFor: context).map { (count: $0.holds.count, waitsFor: $0.waitsFor) })
+            return .success(.registered(outer: graph.block(thread, holding: held, waitingFor: context, isOver: isOver)))
         }
         // Stopped outside the registry's lock: the threads' list the message ends with reads it.
-        let outer: (count: Int, waitsFor: SerialContext)?
+        let outer: WaitGraph<ThreadKey, HeldContexts>.Blocked?
         switch registered {
         case .failure(let deadlock): deadlock.stop()
-        case .success(let entry): outer = entry
+        case .success(.skipped): return try wait()
+        case .success(.registered(let entry)): outer = entry
         }
         record.registrationChanged(isRegistered: true)
         defer {
             Registry.shared.withLock { graph in
                 if let outer {
                     // Viewed afresh: the buffer the outer entry viewed may have been outgrown.
-                    _ = graph.block(thread, holding: record.held(first: outer.count), waitingFor: outer.waitsFor)
+                    _ = graph.block(thread, holding: record.held(first: outer.holds.count), waitingFor: outer.waitsFor, isOver: outer.isOver)
                 } else {
                     _ = graph.unblock(thread)
                 }

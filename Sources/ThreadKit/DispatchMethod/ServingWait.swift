@@ -5,7 +5,7 @@ extension ExecutionContexts {
     /// context it runs (A → B → A) is left for it.
     ///
     /// A thread that runs a thread-affine context's work and blocks until other work has run waits
-    /// here (``LentWork/_blockingLend(_:spinningFor:to:)``), not on the other side's condition: the
+    /// here (``LentWork/_blockingLend(_:spinningFor:to:sleeping:)``), not on the other side's condition: the
     /// work it waits for may need it to run a nested piece of A's work first, on A's thread.
     final class Parker: @unchecked Sendable {
         // Sendable: `requests` is guarded by `mutex`.
@@ -86,10 +86,11 @@ extension ExecutionContexts {
         }
 
         /// Blocks the caller until the work has run or come back: watches for `spin` first, then
-        /// sleeps on its parker, running the nested requests that come to it meanwhile.
-        func _blockingWait(spinningFor spin: Duration) {
+        /// sleeps on its parker inside `sleeping` (given whether the wait is over), running the
+        /// nested requests that come to it meanwhile.
+        func _blockingWait(spinningFor spin: Duration, sleeping: LentWork.Sleeping) {
             if spin > .zero, spinBriefly(for: spin, until: { isDone }) { return }
-            waiter._blockingServe(until: self)
+            sleeping({ [self] in isDone }) { waiter._blockingServe(until: self) }
         }
     }
 
@@ -104,6 +105,9 @@ extension ExecutionContexts {
     /// completion finishes: it never outlives the lender's wait (`withoutActuallyEscaping`
     /// checks that).
     final class LentWork: @unchecked Sendable {
+        /// How a lender sleeps: given whether its wait is over (an atomic read) and the sleep.
+        typealias Sleeping = (_ isOver: @escaping @Sendable () -> Bool, _ sleep: () -> Void) -> Void
+
         // Sendable without a lock: `work` is written once, in `init`, before the loan is shared,
         // and then read and cleared by one thread at a time: the borrowing thread in `run()`
         // (one borrower runs a loan, at most once), or `deinit`, which runs after the last
@@ -137,16 +141,20 @@ extension ExecutionContexts {
         /// first, then sleeps on the calling thread's ``Parker``, running the nested requests
         /// that come to it meanwhile.
         ///
+        /// - Parameter sleeping: Wraps the sleep, not the spin: where a caller that watches for
+        ///   a round trip of a microsecond registers the wait only once it is a real one (see
+        ///   ``ExecutionContexts/blocking(for:kind:isOver:_:)``, given whether the work has run).
         /// - Returns: Whether the work ran.
         /// - Throws: What `borrower` threw (a refusal); the work did not run.
         static func _blockingLend<Failure: Error>(
-            _ work: () -> Void, spinningFor spin: Duration = .zero, to borrower: (LentWork) throws(Failure) -> Void
+            _ work: () -> Void, spinningFor spin: Duration = .zero, to borrower: (LentWork) throws(Failure) -> Void,
+            sleeping: Sleeping = { _, sleep in sleep() }
         ) throws(Failure) -> Bool {
             try withoutActuallyEscaping(work) { (work) throws(Failure) -> Bool in
                 let completion = Completion()
                 // A temporary: once `borrower` returns, only what it handed the loan to holds it.
                 try borrower(LentWork(work, completion))
-                completion._blockingWait(spinningFor: spin)
+                completion._blockingWait(spinningFor: spin, sleeping: sleeping)
                 return completion.workRan
             }
         }

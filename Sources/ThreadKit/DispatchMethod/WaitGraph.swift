@@ -14,11 +14,13 @@ struct WaitGraph<Thread: Equatable & Sendable, Holds: Collection & Sendable>: Se
 where Holds.Element: Equatable & Sendable {
     typealias Context = Holds.Element
 
-    /// A blocked thread: what it holds and what it waits for.
+    /// A blocked thread: what it holds and what it waits for, and, where the wait can tell,
+    /// whether it is over already (its thread is about to unblock: it takes no part in cycles).
     struct Blocked: Sendable {
         var thread: Thread
         var holds: Holds
         var waitsFor: Context
+        var isOver: (@Sendable () -> Bool)?
     }
 
     /// One hop of a cycle: `thread` holds `holds` and waits for `waitsFor`.
@@ -35,9 +37,11 @@ where Holds.Element: Equatable & Sendable {
     /// - Returns: The entry this one replaces: `thread` was blocked already, and runs work nested
     ///   in that wait (a request it serves while it waits). The caller puts it back afterwards.
     @discardableResult
-    mutating func block(_ thread: Thread, holding holds: Holds, waitingFor waitsFor: Context) -> Blocked? {
+    mutating func block(
+        _ thread: Thread, holding holds: Holds, waitingFor waitsFor: Context, isOver: (@Sendable () -> Bool)? = nil
+    ) -> Blocked? {
         let replaced = unblock(thread)
-        blocked.append(Blocked(thread: thread, holds: holds, waitsFor: waitsFor))
+        blocked.append(Blocked(thread: thread, holds: holds, waitsFor: waitsFor, isOver: isOver))
         return replaced
     }
 
@@ -54,13 +58,14 @@ where Holds.Element: Equatable & Sendable {
     /// The cycle that `thread`, holding `holds`, would close by waiting for `context`, or `nil`.
     ///
     /// The cycle starts with `thread` and ends with the hop whose thread waits for a context that
-    /// `thread` holds. Only blocked threads take part: a holder that still runs will make progress.
+    /// `thread` holds. Only blocked threads take part: a holder that still runs will make progress,
+    /// and so will one whose wait is over (the work it waited for has run; it has yet to unblock).
     func cycle(if thread: Thread, holding holds: Holds, waitsFor context: Context) -> [Hop]? {
         guard !holds.isEmpty, blocked.contains(where: { $0.holds.contains(context) }) else { return nil }
         var visited = [thread]
         /// Depth-first: from a waited-for context, through each blocked thread that holds it.
         func search(waitingFor wanted: Context, path: [Hop]) -> [Hop]? {
-            for state in blocked where !visited.contains(state.thread) && state.holds.contains(wanted) {
+            for state in blocked where !visited.contains(state.thread) && state.holds.contains(wanted) && state.isOver?() != true {
                 visited.append(state.thread)
                 let hop = Hop(thread: state.thread, holds: wanted, waitsFor: state.waitsFor)
                 if holds.contains(state.waitsFor) { return path + [hop] }

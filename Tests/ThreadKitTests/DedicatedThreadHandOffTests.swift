@@ -1,0 +1,134 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import ThreadKit
+import ThreadKitTestSupport
+
+/// A `sync` caller's work handed straight to the spinning thread, without the lock, under real
+/// threads: it keeps the queue's order, runs exactly once, and meets pause and dispose as queued
+/// work does.
+@Suite("DedicatedThread hand-over", .timeLimit(.minutes(1)))
+struct DedicatedThreadHandOffTests {
+    /// Only the dedicated thread touches these, one item at a time: plain memory, on purpose.
+    private final class Seen: @unchecked Sendable {
+        var last: [Int]
+        var outOfOrder = 0
+        var runs = 0
+
+        init(producers: Int) {
+            last = [Int](repeating: -1, count: producers)
+        }
+
+        func saw(_ producer: Int, _ index: Int) {
+            if last[producer] != index - 1 { outOfOrder += 1 }
+            last[producer] = index
+            runs += 1
+        }
+    }
+
+    /// Runs `body(index)` on `count` new threads at once; whether all returned within `timeout`.
+    private func onThreads(_ count: Int, timeout: Duration, _ body: @escaping @Sendable (Int) -> Void) -> Bool {
+        let start = Latch(), done = Latch(count: count)
+        for index in 0..<count {
+            Thread {
+                start.wait()
+                body(index)
+                done.countDown()
+            }.start()
+        }
+        start.countDown()
+        return done.wait(timeout: timeout)
+    }
+
+    @Test("syncs and closures from 4 threads, interleaved, run exactly once each and in each thread's order")
+    func syncAndExecuteKeepOrder() {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("DThand"))
+        let producers = 4, perProducer = 20_000
+        let seen = Seen(producers: producers)
+        let offThread = Atomic<Int>(0)
+        let completed = onThreads(producers, timeout: .seconds(50)) { producer in
+            for index in 0..<perProducer {
+                // Every third item a sync: it may be handed over while closures queue behind it.
+                if index % 3 == 0 {
+                    thread.sync {
+                        if !thread.isCurrent { offThread.add(1, ordering: .relaxed) }
+                        seen.saw(producer, index)
+                    }
+                } else {
+                    try? thread.execute { seen.saw(producer, index) }
+                }
+            }
+        }
+        #expect(completed)
+        let done = thread.sync { (seen.runs, seen.outOfOrder, seen.last) }
+        #expect(done.0 == producers * perProducer)
+        #expect(done.1 == 0)
+        #expect(done.2 == [Int](repeating: perProducer - 1, count: producers))
+        #expect(offThread.load(ordering: .relaxed) == 0)
+        thread.dispose()
+        #expect(thread.awaitTermination(timeout: .seconds(10)))
+    }
+
+    @Test("Pauses among a stream of syncs: at most the item taken already starts after pause returns, and every sync runs once after the resume")
+    func pauseAmongSyncs() {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("DThandP"))
+        let calls = 20_000
+        let starts = Atomic<Int>(0)
+        let returned = Atomic<Int>(0)
+        Thread {
+            for _ in 0..<calls {
+                thread.sync { _ = starts.add(1, ordering: .relaxed) }
+                returned.add(1, ordering: .relaxed)
+            }
+        }.start()
+        // Each pause: how many items started after it returned, in the 20 ms before the resume.
+        var startsAfterPause: [Int] = []
+        let deadline = MonotonicInstant.now().advanced(by: .seconds(50))
+        while returned.load(ordering: .relaxed) < calls, MonotonicInstant.now() < deadline {
+            thread.pause()
+            let atPause = starts.load(ordering: .relaxed)
+            Thread.sleep(forTimeInterval: 0.02)
+            startsAfterPause.append(starts.load(ordering: .relaxed) - atPause)
+            thread.resume()
+            Thread.sleep(forTimeInterval: 0.002)
+        }
+        #expect(!startsAfterPause.isEmpty)
+        #expect(startsAfterPause.allSatisfy { $0 <= 1 }, "starts after a pause returned: \(startsAfterPause.filter { $0 > 1 })")
+        #expect(starts.load(ordering: .relaxed) == calls)
+        #expect(returned.load(ordering: .relaxed) == calls)
+        thread.dispose()
+        #expect(thread.awaitTermination(timeout: .seconds(10)))
+    }
+
+    @Test("syncs racing a dispose from 4 threads: each runs once or is refused, none after the first refusal, and the thread exits")
+    func syncsRacingDispose() {
+        for round in 0..<20 {
+            let thread = DedicatedThread(name: KernelThreads.uniqueName("DThandD"))
+            let ran = Atomic<Int>(0)
+            let succeeded = Atomic<Int>(0)
+            let ranAfterRefusal = Atomic<Int>(0)
+            let finished = onThreads(5, timeout: .seconds(20)) { index in
+                if index == 4 {
+                    Thread.sleep(forTimeInterval: 0.002)
+                    thread.dispose()
+                    return
+                }
+                // A refused caller tries once more: that one must be refused too.
+                var refusals = 0
+                while refusals < 2 {
+                    do {
+                        try thread.syncOrThrow { _ = ran.add(1, ordering: .relaxed) }
+                        if refusals > 0 { ranAfterRefusal.add(1, ordering: .relaxed) }
+                        succeeded.add(1, ordering: .relaxed)
+                    } catch {
+                        refusals += 1
+                    }
+                }
+            }
+            #expect(finished, "round \(round)")
+            #expect(ran.load(ordering: .relaxed) == succeeded.load(ordering: .relaxed), "round \(round)")
+            #expect(ranAfterRefusal.load(ordering: .relaxed) == 0, "round \(round)")
+            #expect(thread.awaitTermination(timeout: .seconds(10)), "round \(round)")
+        }
+    }
+}

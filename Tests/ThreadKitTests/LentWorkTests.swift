@@ -1,0 +1,94 @@
+import Foundation
+import Testing
+@testable import ThreadKit
+import ThreadKitTestSupport
+
+/// A blocked caller's loan: it watches before it sleeps, and only the sleep is wrapped (where a
+/// dedicated thread's `sync` registers its wait).
+@Suite("LentWork")
+struct LentWorkTests {
+    /// Counts how often a loan's sleep was entered.
+    private final class Sleeps: @unchecked Sendable {
+        // Sendable: only the lending thread touches `count`.
+        var count = 0
+    }
+
+    @Test("A loan already run when the caller starts to watch never enters its sleep")
+    func answeredWhileWatchingNeverSleeps() {
+        let sleeps = Sleeps()
+        var ran = false
+        let returned = ExecutionContexts.LentWork._blockingLend(
+            { ran = true }, spinningFor: .milliseconds(10), to: { $0.run() },
+            sleeping: { _, sleep in sleeps.count += 1; sleep() })
+        #expect(returned && ran)
+        #expect(sleeps.count == 0)
+    }
+
+    @Test("A loan run by another thread after the watch enters the sleep once, told the wait is not over, and the caller returns after it ran")
+    func runLaterSleepsOnce() throws {
+        let sleeps = Sleeps()
+        var overBefore: Bool?, overAfter: Bool?
+        let ranAt = LockedValue<MonotonicInstant?>(nil)
+        let started = MonotonicInstant.now()
+        let returned = ExecutionContexts.LentWork._blockingLend(
+            { ranAt.withLock { $0 = .now() } }, spinningFor: .microseconds(20),
+            to: { lent in
+                Thread {
+                    Thread.sleep(forTimeInterval: 0.2)
+                    lent.run()
+                }.start()
+            },
+            sleeping: { isOver, sleep in
+                sleeps.count += 1
+                overBefore = isOver()
+                sleep()
+                overAfter = isOver()
+            })
+        let ran = try #require(ranAt.withLock { $0 })
+        #expect(overBefore == false && overAfter == true)
+        #expect(returned)
+        #expect(sleeps.count == 1)
+        #expect(started.duration(to: ran) >= .milliseconds(150))
+    }
+
+    @Test("A loan let go of unrun on another thread ends the caller's sleep with false")
+    func droppedLoanEndsTheSleep() {
+        let sleeps = Sleeps()
+        var ran = false
+        let returned = ExecutionContexts.LentWork._blockingLend(
+            { ran = true }, spinningFor: .microseconds(20),
+            to: { lent in
+                let holder = LockedValue<ExecutionContexts.LentWork?>(lent)
+                Thread {
+                    Thread.sleep(forTimeInterval: 0.1)
+                    holder.withLock { $0 = nil }
+                }.start()
+            },
+            sleeping: { _, sleep in sleeps.count += 1; sleep() })
+        #expect(!returned && !ran)
+        #expect(sleeps.count == 1)
+    }
+
+    @Test("A wait whose work has run already is not registered for deadlock detection; one still waiting is")
+    func waitThatIsOverIsNotRegistered() throws {
+        let holder = DedicatedThread(name: "LWreg"), other = DedicatedThread(name: "LWother")
+        defer {
+            holder.dispose()
+            other.dispose()
+        }
+        let waitedFor = SerialContext(.thread(other.core))
+        // On a dedicated thread, which holds its own context: its waits take part in detection.
+        let seen = holder.sync { () -> (over: Bool, waiting: Bool) in
+            let over = ExecutionContexts.blocking(for: waitedFor, isOver: { true }) {
+                ExecutionContexts.blockedThreadNames.contains("LWreg")
+            }
+            let waiting = ExecutionContexts.blocking(for: waitedFor, isOver: { false }) {
+                ExecutionContexts.blockedThreadNames.contains("LWreg")
+            }
+            return (over, waiting)
+        }
+        #expect(!seen.over)
+        #expect(seen.waiting)
+        #expect(!ExecutionContexts.blockedThreadNames.contains("LWreg"))
+    }
+}
