@@ -58,14 +58,24 @@ enum PoolWorkloads {
 
     /// `pool.wake`: one submission per millisecond to an idle pool; the time until each closure
     /// starts, and the process's CPU time per wake (a worker that spins before it sleeps shows here).
+    /// The floor (``FutexParkedThread``) does the same job with the cheapest wake the machine has:
+    /// how far below GCD any pool can go here.
     static func wake(scale: Scale) -> Workload {
         let submissions = scale.size(1_000)
         func contender(_ name: String, _ submitter: some PoolSubmitter) -> Contender {
             Contender(name: name, warmingUpOnATenth: { share in try measureWake(submitter, submissions: share.of(submissions)) })
         }
-        return onPool("pool.wake", metrics: Metric.percentiles("start latency") + [Metric(name: "CPU per wake", unit: "µs")]) { pool in
-            [contender("ThreadKit", ThreadKitExecute(pool: pool)), contender("GCD", GCDAsync())]
-        }
+        let pool = ThreadPool(name: "bench.pool.wake", size: poolSize)
+        let floor = FutexParkedThread()
+        return Workload(
+            id: "pool.wake", metrics: Metric.percentiles("start latency") + [Metric(name: "CPU per wake", unit: "µs")],
+            contenders: [
+                contender("ThreadKit", ThreadKitExecute(pool: pool)), contender("GCD", GCDAsync()), contender("floor", floor),
+            ],
+            finish: {
+                pool.shutDown()
+                floor.stop()
+            })
     }
 
     /// Submits one closure per millisecond (absolute ticks on `CLOCK_MONOTONIC`); each records when

@@ -160,3 +160,94 @@ final class NIOShapedLoop: RoundTrip, @unchecked Sendable {
         }
     }
 }
+
+/// The floor of `pool.wake`: the cheapest wake this machine has for one closure. One thread parks
+/// on a bare futex word (private `FUTEX_WAIT`, no mutex, no queue); the submitter puts the closure
+/// in a slot, sets the word and wakes the thread with one `FUTEX_WAKE`. No pool can start a closure
+/// on a sleeping thread for less: the thread has nothing to look at but the word and the slot.
+final class FutexParkedThread: PoolSubmitter, @unchecked Sendable {
+    // Sendable: `slot` belongs to the submitter while the word is `empty` and to the parked thread
+    // while it is `posted`; the releasing stores and acquiring loads of the word hand it over.
+    // One submitter at a time.
+    private static let empty: UInt32 = 0
+    private static let posted: UInt32 = 1
+    private static let stopping: UInt32 = 2
+    private let word: UnsafeMutablePointer<Atomic<UInt32>>
+    private var slot: (@Sendable () -> Void)?
+    /// Whether the thread was started: with the first submission, so that only the floor's own
+    /// process has it. The submitter's alone.
+    private var started = false
+
+    init() {
+        word = .allocate(capacity: 1)
+        word.initialize(to: Atomic(Self.empty))
+    }
+
+    deinit {
+        word.deinitialize(count: 1)
+        word.deallocate()
+    }
+
+    /// Waits (spinning) until the thread has taken the last closure, stores `work`, wakes the thread.
+    func submit(_ work: @escaping @Sendable () -> Void) {
+        if !started {
+            started = true
+            let parked = Thread { [self] in park() }
+            parked.name = "bench floor parked thread"
+            parked.start()
+        }
+        post(Self.posted) { slot = work }
+    }
+
+    /// Ends the thread, if it was started, once it has taken the last closure.
+    func stop() {
+        if started { post(Self.stopping) {} }
+    }
+
+    private func post(_ state: UInt32, filling fill: () -> Void) {
+        var polls = 0
+        while word.pointee.load(ordering: .acquiring) != Self.empty { ClosureRing.backOff(&polls) }
+        fill()
+        word.pointee.store(state, ordering: .releasing)
+        _ = Self.futex(word, Self.wakeOp, 1)
+    }
+
+    /// The parked thread: sleeps while the word is empty, runs what the slot holds, and leaves
+    /// the slot empty before running it.
+    private func park() {
+        while true {
+            switch word.pointee.load(ordering: .acquiring) {
+            case Self.empty:
+                _ = Self.futex(word, Self.waitOp, Self.empty)  // returns at once if the word moved
+            case Self.posted:
+                let work = slot.take()!
+                word.pointee.store(Self.empty, ordering: .releasing)
+                work()
+            default:
+                return
+            }
+        }
+    }
+
+    /// `FUTEX_WAIT | FUTEX_PRIVATE_FLAG` (no timeout) and `FUTEX_WAKE | FUTEX_PRIVATE_FLAG`.
+    private static let waitOp: Int32 = 0 | 128
+    private static let wakeOp: Int32 = 1 | 128
+
+    /// `syscall(SYS_futex, word, op, value, nil)`, looked up by name: Swift cannot call the
+    /// variadic C function, and passes these fixed arguments as a variadic call would on Linux.
+    private static func futex(_ word: UnsafeMutablePointer<Atomic<UInt32>>, _ op: Int32, _ value: UInt32) -> Int {
+        syscallFunction(systemCallNumber, UnsafeMutableRawPointer(word), op, value, nil)
+    }
+
+    /// `SYS_futex`: 202 on x86_64, 98 in the generic table (arm64, riscv64).
+    private static let systemCallNumber = {
+        #if arch(x86_64)
+        202
+        #else
+        98
+        #endif
+    }()
+    private static let syscallFunction = unsafeBitCast(
+        dlsym(UnsafeMutableRawPointer(bitPattern: 0), "syscall")!,
+        to: (@convention(c) (Int, UnsafeMutableRawPointer, Int32, UInt32, UnsafeRawPointer?) -> Int).self)
+}
