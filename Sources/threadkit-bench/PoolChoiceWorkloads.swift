@@ -310,17 +310,20 @@ enum PoolChoiceWorkloads {
             [
                 Contender(name: "ThreadKit", warmingUpOnATenth: { share in measureGroup(tasks: share.of(tasks), preferring: pool) }),
                 Contender(name: "default executor", warmingUpOnATenth: { share in measureGroup(tasks: share.of(tasks), preferring: nil) }),
+                Contender(name: "floor", warmingUpOnATenth: { share in
+                    measureGroup(tasks: share.of(tasks), preferring: SpinningExecutor.shared)
+                }),
             ]
         }
     }
 
-    static func measureGroup(tasks: Int, preferring pool: ThreadPool?) -> Measurement {
+    static func measureGroup(tasks: Int, preferring executor: (any TaskExecutor)?) -> Measurement {
         let done = DispatchSemaphore(value: 0)
         let stopwatch = Stopwatch()
         Task {
             let sum: Int
-            if let pool {
-                sum = await withTaskExecutorPreference(pool) { await spawnChildren(tasks) }
+            if let executor {
+                sum = await withTaskExecutorPreference(executor) { await spawnChildren(tasks) }
             } else {
                 sum = await spawnChildren(tasks)
             }
@@ -337,6 +340,41 @@ enum PoolChoiceWorkloads {
             var sum = 0
             for await value in group { sum += value }
             return sum
+        }
+    }
+}
+
+/// `pool.executor`'s floor: the least an executor can add to a Swift task. Jobs go into an array
+/// under a mutex, and one thread that never sleeps takes them all at once and runs them inline:
+/// no wake-up, no allocation of its own, no bookkeeping, no second thread to share the allocator
+/// with. What the row measures is what the runtime itself costs per child task (making it,
+/// running it, resuming the group, destroying it).
+///
+/// Made once, in the floor contender's own process (its warm-up and its measured round share
+/// it), and never stopped: the process ends after the round, and no other contender's process
+/// has this spinning thread.
+final class SpinningExecutor: TaskExecutor {
+    static let shared = SpinningExecutor()
+
+    private let jobs = Mutex<[UnownedJob]>([])
+
+    private init() {
+        let thread = Thread { [self] in spin() }
+        thread.name = "bench executor floor"
+        thread.start()
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        jobs.withLock { $0.append(job) }
+    }
+
+    private func spin() -> Never {
+        var batch: [UnownedJob] = []
+        while true {
+            jobs.withLock { swap(&$0, &batch) }
+            for job in batch { job.runSynchronously(on: asUnownedTaskExecutor()) }
+            batch.removeAll(keepingCapacity: true)
         }
     }
 }
