@@ -91,4 +91,37 @@ struct LentWorkTests {
         #expect(seen.waiting)
         #expect(!ExecutionContexts.blockedThreadNames.contains("LWreg"))
     }
+
+    /// Holds a loan weakly, to see who keeps it alive.
+    private final class Watch: @unchecked Sendable {
+        // Sendable: written by the borrower before `dropped` counts down, read after it.
+        weak var loan: ExecutionContexts.LentWork?
+    }
+
+    @Test("A lender whose borrower runs every loan keeps the loan until its wait ends, so that it is freed where it was made; otherwise the borrower's is the last reference", arguments: [true, false])
+    func lenderKeepsTheLoan(_ runsEveryLoan: Bool) {
+        let watch = Watch()
+        let dropped = Latch()
+        var aliveAfterBorrowerDropped: Bool?
+        let returned = ExecutionContexts.LentWork._blockingLend(
+            {}, runsEveryLoan: runsEveryLoan,
+            to: { lent in
+                watch.loan = lent
+                Thread { [lent] in
+                    lent.run()
+                    dropped.countDown()  // the thread's reference ends with this closure
+                }.start()
+            },
+            sleeping: { _, sleep in
+                sleep()
+                _ = dropped.wait(timeout: .seconds(10))
+                // The borrower's closure may still be being released: give it a moment.
+                let deadline = MonotonicInstant.now().advanced(by: .seconds(2))
+                while watch.loan != nil, !runsEveryLoan, MonotonicInstant.now() < deadline { Thread.sleep(forTimeInterval: 0.001) }
+                aliveAfterBorrowerDropped = watch.loan != nil
+            })
+        #expect(returned)
+        #expect(aliveAfterBorrowerDropped == runsEveryLoan)
+        #expect(watch.loan == nil)
+    }
 }

@@ -141,20 +141,34 @@ extension ExecutionContexts {
         /// first, then sleeps on the calling thread's ``Parker``, running the nested requests
         /// that come to it meanwhile.
         ///
-        /// - Parameter sleeping: Wraps the sleep, not the spin: where a caller that watches for
-        ///   a round trip of a microsecond registers the wait only once it is a real one (see
-        ///   ``ExecutionContexts/blocking(for:kind:isOver:_:)``, given whether the work has run).
+        /// - Parameters:
+        ///   - runsEveryLoan: Whether the borrower runs every loan it takes (a dedicated thread
+        ///     does). The lender then holds the loan too, until its wait ends, so that the loan is
+        ///     freed on the thread that allocated it: memory freed on another thread goes back
+        ///     through the allocator's shared lock once that thread's own cache is full. Else the
+        ///     borrower holds the only reference, and letting go of the loan unrun ends the wait.
+        ///   - sleeping: Wraps the sleep, not the spin: where a caller that watches for a round
+        ///     trip of a microsecond registers the wait only once it is a real one (see
+        ///     ``ExecutionContexts/blocking(for:kind:isOver:_:)``, given whether the work has run).
         /// - Returns: Whether the work ran.
         /// - Throws: What `borrower` threw (a refusal); the work did not run.
         static func _blockingLend<Failure: Error>(
-            _ work: () -> Void, spinningFor spin: Duration = .zero, to borrower: (LentWork) throws(Failure) -> Void,
-            sleeping: Sleeping = { _, sleep in sleep() }
+            _ work: () -> Void, spinningFor spin: Duration = .zero, runsEveryLoan: Bool = false,
+            to borrower: (LentWork) throws(Failure) -> Void, sleeping: Sleeping = { _, sleep in sleep() }
         ) throws(Failure) -> Bool {
             try withoutActuallyEscaping(work) { (work) throws(Failure) -> Bool in
                 let completion = Completion()
-                // A temporary: once `borrower` returns, only what it handed the loan to holds it.
-                try borrower(LentWork(work, completion))
-                completion._blockingWait(spinningFor: spin, sleeping: sleeping)
+                if runsEveryLoan {
+                    let loan = LentWork(work, completion)
+                    try borrower(loan)
+                    completion._blockingWait(spinningFor: spin, sleeping: sleeping)
+                    // The closure was let go of by `run()`; only the object outlives the wait.
+                    withExtendedLifetime(loan) {}
+                } else {
+                    // A temporary: once `borrower` returns, only what it handed the loan to holds it.
+                    try borrower(LentWork(work, completion))
+                    completion._blockingWait(spinningFor: spin, sleeping: sleeping)
+                }
                 return completion.workRan
             }
         }
