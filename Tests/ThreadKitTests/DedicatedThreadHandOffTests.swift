@@ -75,16 +75,17 @@ struct DedicatedThreadHandOffTests {
         let calls = 20_000
         let starts = Atomic<Int>(0)
         let returned = Atomic<Int>(0)
+        let finished = Latch()
         Thread {
             for _ in 0..<calls {
-                thread.sync { _ = starts.add(1, ordering: .relaxed) }
+                guard (try? thread.syncOrThrow({ _ = starts.add(1, ordering: .relaxed) })) != nil else { break }
                 returned.add(1, ordering: .relaxed)
             }
+            finished.countDown()
         }.start()
-        // Each pause: how many items started after it returned, in the 20 ms before the resume.
+        // Up to 25 pauses: how many items started after each returned, in the 20 ms before the resume.
         var startsAfterPause: [Int] = []
-        let deadline = MonotonicInstant.now().advanced(by: .seconds(50))
-        while returned.load(ordering: .relaxed) < calls, MonotonicInstant.now() < deadline {
+        while startsAfterPause.count < 25, returned.load(ordering: .relaxed) < calls {
             thread.pause()
             let atPause = starts.load(ordering: .relaxed)
             Thread.sleep(forTimeInterval: 0.02)
@@ -92,6 +93,7 @@ struct DedicatedThreadHandOffTests {
             thread.resume()
             Thread.sleep(forTimeInterval: 0.002)
         }
+        #expect(finished.wait(timeout: .seconds(50)))
         #expect(!startsAfterPause.isEmpty)
         #expect(startsAfterPause.allSatisfy { $0 <= 1 }, "starts after a pause returned: \(startsAfterPause.filter { $0 > 1 })")
         #expect(starts.load(ordering: .relaxed) == calls)

@@ -122,6 +122,9 @@ struct LentWorkTests {
             })
         #expect(returned)
         #expect(aliveAfterBorrowerDropped == runsEveryLoan)
+        // Gone once both let go (the borrower's thread may still be ending).
+        let deadline = MonotonicInstant.now().advanced(by: .seconds(5))
+        while watch.loan != nil, MonotonicInstant.now() < deadline { Thread.sleep(forTimeInterval: 0.001) }
         #expect(watch.loan == nil)
     }
 }

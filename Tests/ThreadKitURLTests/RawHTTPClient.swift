@@ -148,16 +148,17 @@ enum LoopbackSocket {
         withAddress(address, port: port) { Glibc.connect(fd, $0, $1) } == 0
     }
 
-    /// Whether a socket listens on `address:port`, as the kernel's `/proc/net/tcp` lists it (state
-    /// `0A`): the listener itself, where a connection attempt could also reach another test's
-    /// socket that took the port since, or the attempt's own socket connected to itself.
-    static func isListening(on address: String, port: Int) -> Bool {
+    /// The sockets that listen on `address:port`, by inode, as the kernel's `/proc/net/tcp` lists
+    /// them (state `0A`): the listeners themselves, where a connection attempt could also reach
+    /// another test's socket that took the port since, or the attempt's own socket connected to
+    /// itself. Another test's listener on a freed port number has another inode.
+    static func listeners(on address: String, port: Int) -> Set<Substring> {
         let table = (try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8)) ?? ""
         let local = String(format: "%08X:%04X", inet_addr(address), port)
-        return table.split(separator: "\n").contains { line in
+        return Set(table.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ")
-            return fields.count > 3 && fields[1] == local && fields[3] == "0A"
-        }
+            return fields.count > 9 && fields[1] == local && fields[3] == "0A" ? fields[9] : nil
+        })
     }
 
     /// Whether a TCP connection to `address:port` is accepted.
