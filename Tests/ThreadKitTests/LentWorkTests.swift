@@ -24,53 +24,62 @@ struct LentWorkTests {
         #expect(sleeps.count == 0)
     }
 
+    // The tests that block do so on a thread of their own (`onNewThread`), never on one of Swift
+    // concurrency's few threads, which other tests' awaits need meanwhile.
+
     @Test("A loan run by another thread after the watch enters the sleep once, told the wait is not over, and the caller returns after it ran")
-    func runLaterSleepsOnce() throws {
-        let sleeps = Sleeps()
-        var overBefore: Bool?, overAfter: Bool?
-        let ranAt = LockedValue<MonotonicInstant?>(nil)
-        let started = MonotonicInstant.now()
-        let returned = ExecutionContexts.LentWork._blockingLend(
-            { ranAt.withLock { $0 = .now() } }, spinningFor: .microseconds(20),
-            to: { lent in
-                Thread {
-                    Thread.sleep(forTimeInterval: 0.2)
-                    lent.run()
-                }.start()
-            },
-            sleeping: { isOver, sleep in
-                sleeps.count += 1
-                overBefore = isOver()
-                sleep()
-                overAfter = isOver()
-            })
-        let ran = try #require(ranAt.withLock { $0 })
-        #expect(overBefore == false && overAfter == true)
-        #expect(returned)
-        #expect(sleeps.count == 1)
-        #expect(started.duration(to: ran) >= .milliseconds(150))
+    func runLaterSleepsOnce() async throws {
+        let outcome = await onNewThread { () -> (returned: Bool, sleeps: Int, overBefore: Bool?, overAfter: Bool?, ranAfter: Duration?) in
+            let sleeps = Sleeps()
+            var overBefore: Bool?, overAfter: Bool?
+            let ranAt = LockedValue<MonotonicInstant?>(nil)
+            let started = MonotonicInstant.now()
+            let returned = ExecutionContexts.LentWork._blockingLend(
+                { ranAt.withLock { $0 = .now() } }, spinningFor: .microseconds(20),
+                to: { lent in
+                    Thread {
+                        Thread.sleep(forTimeInterval: 0.2)
+                        lent.run()
+                    }.start()
+                },
+                sleeping: { isOver, sleep in
+                    sleeps.count += 1
+                    overBefore = isOver()
+                    sleep()
+                    overAfter = isOver()
+                })
+            return (returned, sleeps.count, overBefore, overAfter, ranAt.withLock { $0 }.map { started.duration(to: $0) })
+        }
+        let ranAfter = try #require(outcome.ranAfter)
+        #expect(outcome.overBefore == false && outcome.overAfter == true)
+        #expect(outcome.returned)
+        #expect(outcome.sleeps == 1)
+        #expect(ranAfter >= .milliseconds(150))
     }
 
     @Test("A loan let go of unrun on another thread ends the caller's sleep with false")
-    func droppedLoanEndsTheSleep() {
-        let sleeps = Sleeps()
-        var ran = false
-        let returned = ExecutionContexts.LentWork._blockingLend(
-            { ran = true }, spinningFor: .microseconds(20),
-            to: { lent in
-                let holder = LockedValue<ExecutionContexts.LentWork?>(lent)
-                Thread {
-                    Thread.sleep(forTimeInterval: 0.1)
-                    holder.withLock { $0 = nil }
-                }.start()
-            },
-            sleeping: { _, sleep in sleeps.count += 1; sleep() })
-        #expect(!returned && !ran)
-        #expect(sleeps.count == 1)
+    func droppedLoanEndsTheSleep() async {
+        let outcome = await onNewThread { () -> (returned: Bool, ran: Bool, sleeps: Int) in
+            let sleeps = Sleeps()
+            var ran = false
+            let returned = ExecutionContexts.LentWork._blockingLend(
+                { ran = true }, spinningFor: .microseconds(20),
+                to: { lent in
+                    let holder = LockedValue<ExecutionContexts.LentWork?>(lent)
+                    Thread {
+                        Thread.sleep(forTimeInterval: 0.1)
+                        holder.withLock { $0 = nil }
+                    }.start()
+                },
+                sleeping: { _, sleep in sleeps.count += 1; sleep() })
+            return (returned, ran, sleeps.count)
+        }
+        #expect(!outcome.returned && !outcome.ran)
+        #expect(outcome.sleeps == 1)
     }
 
     @Test("A wait whose work has run already is not registered for deadlock detection; one still waiting is")
-    func waitThatIsOverIsNotRegistered() throws {
+    func waitThatIsOverIsNotRegistered() async throws {
         let holder = DedicatedThread(name: "LWreg"), other = DedicatedThread(name: "LWother")
         defer {
             holder.dispose()
@@ -78,7 +87,7 @@ struct LentWorkTests {
         }
         let waitedFor = SerialContext(.thread(other.core))
         // On a dedicated thread, which holds its own context: its waits take part in detection.
-        let seen = holder.sync { () -> (over: Bool, waiting: Bool) in
+        let seen = try await holder.run { () -> (over: Bool, waiting: Bool) in
             let over = ExecutionContexts.blocking(for: waitedFor, isOver: { true }) {
                 ExecutionContexts.blockedThreadNames.contains("LWreg")
             }
@@ -99,32 +108,35 @@ struct LentWorkTests {
     }
 
     @Test("A lender whose borrower runs every loan keeps the loan until its wait ends, so that it is freed where it was made; otherwise the borrower's is the last reference", arguments: [true, false])
-    func lenderKeepsTheLoan(_ runsEveryLoan: Bool) {
-        let watch = Watch()
-        let dropped = Latch()
-        var aliveAfterBorrowerDropped: Bool?
-        let returned = ExecutionContexts.LentWork._blockingLend(
-            {}, runsEveryLoan: runsEveryLoan,
-            to: { lent in
-                watch.loan = lent
-                Thread { [lent] in
-                    lent.run()
-                    dropped.countDown()  // the thread's reference ends with this closure
-                }.start()
-            },
-            sleeping: { _, sleep in
-                sleep()
-                _ = dropped.wait(timeout: .seconds(10))
-                // The borrower's closure may still be being released: give it a moment.
-                let deadline = MonotonicInstant.now().advanced(by: .seconds(2))
-                while watch.loan != nil, !runsEveryLoan, MonotonicInstant.now() < deadline { Thread.sleep(forTimeInterval: 0.001) }
-                aliveAfterBorrowerDropped = watch.loan != nil
-            })
-        #expect(returned)
-        #expect(aliveAfterBorrowerDropped == runsEveryLoan)
-        // Gone once both let go (the borrower's thread may still be ending).
-        let deadline = MonotonicInstant.now().advanced(by: .seconds(5))
-        while watch.loan != nil, MonotonicInstant.now() < deadline { Thread.sleep(forTimeInterval: 0.001) }
-        #expect(watch.loan == nil)
+    func lenderKeepsTheLoan(_ runsEveryLoan: Bool) async {
+        let outcome = await onNewThread { () -> (returned: Bool, aliveAfterBorrowerDropped: Bool?, goneAtLast: Bool) in
+            let watch = Watch()
+            let dropped = Latch()
+            var aliveAfterBorrowerDropped: Bool?
+            let returned = ExecutionContexts.LentWork._blockingLend(
+                {}, runsEveryLoan: runsEveryLoan,
+                to: { lent in
+                    watch.loan = lent
+                    Thread { [lent] in
+                        lent.run()
+                        dropped.countDown()  // the thread's reference ends with this closure
+                    }.start()
+                },
+                sleeping: { _, sleep in
+                    sleep()
+                    _ = dropped.wait(timeout: .seconds(10))
+                    // The borrower's closure may still be being released: give it a moment.
+                    let deadline = MonotonicInstant.now().advanced(by: .seconds(2))
+                    while watch.loan != nil, !runsEveryLoan, MonotonicInstant.now() < deadline { Thread.sleep(forTimeInterval: 0.001) }
+                    aliveAfterBorrowerDropped = watch.loan != nil
+                })
+            // Gone once both let go (the borrower's thread may still be ending).
+            let deadline = MonotonicInstant.now().advanced(by: .seconds(5))
+            while watch.loan != nil, MonotonicInstant.now() < deadline { Thread.sleep(forTimeInterval: 0.001) }
+            return (returned, aliveAfterBorrowerDropped, watch.loan == nil)
+        }
+        #expect(outcome.returned)
+        #expect(outcome.aliveAfterBorrowerDropped == runsEveryLoan)
+        #expect(outcome.goneAtLast)
     }
 }
