@@ -1,6 +1,7 @@
 import SeededRandom
 import Testing
 @testable import ThreadKit
+import ThreadKitTestSupport
 
 /// The pool's decisions, event by event, in every lifecycle: a pure value driven with made-up
 /// readings and instants, no threads, no clock. Workers are names; suspended calls are `Call`s.
@@ -393,6 +394,49 @@ struct ThreadPoolStateMachineTests {
         machine.workerFallsAsleep(id)
         let (next, _) = machine.lookedBeforeSleeping(id, .nothing, .empty, now: Self.created.advanced(by: .seconds(20)))
         #expect(next == .sleep(until: Self.created.advanced(by: .seconds(30))))
+    }
+
+    @Test("a sleep a post ended, reported at the worker's next hold: busy again, the spin budget taught; a shutdown's post leaves it to leave")
+    func sleepEndedByPost() {
+        var machine = Self.machine(size: 3)
+        let ids = (1...3).map { Self.startWorker(&machine, "w\($0)") }
+        for id in ids { Self.sleep(&machine, id) }
+        // Off the idle list when the post is decided; the workers run without the mutex meanwhile.
+        #expect(machine.submit(from: .thread(mayWait: true), .empty) == .handOver(to: "w3"))
+        #expect(machine.threadForPushedWork(Self.reading(entries: 1)) == .wake("w2"))
+        #expect(machine.workers.sleepers == ["w1"])
+        machine.sleepEndedByPost(ids[2], slept: .milliseconds(1))
+        #expect(machine.workers.rest(of: ids[2]) == .busy)
+        #expect(machine.spinBeforeSleeping(spinners: 0) == ThreadPool.spinBeforeSleeping / 2, "a long sleep halves the spin")
+        machine.sleepEndedByPost(ids[1], slept: .microseconds(10))
+        #expect(machine.workers.rest(of: ids[1]) == .busy)
+        #expect(machine.spinBeforeSleeping(spinners: 0) == ThreadPool.spinBeforeSleeping, "a short sleep restores it")
+        #expect(machine.workers.sleepers == ["w1"])
+        #expect(machine.threads == 3)
+        // Reported, a worker sleeps again as any busy one does.
+        Self.sleep(&machine, ids[2])
+        #expect(machine.workers.sleepers == ["w1", "w3"])
+        // The shutdown posts the sleepers and leaves them listed: the report takes one off, and
+        // its next sleep is its exit.
+        #expect(machine.dispose(.empty)?.sleepers == ["w1", "w3"])
+        machine.sleepEndedByPost(ids[0], slept: .seconds(1))
+        #expect(machine.workers.sleepers == ["w3"])
+        #expect(machine.workers.sleeperCount == 1)
+        machine.workerFallsAsleep(ids[0])
+        #expect(machine.lookedBeforeSleeping(ids[0], .nothing, .empty, now: Self.created).0 == .leave(.shutDown))
+        #expect(machine.threads == 2)
+        #expect(machine.workers.sleepers == ["w3"])
+    }
+
+    @Test("a post the machine did not decide (a sleeper still listed, the pool running) stops the process", .exitTestOnOwnThreads)
+    func undecidedPostStops() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            var machine = ThreadPoolStateMachineTests.machine()
+            let id = ThreadPoolStateMachineTests.startWorker(&machine, "w1")
+            ThreadPoolStateMachineTests.sleep(&machine, id)
+            machine.sleepEndedByPost(id, slept: .milliseconds(1))
+        }
+        #expect(stopped(result, saying: "only a submitter that took the worker off the idle list, or a shutdown, posts it"))
     }
 
     @Test("each way a sleep ends: handed work runs, woken looks again, a timeout retires, a shutdown exits")

@@ -117,10 +117,56 @@ struct ThreadPoolWakeTests {
         #expect(await pool.awaitTermination(within: .seconds(10)))
     }
 
+    /// How a sleeping worker gets the task of ``wokenWorkerRunsWithoutMutex(_:)``.
+    enum WakeKind: String, CaseIterable, Sendable {
+        /// Fewer threads than `size`: the submitter hands the task to the sleeper (`handOver`).
+        case handedWork
+        /// All threads started: the task goes onto the intake and a sleeper is woken to look.
+        case wokenToLook
+    }
+
+    @Test("a worker woken for a task runs it while another thread holds the pool's mutex", arguments: WakeKind.allCases)
+    func wokenWorkerRunsWithoutMutex(_ kind: WakeKind) async {
+        let pool = ThreadPool(name: "WakeNoMutex", size: 2, keepAlive: .seconds(3_600), collectionInterval: .seconds(3_600))
+        let threads = kind == .handedWork ? 1 : 2
+        let started = Latch(count: threads)
+        let release = Latch()
+        for _ in 0..<threads {
+            try? pool.execute {
+                started.countDown()
+                release.wait(timeout: .seconds(10))
+            }
+        }
+        started.wait(timeout: .seconds(10))
+        release.countDown()
+        let ranEvery = await onNewThread { () -> Bool in
+            for _ in 0..<20 {
+                // Every thread asleep, none spinning: the task needs a wake-up.
+                let deadline = MonotonicInstant.now().advanced(by: .seconds(10))
+                while pool.idleWorkers.current.sleepers != threads || pool.idleWorkers.current.spinners != 0 {
+                    guard MonotonicInstant.now() < deadline else { return false }
+                    Thread.sleep(forTimeInterval: 0.001)
+                }
+                let ran = Latch()
+                do { try pool.execute { ran.countDown() } } catch { return false }
+                // Held from just after the submitter let go of it, while the woken worker starts.
+                pool.mutex.lock()
+                let done = ran.wait(timeout: .seconds(5))
+                pool.mutex.unlock()
+                guard done else { return false }
+            }
+            return true
+        }
+        #expect(ranEvery, "the woken worker waited for the pool's mutex")
+        #expect(await eventually { pool.statistics.completedTasks == threads + 20 })
+        pool.dispose()
+        #expect(await pool.awaitTermination(within: .seconds(10)))
+    }
+
     @Test("pools disposed (or stopped) at once while tasks trickle in: each accepted task runs once or comes back, and the pool ends", arguments: [false, true])
     func disposeWhileWaking(now: Bool) async {
-        // The shutdown posts the sleepers while submitters may be waking them for the last tasks:
-        // 200 pools, each disposed after a random few tasks, some spaced so that its workers sleep.
+        // The shutdown's post sends a sleeper to the intake without the mutex; it reports the
+        // sleep at its next hold and leaves. 200 pools, each disposed after a random few tasks.
         let outcome = await onNewThread { () -> (miscounted: Int, unended: Int) in
             var random = SplitMix64(seed: now ? 5 : 3)
             var miscounted = 0

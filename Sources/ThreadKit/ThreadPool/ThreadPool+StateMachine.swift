@@ -210,6 +210,20 @@ extension ThreadPool {
             }
         }
 
+        /// A post ended a worker's sleep after `slept`, and the worker went on without the mutex:
+        /// to the work handed to it, or to a look in the intake (woken to look, or the pool shut
+        /// down, which leaves it on the idle list). It reports this at its next hold, before
+        /// anything else; until then the machine keeps it as the post found it, which only the
+        /// worker itself reads (``sleepEnd(of:)``, ``workerFallsAsleep(_:)``).
+        mutating func sleepEndedByPost(_ id: WorkerID, slept: Duration) {
+            let rest = workers.rest(of: id)
+            precondition(
+                rest == .handedWork || rest == .wokenToLook || (rest == .asleep && lifecycle != .running),
+                "only a submitter that took the worker off the idle list, or a shutdown, posts it")
+            spinBudget.slept(for: slept)
+            workers.markBusy(id)
+        }
+
         /// The last look of a leaving worker, uncounted already, found `look`.
         mutating func lookedBeforeLeaving(_ id: WorkerID, _ look: Look, _ intake: IntakeReading) -> (Departure, Room) {
             // A worker that stays counts again before calls are let in, so that the threads found

@@ -4,8 +4,11 @@ extension ThreadPool {
     /// One pool thread's mailbox: an idle worker sleeps on `wakeUp` until the state machine takes
     /// it off the idle list, with work handed over in `assignment` or to look in the intake.
     final class Worker: @unchecked Sendable {
-        // Sendable: `assignment` is guarded by the pool's mutex; the rest are constants, atomics
-        // or the futex, which is shared by design.
+        // Sendable: `assignment` is written under the pool's mutex while the worker sleeps on the
+        // idle list, and taken by the worker under the mutex or after the post that ends that
+        // sleep (the futex word's releasing store and acquiring load order the two: no other
+        // write comes until it sleeps again); `unreportedSleep` is only the worker's own; the
+        // rest are constants, atomics or the futex, which is shared by design.
         let number: Int
         /// The word the worker sleeps on, without the mutex; whoever takes it off the idle list
         /// posts it after letting go of the mutex (see ``ThreadPool/_blockingWaitForWork(_:_:until:)``).
@@ -20,6 +23,10 @@ extension ThreadPool {
         let runningTask = Atomic<UInt>(0)
         /// Work a submitter handed over while the worker slept.
         var assignment: Work?
+        /// How long the worker slept, when a post ended the sleep and it went on without the
+        /// mutex: the state machine hears of it at the worker's next hold
+        /// (``StateMachine/sleepEndedByPost(_:slept:)``).
+        var unreportedSleep: Duration?
 
         /// Made on the worker's own thread, which it takes the activity of.
         init(number: Int) {
@@ -75,11 +82,17 @@ extension ThreadPool {
     /// empty takes the mutex: to spin (one worker at a time, ``StateMachine/spinBeforeSleeping(spinners:)``),
     /// then to sleep. Before it sleeps it is published on the idle list and looks in the intake
     /// once more; before it exits it is uncounted and looks once more (see ``enqueue(_:_:)``).
+    ///
+    /// A worker whose sleep a post ends goes on without the mutex: to the work handed to it, or
+    /// else to a look in the intake (woken to look, or the pool shut down: either way a look is
+    /// what it does first). The post alone says so — whoever posts decided under the mutex —
+    /// and the state machine hears of the sleep at the worker's next hold, before anything else.
     private func takeNextWork(for worker: Worker, _ id: WorkerID) -> Work? {
         while true {
             if let work = takeQueuedWork() { return work }
             var spun = false
             mutex.lock()
+            if let slept = worker.unreportedSleep.take() { decide { $0.sleepEndedByPost(id, slept: slept) } }
             if let budget = machine.spinBeforeSleeping(spinners: idleWorkers.current.spinners) {
                 idleWorkers.addSpinner()
                 mutex.unlock()
@@ -116,13 +129,26 @@ extension ThreadPool {
                 worker.activity.sleeping()
                 let end = _blockingWaitForWork(worker, id, until: retirement)
                 worker.activity.running("task")
-                switch decide({ $0.sleepEnded(id, end, slept: idleSince.duration(to: .now())) }) {
+                let slept = idleSince.duration(to: .now())
+                guard let end else {
+                    // Posted, and the mutex not taken: the post was decided for this sleep.
+                    worker.unreportedSleep = slept
+                    if let work = worker.assignment.take() { return work }
+                    continue
+                }
+                // The deadline came. A waker that took the worker off the idle list meanwhile
+                // posts after letting go of the mutex: the worker waits for that post, so that
+                // it cannot end a later sleep (a moment: the waker is on its way).
+                let postOnItsWay = end == .handedWork || end == .woken
+                switch decide({ $0.sleepEnded(id, end, slept: slept) }) {
                 case .runHandedWork:
                     let work = worker.assignment.take()
                     mutex.unlock()
+                    _ = worker.wakeUp.wait(until: .distantFuture)
                     return work
                 case .lookAgain:
                     mutex.unlock()
+                    if postOnItsWay { _ = worker.wakeUp.wait(until: .distantFuture) }
                     continue
                 case .leave(let exit):
                     return leave(worker, id, exit)
@@ -210,24 +236,26 @@ extension ThreadPool {
         spinBriefly(for: budget) { !intake.isEmpty }
     }
 
-    /// Sleeps until the state machine ends the worker's sleep (work handed over, woken to look,
-    /// the pool shut down) or `retirement` comes. Mutex held, `id` asleep on the idle list; held
-    /// again on return.
+    /// Sleeps until a post ends the worker's sleep (work handed over, woken to look, the pool
+    /// shut down) or `retirement` comes. Mutex held, `id` asleep on the idle list since this hold.
     ///
     /// The worker sleeps on its futex without the mutex, so a waker never runs into it: the
     /// waker changes the state machine under the mutex and posts the futex after letting go of
-    /// it. The word is cleared under the mutex after the state machine was read, so a waker that
-    /// comes later posts it after the clearing, and the sleep ends at once or on the post. The
-    /// state machine has the last word: a post it does not back up (a stale one, after a sleep
-    /// that timed out and was served anyway) is a look and another sleep.
-    private func _blockingWaitForWork(_ worker: Worker, _ id: WorkerID, until retirement: MonotonicInstant) -> Machine.SleepEnd {
-        while true {
-            if let end = machine.sleepEnd(of: id) { return end }
-            worker.wakeUp.reset()
-            mutex.unlock()
-            let posted = worker.wakeUp.wait(until: retirement)
-            mutex.lock()
-            if !posted { return machine.sleepEnd(of: id) ?? .timedOut }
-        }
+    /// it. The word is cleared under the mutex, in the hold that put the worker on the idle
+    /// list, so every post decided for this sleep comes after the clearing, and the sleep ends
+    /// at once or on the post. A post never outlives its sleep (a sleep whose deadline came as a
+    /// waker took it waits for that post, in ``takeNextWork(for:_:)``; after a shutdown's post
+    /// the worker never sleeps again), so a post always means this sleep: the worker reads
+    /// nothing else to go on.
+    ///
+    /// - Returns: `nil` when posted, with the mutex not held; else how the state machine ended
+    ///   the sleep (`timedOut` if it did not), with the mutex held.
+    private func _blockingWaitForWork(_ worker: Worker, _ id: WorkerID, until retirement: MonotonicInstant) -> Machine.SleepEnd? {
+        assert(machine.sleepEnd(of: id) == nil, "a worker sleeps in the hold that found it nothing to do")
+        worker.wakeUp.reset()
+        mutex.unlock()
+        if worker.wakeUp.wait(until: retirement) { return nil }
+        mutex.lock()
+        return machine.sleepEnd(of: id) ?? .timedOut
     }
 }
