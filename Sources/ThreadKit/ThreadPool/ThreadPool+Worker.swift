@@ -136,19 +136,17 @@ extension ThreadPool {
                     if let work = worker.assignment.take() { return work }
                     continue
                 }
-                // The deadline came. A waker that took the worker off the idle list meanwhile
-                // posts after letting go of the mutex: the worker waits for that post, so that
-                // it cannot end a later sleep (a moment: the waker is on its way).
+                // The deadline came; a waker may have taken the worker off the idle list meanwhile.
                 let postOnItsWay = end == .handedWork || end == .woken
                 switch decide({ $0.sleepEnded(id, end, slept: slept) }) {
                 case .runHandedWork:
                     let work = worker.assignment.take()
                     mutex.unlock()
-                    _ = worker.wakeUp.wait(until: .distantFuture)
+                    awaitPostOnItsWay(worker)
                     return work
                 case .lookAgain:
                     mutex.unlock()
-                    if postOnItsWay { _ = worker.wakeUp.wait(until: .distantFuture) }
+                    if postOnItsWay { awaitPostOnItsWay(worker) }
                     continue
                 case .leave(let exit):
                     return leave(worker, id, exit)
@@ -234,6 +232,15 @@ extension ThreadPool {
     /// - Returns: Whether work appeared.
     private func spinBrieflyForWork(for budget: Duration) -> Bool {
         spinBriefly(for: budget) { !intake.isEmpty }
+    }
+
+    /// Waits for the post of a waker that took the worker off the idle list as its sleep's deadline
+    /// came: the waker posts after letting go of the mutex (a moment later: it is on its way), and
+    /// the post must not end a later sleep.
+    private func awaitPostOnItsWay(_ worker: Worker) {
+        worker.activity.sleeping()
+        _ = worker.wakeUp.wait(until: .distantFuture)
+        worker.activity.running("task")
     }
 
     /// Sleeps until a post ends the worker's sleep (work handed over, woken to look, the pool
