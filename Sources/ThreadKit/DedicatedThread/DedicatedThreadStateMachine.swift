@@ -30,7 +30,7 @@ struct DedicatedThreadStateMachine<Item> {
     enum Activity: Equatable {
         /// Runs its batch, or is about to ask what next.
         case working
-        /// Watches the core's nudge before it sleeps; `nudged` once someone has bumped it.
+        /// Watches the core's hand-off word before it sleeps; `nudged` once someone has closed it.
         case spinning(nudged: Bool)
         /// Sleeps on the core's condition: for work (`forWork`), or because it is paused;
         /// `signalled` once someone has signalled it.
@@ -51,7 +51,7 @@ struct DedicatedThreadStateMachine<Item> {
         case none
         /// Signal the condition it sleeps on.
         case signal
-        /// Bump the nudge it watches.
+        /// Close the hand-off word it watches (see ``DedicatedThreadCore``).
         case nudge
     }
 
@@ -59,7 +59,7 @@ struct DedicatedThreadStateMachine<Item> {
     enum ThreadStep: Equatable {
         /// Run the batch, just refilled from the queue.
         case runBatch
-        /// Watch the nudge for this long, then report ``spinEnded(refilling:)``.
+        /// Watch the hand-off word for this long, then report ``spinEnded(refilling:ranHandedOver:)``.
         case spin(Duration)
         /// Sleep on the condition, then report ``threadWokeUp(afterSleeping:refilling:)``.
         case sleep

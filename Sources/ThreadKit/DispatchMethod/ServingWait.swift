@@ -158,17 +158,13 @@ extension ExecutionContexts {
         ) throws(Failure) -> Bool {
             try withoutActuallyEscaping(work) { (work) throws(Failure) -> Bool in
                 let completion = Completion()
-                if runsEveryLoan {
-                    let loan = LentWork(work, completion)
-                    try borrower(loan)
-                    completion._blockingWait(spinningFor: spin, sleeping: sleeping)
-                    // The closure was let go of by `run()`; only the object outlives the wait.
-                    withExtendedLifetime(loan) {}
-                } else {
-                    // A temporary: once `borrower` returns, only what it handed the loan to holds it.
-                    try borrower(LentWork(work, completion))
-                    completion._blockingWait(spinningFor: spin, sleeping: sleeping)
-                }
+                var loan: LentWork? = LentWork(work, completion)
+                try borrower(loan!)
+                // Unless the borrower runs every loan, only what it handed the loan to holds it now.
+                if !runsEveryLoan { loan = nil }
+                completion._blockingWait(spinningFor: spin, sleeping: sleeping)
+                // The closure was let go of by `run()`; only the object outlives the wait.
+                withExtendedLifetime(loan) {}
                 return completion.workRan
             }
         }
