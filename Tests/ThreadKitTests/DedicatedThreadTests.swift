@@ -143,6 +143,31 @@ struct DedicatedThreadTests {
         finish(thread)
     }
 
+    @Test("sync hands back the object its work made, once: it is freed when the caller lets go, and a throw makes none")
+    func syncResultIsOwnedOnce() async throws {
+        let thread = DedicatedThread(name: KernelThreads.uniqueName("DTsyncO"))
+        final class Tracked: Sendable {
+            static let freed = Atomic<Int>(0)
+            deinit { Self.freed.add(1, ordering: .relaxed) }
+        }
+        let freedWhileHeld = await onNewThread { () -> [Int] in
+            var seen: [Int] = []
+            for _ in 0..<1_000 {
+                let made = thread.sync { Tracked() }
+                withExtendedLifetime(made) { seen.append(Tracked.freed.load(ordering: .relaxed)) }
+            }
+            struct Failure: Error {}
+            for _ in 0..<1_000 {
+                _ = try? thread.sync { () throws -> Tracked in throw Failure() }
+            }
+            return seen
+        }
+        // Alive while held (as many freed as made before it), freed exactly once after.
+        #expect(freedWhileHeld == Array(0..<1_000))
+        #expect(Tracked.freed.load(ordering: .relaxed) == 1_000)
+        finish(thread)
+    }
+
     @Test("sync from outside waits for what was queued before it (FIFO with execute)")
     func syncIsFifo() async throws {
         let thread = DedicatedThread(name: KernelThreads.uniqueName("DTsyncF"))

@@ -92,6 +92,10 @@ struct MonotonicInstantTests {
         #expect(Duration.seconds(3).nanosecondsSaturated == 3_000_000_000)
         #expect(Duration.milliseconds(-7).nanosecondsSaturated == -7_000_000)
         #expect(Duration.nanoseconds(1).nanosecondsSaturated == 1)
+        // Either side of 2^63 attoseconds (about 9.2 s), where the 64-bit division gives way to the 128-bit one.
+        #expect(Duration.seconds(9).nanosecondsSaturated == 9_000_000_000)
+        #expect(Duration.seconds(10).nanosecondsSaturated == 10_000_000_000)
+        #expect(Duration.seconds(-10).nanosecondsSaturated == -10_000_000_000)
         #expect(Duration.nanoseconds(Int64.max).nanosecondsSaturated == Int64.max)
         #expect(Duration.nanoseconds(Int64.min).nanosecondsSaturated == Int64.min)
         // Sub-nanosecond parts are cut toward zero.

@@ -317,10 +317,17 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
         rethrowing rethrow: (any Error) throws -> Never
     ) rethrows -> T {
         if isCurrent { return try work() }
-        let context = SerialContext(.thread(self))
-        var result: Result<T, any Error>?
+        // The result goes into a slot of `T` rather than a `Result<T, any Error>?`: in this
+        // generic code, that box costs runtime metadata look-ups on every call.
+        let slot = UnsafeMutablePointer<T>.allocate(capacity: 1)
+        defer { slot.deallocate() }
+        var thrown: (any Error)?
         var refusal: DedicatedThreadError?
-        if !ExecutionContexts.reenter(context, { result = Result { try work() } }) {
+        func runWork() {
+            do { slot.initialize(to: try work()) } catch { thrown = error }
+        }
+        let context = SerialContext(.thread(self))
+        if !ExecutionContexts.reenter(context, runWork) {
             ExecutionContexts.includingMainQueue {
                 ExecutionContexts.includingTaskHolds {
                     // The thread holds its own context. The caller waits serving: the work may
@@ -329,7 +336,7 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
                     do throws(DedicatedThreadError) {
                         // The thread runs every sync it takes (a dispose runs them, disposeNow keeps them).
                         _ = try ExecutionContexts.LentWork._blockingLend(
-                            { handover.run { result = Result { try work() } } }, spinningFor: Self.spinBeforeSleeping, runsEveryLoan: true,
+                            { handover.run(runWork) }, spinningFor: Self.spinBeforeSleeping, runsEveryLoan: true,
                             to: { lent throws(DedicatedThreadError) in if !handOver(lent) { try submit(.sync(lent)) } },
                             sleeping: { isOver, sleep in ExecutionContexts.blocking(for: context, isOver: isOver, sleep) })
                     } catch {
@@ -339,10 +346,9 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
             }
         }
         if let refusal { try refused(refusal) }
-        switch result! {   // the work ran: checked above
-        case .success(let value): return value
-        case .failure(let error): try rethrow(error)
-        }
+        // The work ran (a refusal returned above): it filled the slot or threw.
+        if let thrown { try rethrow(thrown) }
+        return slot.move()
     }
 
     /// The thread's body: runs its batch item by item, and asks the machine for the next one

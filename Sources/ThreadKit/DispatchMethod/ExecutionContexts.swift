@@ -104,8 +104,12 @@ enum ExecutionContexts {
     /// - Parameter serving: Whether the caller waits in a way that serves nested requests
     ///   (``Completion``): the work may then send the caller's thread-affine contexts' work back
     ///   to it; else such work runs inline where it is asked for.
+    ///
+    /// A caller that holds nothing hands on no record: the thread that runs the work then need not
+    /// read it, a read of memory another core wrote, on every call.
     static func handover(in context: SerialContext?, serving: Bool = false) -> Handover {
-        Handover(caller: Record.current.map(Unmanaged.passUnretained), context: context, serving: serving)
+        let caller = Record.current.flatMap { $0.held.isEmpty ? nil : Unmanaged.passUnretained($0) }
+        return Handover(caller: caller, context: context, serving: serving)
     }
 
     /// Runs `body`, a blocking wait, with the calling thread also holding what the current Swift
