@@ -346,7 +346,7 @@ final class DedicatedThreadCore: SerialExecutor, TaskExecutor, @unchecked Sendab
             }
         }
         if let refusal { try refused(refusal) }
-        // The work ran (a refusal returned above): it filled the slot or threw.
+        // The work ran (a refusal left through `refused` above): it filled the slot or threw.
         if let thrown { try rethrow(thrown) }
         return slot.move()
     }
