@@ -100,11 +100,12 @@ struct RedisCoordinationTests {
             let pausedAt = ContinuousClock.now
             first.pause(for: .milliseconds(400))
             // The pause goes without waiting, on the first queue's connection: wait until Redis has it.
-            var pausedUntil: Int64?
+            let pausedOnRedis = LockedValue<Int64?>(nil)
             #expect(await eventually {
-                pausedUntil = (try? observer.throttleStateFieldSync(stateKey, "pausedUntil"))?.string.flatMap { Int64($0) }
-                return pausedUntil != nil
+                pausedOnRedis.value = (try? observer.throttleStateFieldSync(stateKey, "pausedUntil"))?.string.flatMap { Int64($0) }
+                return pausedOnRedis.value != nil
             })
+            let pausedUntil = pausedOnRedis.value
             let startedAt = LockedValue<ContinuousClock.Instant?>(nil)
             try second.async { startedAt.value = ContinuousClock.now }
             #expect(await waitUntilIdle([second]))
@@ -234,7 +235,7 @@ struct RedisCoordinationTests {
             // The long task runs for two lease TTLs at least, and until the waiting queue has been
             // declined twice: it asked while the lease would long have expired without renewal.
             // Renewed every 800 ms, the 2.4 s lease survives a stall of the timer thread of 1.6 s.
-            func declines() -> Int {
+            @Sendable func declines() -> Int {
                 answers.all.filter { if case .declined = $0.answer { $0.queue == "waiting" } else { false } }.count
             }
             #expect(await eventually(timeout: .seconds(30)) { declines() >= 2 && ContinuousClock.now - longStartedAt >= .milliseconds(2 * 2_400) })
@@ -504,7 +505,7 @@ struct RedisCoordinationTests {
 /// The public constructor's preconditions, each stopping in a child process with a message that names the argument.
 @Suite("Coordination.redis preconditions")
 struct RedisCoordinationPreconditionTests {
-    @Test("An empty key stops, naming the argument", .exitTestOnOwnThreads)
+    @Test("An empty key stops, naming the argument", .onOwnThreads)
     func emptyKey() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "")
@@ -512,7 +513,7 @@ struct RedisCoordinationPreconditionTests {
         expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): key must not be empty"])
     }
 
-    @Test("A key with a brace stops, naming the argument and the value", .exitTestOnOwnThreads)
+    @Test("A key with a brace stops, naming the argument and the value", .onOwnThreads)
     func braceKey() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "api{1}")
@@ -520,7 +521,7 @@ struct RedisCoordinationPreconditionTests {
         expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): key must not contain '{' or '}'", "got \"api{1}\""])
     }
 
-    @Test("A fallback share outside 0 < share ≤ 1 stops, naming it", .exitTestOnOwnThreads)
+    @Test("A fallback share outside 0 < share ≤ 1 stops, naming it", .onOwnThreads)
     func badShare() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "api", whenUnavailable: .localFallback(share: 1.5))

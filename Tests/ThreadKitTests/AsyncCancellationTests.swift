@@ -178,7 +178,9 @@ struct AsyncCancellationTests {
         func waitUntilWorkIsQueued() async {
             if hasQueuedWork != nil {
                 // Generous: on a loaded machine the awaiting task's pool thread may be slow to start.
-                #expect(await eventually(timeout: .seconds(20)) { hasQueuedWork == true })
+                let target = self
+                let queued = await eventually(timeout: .seconds(20)) { target.hasQueuedWork == true }
+                #expect(queued)
             } else {
                 try? await Task.sleep(for: .milliseconds(50))
             }

@@ -148,7 +148,8 @@ struct DedicatedThreadRunCancellationTests {
         let started = Latch()
         let proceed = Latch()
         let finished = Counter()
-        let task = Task {
+        // On a thread of its own: a task on Swift's few shared threads may start seconds late.
+        let task = Task.onOwnThreads {
             try await thread.run { () -> Int in
                 started.countDown()
                 proceed.wait(timeout: .seconds(10))
