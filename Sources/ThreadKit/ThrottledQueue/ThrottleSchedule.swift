@@ -210,9 +210,10 @@ struct ThrottleSchedule<Item> {
     /// task starts at `allowed` + ``startMargin``; the thread sleeps until a little
     /// before, and watches the clock for the rest: as long as its recent wakes were late
     /// (``WakeLateness/finalApproach``), or 1/``ThrottledQueue/approachShare`` of the time from the
-    /// last start to `allowed` if that is less, but never less than the margin. The margin itself is never slept: a timed wait that
-    /// short would wake tens of microseconds late (every task of a queue with no interval would
-    /// pay that, as its start waits out the margin after the previous task's end).
+    /// last start to `allowed` if that is less, but never less than the margin. The margin itself
+    /// is never slept: a timed wait that short would wake tens of microseconds late (every task of
+    /// a queue with no interval would pay that, as its start waits out the margin after the
+    /// previous task's end).
     func approach(toStartAt allowed: MonotonicInstant, now: MonotonicInstant) -> Approach {
         let target = startTarget(allowed: allowed)
         guard now < target else { return .startNow }
