@@ -416,7 +416,7 @@ struct EndpointCoordinationTests {
         #expect(URLDispatcher.EndpointLimits(maxRequests: 2) == URLDispatcher.EndpointLimits(maxRequests: 2, coordination: .local))
     }
 
-    @Test("endpoint limits shared with a fallback share out of range stop, naming it", .onOwnThreads)
+    @Test("endpoint limits shared with a fallback share out of range stop, naming it", .exitTestOnOwnThreads)
     func badShare() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let leases = RedisEndpointLeases(client: RedisClient(.unixSocket(path: "/nonexistent")), key: "api")

@@ -162,7 +162,7 @@ struct FleetCheckTests {
 /// A fleet's plan refuses what no run could mean, naming the argument and its value.
 @Suite("A fleet's plan: bad arguments stop the process", .serialized)
 struct FleetPlanExitTests {
-    @Test("members, tasks, a negative gap and a count without a window each stop with a message naming them", .onOwnThreads,
+    @Test("members, tasks, a negative gap and a count without a window each stop with a message naming them", .exitTestOnOwnThreads,
           arguments: ["members", "tasks", "gap", "count"])
     func stops(_ argument: String) async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [argument] in

@@ -27,7 +27,7 @@ func parseByteByByte(_ bytes: [UInt8], parser: RESPParser = RESPParser()) -> (va
 
 private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
-@Suite("RESPParser: every RESP2 type, however the bytes are split", .cpuBound)
+@Suite("RESPParser: every RESP2 type, however the bytes are split")
 struct RESPParserTests {
     /// One of each type, nested ones among them, with the bytes the server sends for it.
     static let samples: [(String, RESPValue)] = [
@@ -208,7 +208,7 @@ struct RESPParserTests {
     }
 }
 
-@Suite("RESPParser under a seeded fuzz", .cpuBound)
+@Suite("RESPParser under a seeded fuzz")
 struct RESPParserFuzzTests {
     /// A random value, nested at most `depth` deep.
     static func randomValue(_ random: inout SplitMix64, depth: Int) -> RESPValue {

@@ -69,7 +69,7 @@ struct RedisClientDiagnosticsTests {
                 }
             }
             let description = "a reply of RedisClient \"\(server.address)\""
-            @Sendable func waitOfClient() -> Snapshot.Wait? {
+            func waitOfClient() -> Snapshot.Wait? {
                 Diagnostics.snapshot().waits.first { $0.kind == "reply" && $0.waitsFor == description }
             }
             #expect(await eventually(pollingEvery: .milliseconds(50)) { waitOfClient() != nil })

@@ -82,7 +82,7 @@ struct RedisClientFlushTests {
         }
     }
 
-    @Test("a process that ends its last .serial task, flushes and exits at once hands its lease back: a queue of another process on the key starts within 2 s, not the lease's 10 s", .onOwnThreads)
+    @Test("a process that ends its last .serial task, flushes and exits at once hands its lease back: a queue of another process on the key starts within 2 s, not the lease's 10 s", .exitTestOnOwnThreads)
     func leaseHandedBackBeforeExit() async throws {
         try await withRedisServer { (server: RedisServer) async throws -> Void in
             let path: String = server.socketPath
@@ -143,7 +143,7 @@ struct RedisClientFlushTests {
         }
     }
 
-    @Test("flush with a timeout of zero stops, naming it", .onOwnThreads)
+    @Test("flush with a timeout of zero stops, naming it", .exitTestOnOwnThreads)
     func zeroTimeout() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             try? await RedisClient(.unixSocket(path: "/nonexistent")).flush(timeout: .zero)

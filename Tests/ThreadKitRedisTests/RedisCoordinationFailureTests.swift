@@ -104,7 +104,7 @@ struct RedisCoordinationFailureTests {
     }
 
     @Test("The loss of Redis and the automatic recovery are logged through Log, naming the policy that decides meanwhile",
-          .onOwnThreads)
+          .exitTestOnOwnThreads)
     func lossAndRecoveryAreLogged() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             Log.enable(.throttle)

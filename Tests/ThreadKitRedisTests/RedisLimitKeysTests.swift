@@ -15,7 +15,7 @@ struct RedisLimitKeysTests {
         #expect(keys.description == "{api.example.com}")
     }
 
-    @Test("a key with an opening brace stops, naming it", .onOwnThreads)
+    @Test("a key with an opening brace stops, naming it", .exitTestOnOwnThreads)
     func openingBrace() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = RedisLimitKeys("a{b")
@@ -23,7 +23,7 @@ struct RedisLimitKeysTests {
         expectMessage(result, contains: ["RedisLimitKeys: key must not contain '{' or '}'", "\"a{b\""])
     }
 
-    @Test("a key with a closing brace stops, naming it", .onOwnThreads)
+    @Test("a key with a closing brace stops, naming it", .exitTestOnOwnThreads)
     func closingBrace() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = RedisLimitKeys("b}")
@@ -31,7 +31,7 @@ struct RedisLimitKeysTests {
         expectMessage(result, contains: ["RedisLimitKeys: key must not contain '{' or '}'", "\"b}\""])
     }
 
-    @Test("an empty key stops, naming it", .onOwnThreads)
+    @Test("an empty key stops, naming it", .exitTestOnOwnThreads)
     func emptyKey() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = RedisLimitKeys("")

@@ -8,7 +8,7 @@ import ThreadKitTestSupport
 /// commands a slow delegate would hold up. In a child process: the delegate is process-wide.
 @Suite("Redis client logging", .needsRedisServer)
 struct RedisLogThreadTests {
-    @Test("a Log delegate never runs on a Redis connection thread: the delivery thread delivers what it logs", .onOwnThreads)
+    @Test("a Log delegate never runs on a Redis connection thread: the delivery thread delivers what it logs", .exitTestOnOwnThreads)
     func delegateNotOnTheConnectionThread() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             /// Records the threads that delivered "connected to" records.

@@ -4,7 +4,7 @@ import ThreadKitTestSupport
 
 @Suite("The tests' redis-server harness", .needsRedisServer, .timeLimit(.minutes(1)))
 struct RedisServerHarnessTests {
-    @Test("a test process that dies without stopping its server takes the server with it (the watchdog kills it)", .onOwnThreads)
+    @Test("a test process that dies without stopping its server takes the server with it (the watchdog kills it)", .exitTestOnOwnThreads)
     func serverDiesWithTheTestProcess() async throws {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let server = try RedisServer()

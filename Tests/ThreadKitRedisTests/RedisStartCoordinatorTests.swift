@@ -100,12 +100,11 @@ struct RedisCoordinationTests {
             let pausedAt = ContinuousClock.now
             first.pause(for: .milliseconds(400))
             // The pause goes without waiting, on the first queue's connection: wait until Redis has it.
-            let pausedOnRedis = LockedValue<Int64?>(nil)
+            var pausedUntil: Int64?
             #expect(await eventually {
-                pausedOnRedis.value = (try? observer.throttleStateFieldSync(stateKey, "pausedUntil"))?.string.flatMap { Int64($0) }
-                return pausedOnRedis.value != nil
+                pausedUntil = (try? observer.throttleStateFieldSync(stateKey, "pausedUntil"))?.string.flatMap { Int64($0) }
+                return pausedUntil != nil
             })
-            let pausedUntil = pausedOnRedis.value
             let startedAt = LockedValue<ContinuousClock.Instant?>(nil)
             try second.async { startedAt.value = ContinuousClock.now }
             #expect(await waitUntilIdle([second]))
@@ -235,7 +234,7 @@ struct RedisCoordinationTests {
             // The long task runs for two lease TTLs at least, and until the waiting queue has been
             // declined twice: it asked while the lease would long have expired without renewal.
             // Renewed every 800 ms, the 2.4 s lease survives a stall of the timer thread of 1.6 s.
-            @Sendable func declines() -> Int {
+            func declines() -> Int {
                 answers.all.filter { if case .declined = $0.answer { $0.queue == "waiting" } else { false } }.count
             }
             #expect(await eventually(timeout: .seconds(30)) { declines() >= 2 && ContinuousClock.now - longStartedAt >= .milliseconds(2 * 2_400) })
@@ -505,7 +504,7 @@ struct RedisCoordinationTests {
 /// The public constructor's preconditions, each stopping in a child process with a message that names the argument.
 @Suite("Coordination.redis preconditions")
 struct RedisCoordinationPreconditionTests {
-    @Test("An empty key stops, naming the argument", .onOwnThreads)
+    @Test("An empty key stops, naming the argument", .exitTestOnOwnThreads)
     func emptyKey() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "")
@@ -513,7 +512,7 @@ struct RedisCoordinationPreconditionTests {
         expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): key must not be empty"])
     }
 
-    @Test("A key with a brace stops, naming the argument and the value", .onOwnThreads)
+    @Test("A key with a brace stops, naming the argument and the value", .exitTestOnOwnThreads)
     func braceKey() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "api{1}")
@@ -521,7 +520,7 @@ struct RedisCoordinationPreconditionTests {
         expectMessage(result, contains: ["Coordination.redis(_:key:whenUnavailable:): key must not contain '{' or '}'", "got \"api{1}\""])
     }
 
-    @Test("A fallback share outside 0 < share ≤ 1 stops, naming it", .onOwnThreads)
+    @Test("A fallback share outside 0 < share ≤ 1 stops, naming it", .exitTestOnOwnThreads)
     func badShare() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = Coordination.redis(RedisClient(.unixSocket(path: "/nonexistent/redis.sock")), key: "api", whenUnavailable: .localFallback(share: 1.5))

@@ -1,7 +1,7 @@
 import Testing
 @testable import ThreadKitRedis
 
-@Suite("SHA-1 of a script's source", .cpuBound)
+@Suite("SHA-1 of a script's source")
 struct SHA1Tests {
     @Test("the digest matches the FIPS 180 and RFC 3174 test vectors")
     func knownVectors() {

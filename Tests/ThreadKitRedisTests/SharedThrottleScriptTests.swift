@@ -446,7 +446,7 @@ struct SharedThrottleCallTests {
 /// The codec's preconditions: a call the script would refuse stops in the caller, naming the argument.
 @Suite("SharedThrottleCall's preconditions")
 struct SharedThrottleCallPreconditionTests {
-    @Test("A horizon of zero stops, naming it (a zero horizon would decline with no wait, a busy loop)", .onOwnThreads)
+    @Test("A horizon of zero stops, naming it (a zero horizon would decline with no wait, a busy loop)", .exitTestOnOwnThreads)
     func zeroHorizon() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = SharedThrottleCall(.reserve(gap: 0, monitor: .concurrent, limit: nil, horizon: 0, leaseTTL: 1, holding: nil, token: 1, asker: 1))
@@ -454,7 +454,7 @@ struct SharedThrottleCallPreconditionTests {
         expectMessage(result, contains: ["SharedThrottleCall: horizon must be more than zero, got 0"])
     }
 
-    @Test("A negative gap stops, naming it", .onOwnThreads)
+    @Test("A negative gap stops, naming it", .exitTestOnOwnThreads)
     func negativeGap() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = SharedThrottleCall(.reserve(gap: -1, monitor: .serial, limit: nil, horizon: 1, leaseTTL: 1, holding: nil, token: 1, asker: 1))
@@ -462,7 +462,7 @@ struct SharedThrottleCallPreconditionTests {
         expectMessage(result, contains: ["SharedThrottleCall: gap must not be negative, got -1"])
     }
 
-    @Test("A token beyond 2^53-1 stops, naming it (Lua could not hold it exactly)", .onOwnThreads)
+    @Test("A token beyond 2^53-1 stops, naming it (Lua could not hold it exactly)", .exitTestOnOwnThreads)
     func hugeToken() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = SharedThrottleCall(.finished(token: UInt64(1) << 53, number: 1))
@@ -470,7 +470,7 @@ struct SharedThrottleCallPreconditionTests {
         expectMessage(result, contains: ["SharedThrottleCall: a token is in 1...2^53-1, got 9007199254740992"])
     }
 
-    @Test("An end number of zero stops, naming it (ends are numbered from 1)", .onOwnThreads)
+    @Test("An end number of zero stops, naming it (ends are numbered from 1)", .exitTestOnOwnThreads)
     func zeroEndNumber() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = SharedThrottleCall(.finished(token: 1, number: 0))

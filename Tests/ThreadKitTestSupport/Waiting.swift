@@ -11,27 +11,21 @@ public struct TestTimedOut: Error, CustomStringConvertible {
     public var description: String { "the test did not finish within \(limit)" }
 }
 
-/// Polls `condition` every `interval` until it holds or `timeout` passes, and returns whether it
-/// held; the caller suspends meanwhile. The default timeout is generous: it is only reached when
-/// the test fails, or when what it waits for (a `Task` that must start, say) waits for one of Swift
-/// concurrency's threads on a loaded machine.
+/// Polls `condition` every `interval` until it holds or `timeout` passes, suspending (not blocking a
+/// Swift concurrency thread) in between. Returns whether it held.
 ///
-/// The polls run on a thread of their own, not on Swift concurrency's few threads: on a loaded
-/// machine other tests' CPU-bound work can hold those for seconds, and a poll that comes that late
-/// may miss a state that held for a while (an idle thread before it was retired), or find the
-/// timeout past before it ever looked.
+/// The condition is checked once more after any stall, before the timeout counts: exit tests
+/// block Swift concurrency's threads while their child process runs, which can delay a poll.
 public func eventually(
-    timeout: Duration = .seconds(30), pollingEvery interval: Duration = .milliseconds(5),
-    _ condition: @escaping @Sendable () -> Bool
+    timeout: Duration = .seconds(10), pollingEvery interval: Duration = .milliseconds(5),
+    _ condition: () -> Bool
 ) async -> Bool {
-    await onNewThread {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            if ContinuousClock.now >= deadline { return false }
-            Thread.sleep(forTimeInterval: interval.seconds)
-        }
-        return true
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        if ContinuousClock.now >= deadline { return false }
+        try? await Task.sleep(for: interval)
     }
+    return true
 }
 
 /// Runs `body(index)` for each index in `0..<count`, each on a new thread of its own, all released
@@ -84,21 +78,12 @@ public func onNewThread<Result: Sendable>(limit: Duration, _ body: @escaping @Se
 /// Awaits `body`, cancelling it once `limit` has passed, and returns what it returned: for async
 /// waits that end when their task is cancelled (a pool's or a thread's `awaitTermination()`, a
 /// queue's `waitUntilIdle()`), so that a wait that never ends fails the test instead of hanging it.
-///
-/// The limit counts from the moment `body` starts, not from the call: on a loaded machine Swift's
-/// few threads may start `body`'s task seconds after the timer's, and a wait cut short before it
-/// began would fail a test for the machine's load.
 public func cancelling<Result: Sendable>(
     after limit: Duration, _ body: @escaping @Sendable () async -> Result
 ) async -> Result {
-    let (started, start) = AsyncStream<Never>.makeStream()
-    return await withTaskGroup(of: Result?.self) { group in
+    await withTaskGroup(of: Result?.self) { group in
+        group.addTask { await body() }
         group.addTask {
-            start.finish()
-            return await body()
-        }
-        group.addTask {
-            for await _ in started {}
             try? await Task.sleep(for: limit)
             return nil
         }

@@ -178,9 +178,7 @@ struct AsyncCancellationTests {
         func waitUntilWorkIsQueued() async {
             if hasQueuedWork != nil {
                 // Generous: on a loaded machine the awaiting task's pool thread may be slow to start.
-                let target = self
-                let queued = await eventually(timeout: .seconds(20)) { target.hasQueuedWork == true }
-                #expect(queued)
+                #expect(await eventually(timeout: .seconds(20)) { hasQueuedWork == true })
             } else {
                 try? await Task.sleep(for: .milliseconds(50))
             }

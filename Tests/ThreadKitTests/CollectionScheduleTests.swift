@@ -2,7 +2,7 @@ import Testing
 @testable import ThreadKit
 
 /// Pure tests of when idle threads retire: made-up instants, no threads, no clock.
-@Suite("CollectionSchedule", .cpuBound)
+@Suite("CollectionSchedule")
 struct CollectionScheduleTests {
     private func instant(_ nanoseconds: UInt64) -> MonotonicInstant {
         MonotonicInstant(nanoseconds: nanoseconds)

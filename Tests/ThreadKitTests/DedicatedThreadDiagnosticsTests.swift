@@ -124,16 +124,16 @@ struct DedicatedThreadDiagnosticsTests {
 
     @Test("A dedicated thread leaves the inventory when it is released")
     func leavesOnRelease() async throws {
-        let weakThread: ThreadPoolHardeningTests.WeakReference<DedicatedThread>
+        weak var weakThread: DedicatedThread?
         do {
             let thread = DedicatedThread(name: "dq-leaving")
-            weakThread = .init(thread)
+            weakThread = thread
             let started = await eventually(pollingEvery: .milliseconds(50)) { Self.component("dq-leaving", in: Diagnostics.snapshot())?.threads.count == 1 }
             #expect(started)
             #expect(Self.component("dq-leaving", in: Diagnostics.snapshot())?.pendingCount == 0)
         }
         // Another test's snapshot may be reading it this moment: it goes once that read ends.
-        #expect(await eventually(pollingEvery: .milliseconds(50)) { weakThread.object == nil })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { weakThread == nil })
         #expect(Self.component("dq-leaving", in: Diagnostics.snapshot()) == nil)
     }
 }

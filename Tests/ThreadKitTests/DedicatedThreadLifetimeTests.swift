@@ -148,8 +148,7 @@ struct DedicatedThreadRunCancellationTests {
         let started = Latch()
         let proceed = Latch()
         let finished = Counter()
-        // On a thread of its own: a task on Swift's few shared threads may start seconds late.
-        let task = Task.onOwnThreads {
+        let task = Task {
             try await thread.run { () -> Int in
                 started.countDown()
                 proceed.wait(timeout: .seconds(10))

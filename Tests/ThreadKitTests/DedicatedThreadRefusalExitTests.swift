@@ -7,7 +7,7 @@ import Testing
 /// waiting for it would close a cycle: a refused submission fails the chain with that error.
 @Suite("DedicatedThread refuses a sync first", .serialized)
 struct DedicatedThreadRefusalExitTests {
-    @Test("A sync onto a disposing thread that is blocked on the caller's context fails with the refusal, not a deadlock stop", .onOwnThreads)
+    @Test("A sync onto a disposing thread that is blocked on the caller's context fails with the refusal, not a deadlock stop", .exitTestOnOwnThreads)
     func refusalBeforeTheCycleCheck() async {
         await #expect(processExitsWith: .success) { Self.syncOntoADisposingThreadBlockedOnTheCaller() }
     }

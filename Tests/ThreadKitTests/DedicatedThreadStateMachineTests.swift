@@ -603,7 +603,7 @@ struct DedicatedThreadStateMachineTests {
 
     // MARK: - Reports out of turn
 
-    @Test("The thread's reports in a state it cannot be in stop the process", .onOwnThreads, arguments: [
+    @Test("The thread's reports in a state it cannot be in stop the process", .exitTestOnOwnThreads, arguments: [
         (Report.ranOut, Situation.acceptingSpinning), (.ranOut, .acceptingSleepingForWork), (.ranOut, .exited),
         (.ranOut, .failedToStart), (.ranOut, .acceptingWorkingThroughBatch), (.spinEnded, .acceptingWorking),
         (.spinEnded, .pausedSleeping), (.spinEnded, .exited), (.handedOverRan, .acceptingWorking),

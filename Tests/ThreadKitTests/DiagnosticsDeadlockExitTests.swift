@@ -8,7 +8,7 @@ import ThreadKitTestSupport
 /// thread ThreadKit knows, the waiting ones blocked on what they wait for.
 @Suite("The deadlock detector's thread list", .serialized)
 struct DiagnosticsDeadlockExitTests {
-    @Test("A → B → A across two dedicated threads stops the process with the message and the threads' list", .onOwnThreads)
+    @Test("A → B → A across two dedicated threads stops the process with the message and the threads' list", .exitTestOnOwnThreads)
     func cycleStopsWithThreadList() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             // A watchdog: a scenario that hangs exits with success, which this test does not expect.

@@ -171,7 +171,7 @@ import Glibc
 
     // MARK: - The dump on a signal, in child processes
 
-    @Test(.onOwnThreads) func aSignalWritesTheDumpToStandardErrorByDefault() async {
+    @Test(.exitTestOnOwnThreads) func aSignalWritesTheDumpToStandardErrorByDefault() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             let probe = Probe("diag-signal-probe")
             // Standard error goes to a pipe this process reads, so that it knows when the dump is
@@ -198,7 +198,7 @@ import Glibc
         #expect(output.contains("\nProbe \"diag-signal-probe\"\n  reads_total=1\n"))
     }
 
-    @Test(.onOwnThreads) func aSignalCanWriteTheDumpToAFileAndAFloodOfSignalsIsSurvived() async {
+    @Test(.exitTestOnOwnThreads) func aSignalCanWriteTheDumpToAFileAndAFloodOfSignalsIsSurvived() async {
         await #expect(processExitsWith: .success) {
             let probe = Probe("diag-file-probe")
             let path = NSTemporaryDirectory() + "/threadkit-dump-\(getpid()).txt"
@@ -218,7 +218,7 @@ import Glibc
         }
     }
 
-    @Test(.onOwnThreads) func anUncatchableSignalIsRefusedByName() async {
+    @Test(.exitTestOnOwnThreads) func anUncatchableSignalIsRefusedByName() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             Diagnostics.dumpOnSignal(SIGKILL)
         }

@@ -357,7 +357,7 @@ func snippetCoverageProblems(blocks: [DocBlock], sources: [(path: String, text: 
     return problems
 }
 
-@Suite("Every Swift block of the README, Docs/ and the DocC articles has one exact copy in a test", .cpuBound)
+@Suite("Every Swift block of the README, Docs/ and the DocC articles has one exact copy in a test")
 struct DocSnippetCoverageTests {
     @Test("Each ```swift block has exactly one marked copy, equal to it, in a @Test function; each marked copy names a block")
     func everySnippetIsTested() {

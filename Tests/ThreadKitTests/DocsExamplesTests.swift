@@ -307,7 +307,7 @@ struct DocsExamplesTests {
 
     // MARK: Docs/Diagnostics.md (in a child process: it installs a signal handler and prints the dump)
 
-    @Test(.onOwnThreads) func diagnosticsIntroduction() async {
+    @Test(.exitTestOnOwnThreads) func diagnosticsIntroduction() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
             // snippet: Docs/Diagnostics.md#1
             let pool = ThreadPool(name: "Thumbnails", size: 2)
@@ -329,7 +329,7 @@ struct DocsExamplesTests {
 
     // MARK: Docs/Log.md (in child processes: they enable logging and set the delegate for the whole process)
 
-    @Test(.onOwnThreads) func logIntroduction() async {
+    @Test(.exitTestOnOwnThreads) func logIntroduction() async {
         await #expect(processExitsWith: .success) {
             let changes = [1, 2, 3]
 
@@ -343,7 +343,7 @@ struct DocsExamplesTests {
         }
     }
 
-    @Test(.onOwnThreads) func logOwnSources() async {
+    @Test(.exitTestOnOwnThreads) func logOwnSources() async {
         await #expect(processExitsWith: .success) {
             let amount = 42
 
@@ -358,7 +358,7 @@ struct DocsExamplesTests {
         }
     }
 
-    @Test(.onOwnThreads) func logSwiftLogAdapter() async {
+    @Test(.exitTestOnOwnThreads) func logSwiftLogAdapter() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
             // snippet: Docs/Log.md#3
             final class SwiftLogDelegate: LogDelegate {

@@ -4,7 +4,7 @@ import Testing
 @testable import ThreadKit
 
 /// An `ExecutionChain`'s bookkeeping, and waits on a chain from inside its own steps.
-@Suite("ExecutionChain bookkeeping", .timeLimit(.minutes(1)), .onOwnThreads)
+@Suite("ExecutionChain bookkeeping", .timeLimit(.minutes(1)))
 struct ExecutionChainBookkeepingTests {
     @Test("A chain of 100,000 steps keeps no bookkeeping for its finished steps")
     func finishedStepsLeaveNoBookkeeping() throws {
@@ -124,7 +124,7 @@ struct ExecutionChainSelfWaitExitTests {
 
     static let message = "deadlock: ExecutionChain.wait() from inside a step of the same chain"
 
-    @Test("wait() from inside a step for its own link stops with a deadlock message instead of hanging", .onOwnThreads)
+    @Test("wait() from inside a step for its own link stops with a deadlock message instead of hanging", .exitTestOnOwnThreads)
     func waitForOwnLink() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             Self.stepWaitsForItsOwnChain(waitingForLaterLink: false)
@@ -132,7 +132,7 @@ struct ExecutionChainSelfWaitExitTests {
         #expect(stopped(result, saying: Self.message))
     }
 
-    @Test("wait() from inside a step for a link after it stops with a deadlock message instead of hanging", .onOwnThreads)
+    @Test("wait() from inside a step for a link after it stops with a deadlock message instead of hanging", .exitTestOnOwnThreads)
     func waitForLaterLink() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             Self.stepWaitsForItsOwnChain(waitingForLaterLink: true)

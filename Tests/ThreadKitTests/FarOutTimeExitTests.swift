@@ -14,7 +14,7 @@ import Testing
 struct FarOutTimeExitTests {
     // MARK: TimerThread
 
-    @Test("TimerThread.schedule(after:) with a far-out delay is pending, never runs, and cancels", .onOwnThreads)
+    @Test("TimerThread.schedule(after:) with a far-out delay is pending, never runs, and cancels", .exitTestOnOwnThreads)
     func timerScheduleAfter() async {
         await #expect(processExitsWith: .success) {
             FarOut.expectPendingNeverRunning(timerNamed: "FarAfter") { timer, call in
@@ -23,7 +23,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("TimerThread.schedule(at:) with a far-future instant is pending; a far-past one runs at once", .onOwnThreads)
+    @Test("TimerThread.schedule(at:) with a far-future instant is pending; a far-past one runs at once", .exitTestOnOwnThreads)
     func timerScheduleAt() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -43,7 +43,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("TimerThread.schedule(every:) with a far-out interval is pending and never runs, at either spacing", .onOwnThreads)
+    @Test("TimerThread.schedule(every:) with a far-out interval is pending and never runs, at either spacing", .exitTestOnOwnThreads)
     func timerScheduleEvery() async {
         await #expect(processExitsWith: .success) {
             FarOut.expectPendingNeverRunning(timerNamed: "FarEvery") { timer, call in
@@ -52,7 +52,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("TimerThread.schedule(every:startingAfter:) with a far-out first delay is pending and never runs", .onOwnThreads)
+    @Test("TimerThread.schedule(every:startingAfter:) with a far-out first delay is pending and never runs", .exitTestOnOwnThreads)
     func timerScheduleEveryStartingAfter() async {
         await #expect(processExitsWith: .success) {
             FarOut.expectPendingNeverRunning(timerNamed: "FarFirst") { timer, call in
@@ -62,7 +62,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("A far-out interval starting at once runs once, then is pending for ever, at either spacing", .onOwnThreads)
+    @Test("A far-out interval starting at once runs once, then is pending for ever, at either spacing", .exitTestOnOwnThreads)
     func timerScheduleEveryFarOutAfterAFirstRun() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -83,7 +83,7 @@ struct FarOutTimeExitTests {
 
     // MARK: ThreadPool
 
-    @Test("ScheduledTask.wait(timeout:) with a far-out timeout waits as long as it takes", .onOwnThreads)
+    @Test("ScheduledTask.wait(timeout:) with a far-out timeout waits as long as it takes", .exitTestOnOwnThreads)
     func scheduledTaskWait() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -98,7 +98,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("ThreadPool.init with a far-out keepAlive and collectionInterval keeps its idle thread", .onOwnThreads)
+    @Test("ThreadPool.init with a far-out keepAlive and collectionInterval keeps its idle thread", .exitTestOnOwnThreads)
     func threadPoolInit() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -112,7 +112,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("ThreadPool.awaitTermination(timeout:) with a far-out timeout returns true once the pool ends", .onOwnThreads)
+    @Test("ThreadPool.awaitTermination(timeout:) with a far-out timeout returns true once the pool ends", .exitTestOnOwnThreads)
     func threadPoolAwaitTermination() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -125,7 +125,7 @@ struct FarOutTimeExitTests {
 
     // MARK: ThrottledQueue
 
-    @Test("ThrottledQueue.init(interval:) with a far-out interval runs its first task, then holds the next", .onOwnThreads)
+    @Test("ThrottledQueue.init(interval:) with a far-out interval runs its first task, then holds the next", .exitTestOnOwnThreads)
     func throttledQueueInit() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -134,7 +134,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("Setting ThrottledQueue.interval to a far-out value", .onOwnThreads)
+    @Test("Setting ThrottledQueue.interval to a far-out value", .exitTestOnOwnThreads)
     func throttledQueueIntervalSetter() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -145,7 +145,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("ThrottledQueue.async(interval:) and sync(interval:) with a far-out gap", .onOwnThreads)
+    @Test("ThrottledQueue.async(interval:) and sync(interval:) with a far-out gap", .exitTestOnOwnThreads)
     func throttledQueueExplicitIntervals() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -158,7 +158,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("ThrottledQueue.pause(for:) with a far-out duration, then resume()", .onOwnThreads)
+    @Test("ThrottledQueue.pause(for:) with a far-out duration, then resume()", .exitTestOnOwnThreads)
     func throttledQueuePauseFor() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -168,7 +168,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("ThrottledQueue.pause(until:) with a far-future instant, then resume()", .onOwnThreads)
+    @Test("ThrottledQueue.pause(until:) with a far-future instant, then resume()", .exitTestOnOwnThreads)
     func throttledQueuePauseUntil() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -184,7 +184,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("RateLimit.rate(_:per:) with a far-out window lets the first starts through, then holds", .onOwnThreads)
+    @Test("RateLimit.rate(_:per:) with a far-out window lets the first starts through, then holds", .exitTestOnOwnThreads)
     func rateLimit() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -198,7 +198,7 @@ struct FarOutTimeExitTests {
 
     // MARK: DedicatedThread and DispatchMethod
 
-    @Test("DedicatedThread.awaitTermination(timeout:) with a far-out timeout returns true once the thread ends", .onOwnThreads)
+    @Test("DedicatedThread.awaitTermination(timeout:) with a far-out timeout returns true once the thread ends", .exitTestOnOwnThreads)
     func dedicatedThreadAwaitTermination() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()
@@ -209,7 +209,7 @@ struct FarOutTimeExitTests {
         }
     }
 
-    @Test("DispatchMethod.after with a far-out delay never runs, and its chain can be cancelled", .onOwnThreads)
+    @Test("DispatchMethod.after with a far-out delay never runs, and its chain can be cancelled", .exitTestOnOwnThreads)
     func dispatchMethodAfter() async {
         await #expect(processExitsWith: .success) {
             FarOut.ageTheConversion()

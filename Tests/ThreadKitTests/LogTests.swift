@@ -93,7 +93,7 @@ private func uniqueSource(_ label: String) -> Log.Source {
         #expect(ConsoleLog.line(for: empty) == "main TimerThread: \n")
     }
 
-    @Test("with no delegate, an enabled source writes its console line to standard error", .onOwnThreads)
+    @Test("with no delegate, an enabled source writes its console line to standard error", .exitTestOnOwnThreads)
     func consoleWritesToStandardError() async throws {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             let source = Log.Source("LogConsoleChild")
@@ -113,7 +113,7 @@ private func uniqueSource(_ label: String) -> Log.Source {
         #expect(!output.contains("not shown"))
     }
 
-    @Test("enableAll turns on every source, also sources created later; disableAll turns all off", .onOwnThreads)
+    @Test("enableAll turns on every source, also sources created later; disableAll turns all off", .exitTestOnOwnThreads)
     func enableAllAndDisableAll() async {
         // In a child process: the switches are process-wide, and tests run in parallel.
         await #expect(processExitsWith: .success) {
@@ -405,7 +405,7 @@ extension LogSourceTests {
         #expect(ConsoleLog.line(for: plain) == #"main Billing: C:\new "quoted" ünïcödé 🧵"# + "\n")
     }
 
-    @Test("On standard error, a message with newlines stays one line", .onOwnThreads)
+    @Test("On standard error, a message with newlines stays one line", .exitTestOnOwnThreads)
     func consoleWritesOneLinePerRecord() async throws {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             let source = Log.Source("LogForgeChild")
@@ -434,13 +434,12 @@ extension LogSourceTests {
         #expect(result.value == nil, "the writer gave up on EAGAIN")
 
         let line = Array(ConsoleLog.line(for: record).utf8)
-        let receivedSoFar = LockedValue<[UInt8]>([])
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65_536)
         #expect(await eventually(timeout: .seconds(10), pollingEvery: .milliseconds(1)) {
-            var chunk = [UInt8](repeating: 0, count: 65_536)
-            while case let count = read(readEnd, &chunk, chunk.count), count > 0 { receivedSoFar.withLock { $0 += chunk[..<count] } }
-            return result.value != nil && receivedSoFar.value.last == UInt8(ascii: "\n")
+            while case let count = read(readEnd, &chunk, chunk.count), count > 0 { received += chunk[..<count] }
+            return result.value != nil && received.last == UInt8(ascii: "\n")
         })
-        let received = receivedSoFar.value
         #expect(result.value == true)
         #expect(received.suffix(line.count).elementsEqual(line), "the line was cut")
     }
@@ -458,7 +457,7 @@ extension LogDelegateTests {
         }
     }
 
-    @Test("The console writer retries a write interrupted by a signal (EINTR) instead of dropping the line", .onOwnThreads)
+    @Test("The console writer retries a write interrupted by a signal (EINTR) instead of dropping the line", .exitTestOnOwnThreads)
     func consoleWriterRetriesEINTR() async {
         // In a child process: it installs a signal handler.
         await #expect(processExitsWith: .success) {
@@ -746,7 +745,7 @@ final class LogsInDeinit: LogDelegate {
 }
 
 extension LogDelegateTests {
-    @Test("Replacing a delegate whose deinit logs hangs neither the setter nor other loggers", .onOwnThreads)
+    @Test("Replacing a delegate whose deinit logs hangs neither the setter nor other loggers", .exitTestOnOwnThreads)
     func replacingADelegateWhoseDeinitLogs() async {
         // In a child process: on failure the log's lock stays taken for good.
         await #expect(processExitsWith: .success) {
@@ -989,13 +988,8 @@ extension LogDelegateTests {
             for index in 0..<10 { delivery.deliver(makeRecord(source, "3.\(index)")) }
             setterDone.countDown()
         }
-        // Read 100 ms on, on a thread: a task's resumption may come seconds later on a loaded
-        // machine, past the bound of the old delegate's wait.
-        let returnedMeanwhile = await onNewThread { () -> [Int] in
-            Thread.sleep(forTimeInterval: 0.1)
-            return returnTicks.value
-        }
-        #expect(returnedMeanwhile.isEmpty, "the setter returned while the old delegate was being called")
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(returnTicks.value.isEmpty, "the setter returned while the old delegate was being called")
         delegates[0].release.countDown()
         #expect(await eventually(timeout: .seconds(10)) { setterDone.isOpen })
         #expect(await eventually(timeout: .seconds(10)) { delegates[3].messages.count == 10 })

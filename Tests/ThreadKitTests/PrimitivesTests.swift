@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import ThreadKit
 
-@Suite("MonotonicInstant and Duration", .cpuBound)
+@Suite("MonotonicInstant and Duration")
 struct MonotonicInstantTests {
     @Test("now() never goes backwards and advances with real time")
     func nowIsMonotonic() {
@@ -120,7 +120,7 @@ struct MonotonicInstantTests {
 /// the fix, `Duration.components` trapped on them (SIGILL), so each runs in a child process.
 @Suite("MonotonicInstant and Duration, far out", .serialized)
 struct FarOutConversionTests {
-    @Test("Duration.nanosecondsSaturated saturates past Int64.max seconds instead of trapping", .onOwnThreads)
+    @Test("Duration.nanosecondsSaturated saturates past Int64.max seconds instead of trapping", .exitTestOnOwnThreads)
     func nanosecondsSaturatedPastInt64Seconds() async {
         await #expect(processExitsWith: .success) {
             let huge = Duration.seconds(Int64.max)
@@ -136,7 +136,7 @@ struct FarOutConversionTests {
         }
     }
 
-    @Test("A ContinuousClock instant past either end of the time line saturates, in an aged process", .onOwnThreads)
+    @Test("A ContinuousClock instant past either end of the time line saturates, in an aged process", .exitTestOnOwnThreads)
     func continuousInstantsSaturate() async {
         await #expect(processExitsWith: .success) {
             // The conversion's reference is taken at the first conversion; let it grow old, so that
@@ -243,7 +243,7 @@ struct MutexConditionTests {
         /// waiting), sets `go` and wakes them with `wake`, under the mutex; returns when it did.
         func letGo(afterWaiting count: Int, sourceLocation: SourceLocation = #_sourceLocation,
                    by wake: (MonotonicCondition) -> Void) async -> MonotonicInstant {
-            #expect(await eventually { self.mutex.withLock { self.waiting == count } }, "not every waiter waits", sourceLocation: sourceLocation)
+            #expect(await eventually { mutex.withLock { waiting == count } }, "not every waiter waits", sourceLocation: sourceLocation)
             let wokenAt = MonotonicInstant.now()
             mutex.withLock {
                 go = true

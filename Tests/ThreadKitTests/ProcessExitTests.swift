@@ -13,7 +13,7 @@ import Testing
 /// Swift Testing blocks Swift concurrency threads reading its pipes, and this machine has two.
 @Suite("In a process of its own: what stops it, and what must not", .serialized)
 struct ProcessExitTests {
-    @Test("Each scenario ends its process as its table says: stopped with a message naming what was wrong, or completed", .onOwnThreads,
+    @Test("Each scenario ends its process as its table says: stopped with a message naming what was wrong, or completed", .exitTestOnOwnThreads,
           arguments: ChildScenario.allCases)
     func endsAsSpecified(_ scenario: ChildScenario) async {
         let specification = scenario.specification

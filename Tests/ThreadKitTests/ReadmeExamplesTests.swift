@@ -112,7 +112,7 @@ import ThreadKitTestSupport
     }
 
     // In a child process: it installs a signal handler and prints the dump.
-    @Test(.onOwnThreads) func diagnosticsQuickStart() async {
+    @Test(.exitTestOnOwnThreads) func diagnosticsQuickStart() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
             // snippet: README.md#8
             let pool = ThreadPool(name: "Render", size: 2)

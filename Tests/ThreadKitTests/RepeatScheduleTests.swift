@@ -3,7 +3,7 @@ import Testing
 import SeededRandom
 
 /// When a repeating call runs next, for both spacings, with made-up instants: no threads, no clock.
-@Suite(.cpuBound) struct RepeatScheduleTests {
+@Suite struct RepeatScheduleTests {
     static let ms: UInt64 = 1_000_000
     static let interval = Duration.milliseconds(100)
     /// The beat the run under test was due at.

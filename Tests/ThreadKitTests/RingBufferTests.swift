@@ -2,7 +2,7 @@ import Testing
 @testable import ThreadKit
 import SeededRandom
 
-@Suite("RingBuffer", .cpuBound)
+@Suite("RingBuffer")
 struct RingBufferTests {
     @Test("Elements come out in the order they went in")
     func fifo() {

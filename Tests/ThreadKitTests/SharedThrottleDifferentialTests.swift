@@ -4,7 +4,7 @@ import SeededRandom
 
 /// ``SharedThrottle`` against the local ``ThrottleSchedule`` and against its own rules, over seeded
 /// random runs with made-up times in microseconds.
-@Suite("SharedThrottle against ThrottleSchedule and under interleaved processes", .cpuBound)
+@Suite("SharedThrottle against ThrottleSchedule and under interleaved processes")
 struct SharedThrottleDifferentialTests {
     /// One task of a made-up run: when it is submitted, how long it runs, the gap after it, and a
     /// pause (until when) issued as it becomes next.

@@ -5,7 +5,7 @@ import ThreadKitTestSupport
 
 /// A deadlock the serial contexts' detector cannot see (a pool of two threads is no serial
 /// context): the wait-for graph of a snapshot finds it.
-@Suite(.onOwnThreads) struct ThreadPoolDiagnosticsExitTests {
+@Suite(.exitTestOnOwnThreads) struct ThreadPoolDiagnosticsExitTests {
     /// The child's exit code when its snapshot found the cycle it expected.
     static let foundTheCycle: Int32 = 42
 

@@ -114,8 +114,9 @@ func diagnosticsWaits(for prefix: String) -> [Snapshot.Wait] {
         #expect(running.wait(timeout: .seconds(10)))
         let second = try pool.schedule(label: "second") {}
         let waited = Latch(count: 2)
+        // Bounded far beyond the test's own steps, which may each wait seconds for a cooperative thread.
         for task in [first, second] {
-            Thread { _ = task.wait(timeout: .seconds(20)); waited.countDown() }.start()
+            Thread { _ = task.wait(timeout: .seconds(120)); waited.countDown() }.start()
         }
         let prefix = "a task of ThreadPool \"\(name)\""
         #expect(await eventually(pollingEvery: .milliseconds(50)) { diagnosticsWaits(for: prefix).count == 2 })

@@ -119,7 +119,7 @@ struct ThreadPoolMinimumThreadsTests {
         for _ in 0..<4 {
             try? pool.execute {
                 started.increment()
-                _ = release.wait(timeout: .seconds(60))
+                _ = release.wait(timeout: .seconds(10))
             }
         }
         #expect(await eventually { started.value == 4 })

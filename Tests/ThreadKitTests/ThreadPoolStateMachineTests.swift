@@ -428,7 +428,7 @@ struct ThreadPoolStateMachineTests {
         #expect(machine.workers.sleepers == ["w3"])
     }
 
-    @Test("a post the machine did not decide (a sleeper still listed, the pool running) stops the process", .onOwnThreads)
+    @Test("a post the machine did not decide (a sleeper still listed, the pool running) stops the process", .exitTestOnOwnThreads)
     func undecidedPostStops() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             var machine = ThreadPoolStateMachineTests.machine()

@@ -4,7 +4,7 @@ import Testing
 import SeededRandom
 
 /// Races, counted exactly. Each body runs with 1, 2, 4 and 8 threads on the other side.
-@Suite("ThreadPool stress", .timeLimit(.minutes(1)), .onOwnThreads)
+@Suite("ThreadPool stress", .timeLimit(.minutes(1)))
 struct ThreadPoolStressTests {
     /// What a run of submissions did.
     struct Outcome {

@@ -6,7 +6,7 @@ import SeededRandom
 ///
 /// Instants are written in milliseconds after an arbitrary origin (`at(250)`); every expectation is
 /// exact, to the nanosecond.
-@Suite("ThrottleSchedule", .cpuBound)
+@Suite("ThrottleSchedule")
 struct ThrottleScheduleTests {
     typealias Schedule = ThrottleSchedule<Int>
     typealias Monitor = ThrottledQueue.Monitor

@@ -250,17 +250,17 @@ struct ThrottledQueueDiagnosticsTests {
 
     @Test("A throttled queue leaves the inventory when it is released")
     func leavesOnRelease() async throws {
-        let weakQueue: ThreadPoolHardeningTests.WeakReference<ThrottledQueue>
+        weak var weakQueue: ThrottledQueue?
         do {
             let queue = ThrottledQueue(label: "dq-leaving")
-            weakQueue = .init(queue)
+            weakQueue = queue
             let entry = try #require(Self.component("dq-leaving"))
             #expect(entry.pendingCount == 0)
             #expect(entry.pending.isEmpty)
             #expect(entry.threads.isEmpty)
         }
         // Another test's snapshot may be reading it this moment: it goes once that read ends.
-        #expect(await eventually(pollingEvery: .milliseconds(50)) { weakQueue.object == nil })
+        #expect(await eventually(pollingEvery: .milliseconds(50)) { weakQueue == nil })
         #expect(Self.component("dq-leaving") == nil)
     }
 }

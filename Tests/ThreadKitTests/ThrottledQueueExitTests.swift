@@ -7,7 +7,7 @@ import Testing
 /// Each body runs in a child process; its standard error is checked for the precondition's message.
 @Suite("ThrottledQueue preconditions")
 struct ThrottledQueueExitTests {
-    @Test("A negative interval in init stops", .onOwnThreads)
+    @Test("A negative interval in init stops", .exitTestOnOwnThreads)
     func negativeIntervalInInit() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = ThrottledQueue(label: "TQ exit init", interval: .milliseconds(-1))
@@ -15,7 +15,7 @@ struct ThrottledQueueExitTests {
         #expect(stopped(result, saying: "ThrottledQueue 'TQ exit init'.init: interval must not be negative, got -0.001 seconds"))
     }
 
-    @Test("A negative interval set on a queue stops", .onOwnThreads)
+    @Test("A negative interval set on a queue stops", .exitTestOnOwnThreads)
     func negativeIntervalSetter() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = ThrottledQueue(label: "TQ exit setter", interval: .milliseconds(10))
@@ -24,7 +24,7 @@ struct ThrottledQueueExitTests {
         #expect(stopped(result, saying: "ThrottledQueue 'TQ exit setter'.interval: interval must not be negative, got -0.005 seconds"))
     }
 
-    @Test("A negative async(interval:) stops", .onOwnThreads)
+    @Test("A negative async(interval:) stops", .exitTestOnOwnThreads)
     func negativeAsyncInterval() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = ThrottledQueue(label: "TQ exit async", interval: .milliseconds(10))
@@ -33,7 +33,7 @@ struct ThrottledQueueExitTests {
         #expect(stopped(result, saying: "ThrottledQueue 'TQ exit async'.async(interval:_:): interval must not be negative, got -2.0 seconds"))
     }
 
-    @Test("A negative sync(interval:) stops", .onOwnThreads)
+    @Test("A negative sync(interval:) stops", .exitTestOnOwnThreads)
     func negativeSyncInterval() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = ThrottledQueue(label: "TQ exit sync", interval: .milliseconds(10))
@@ -52,7 +52,7 @@ struct ThrottledQueueExitTests {
         if started - (notBefore ?? called) >= bound { exit(code + 1) }
     }
 
-    @Test("pause(for:) with a negative duration, and pause(until:) with an instant already past, mean no pause", .onOwnThreads)
+    @Test("pause(for:) with a negative duration, and pause(until:) with an instant already past, mean no pause", .exitTestOnOwnThreads)
     func pauseInThePastIsNoPause() async {
         await #expect(processExitsWith: .success) {
             let queue = ThrottledQueue(label: "TQ past pause", interval: .zero)
@@ -65,7 +65,7 @@ struct ThrottledQueueExitTests {
         }
     }
 
-    @Test("pause(for:) with a negative duration, or pause(until:) with an instant already past, never shortens a pause in force", .onOwnThreads)
+    @Test("pause(for:) with a negative duration, or pause(until:) with an instant already past, never shortens a pause in force", .exitTestOnOwnThreads)
     func pauseInThePastKeepsAPauseInForce() async {
         await #expect(processExitsWith: .success) {
             let queue = ThrottledQueue(label: "TQ past pause kept", interval: .zero)
@@ -77,7 +77,7 @@ struct ThrottledQueueExitTests {
         }
     }
 
-    @Test("RateLimit.rate(0, per:) stops", .onOwnThreads)
+    @Test("RateLimit.rate(0, per:) stops", .exitTestOnOwnThreads)
     func rateLimitOfZero() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = RateLimit.rate(0, per: .seconds(1))
@@ -85,7 +85,7 @@ struct ThrottledQueueExitTests {
         #expect(stopped(result, saying: "RateLimit.rate(_:per:): count must be at least 1, got 0"))
     }
 
-    @Test("RateLimit.rate(1, per: .zero) stops", .onOwnThreads)
+    @Test("RateLimit.rate(1, per: .zero) stops", .exitTestOnOwnThreads)
     func rateLimitWithZeroWindow() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = RateLimit.rate(1, per: .zero)
@@ -93,7 +93,7 @@ struct ThrottledQueueExitTests {
         #expect(stopped(result, saying: "RateLimit.rate(_:per:): window must be more than zero, got 0.0 seconds"))
     }
 
-    @Test("waitUntilIdle() from inside the queue's own task stops instead of waiting forever", .onOwnThreads)
+    @Test("waitUntilIdle() from inside the queue's own task stops instead of waiting forever", .exitTestOnOwnThreads)
     func waitUntilIdleFromOwnTask() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = ThrottledQueue(label: "TQ exit wait", interval: .zero)
@@ -103,7 +103,7 @@ struct ThrottledQueueExitTests {
         #expect(stopped(result, saying: "TQ exit wait", "waitUntilIdle() from inside its own task"))
     }
 
-    @Test("waitUntilIdle() from inside a sync on the queue stops too", .onOwnThreads)
+    @Test("waitUntilIdle() from inside a sync on the queue stops too", .exitTestOnOwnThreads)
     func waitUntilIdleFromOwnSync() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = ThrottledQueue(label: "TQ exit wait sync", interval: .zero)
@@ -112,7 +112,7 @@ struct ThrottledQueueExitTests {
         #expect(stopped(result, saying: "waitUntilIdle() from inside its own task"))
     }
 
-    @Test("ThrottleSchedule.start(at:) before the allowed instant stops", .onOwnThreads)
+    @Test("ThrottleSchedule.start(at:) before the allowed instant stops", .exitTestOnOwnThreads)
     func scheduleStartBeforeItsTime() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             var schedule = ThrottleSchedule<Int>(interval: .seconds(1), monitor: .concurrent, mutability: .all, limit: nil)

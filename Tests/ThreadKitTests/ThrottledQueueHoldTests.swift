@@ -134,11 +134,6 @@ struct ThrottledQueueHoldTests {
         let executor = ThreadPool(name: KernelThreads.uniqueName("TQov"), size: 4)
         let thread = DedicatedThread(name: KernelThreads.uniqueName("TQov"))
         let pool = ThreadPool(name: KernelThreads.uniqueName("TQop"), size: 2)
-        defer {
-            executor.dispose()
-            thread.dispose()
-            pool.dispose()
-        }
         let queue = ThrottledQueue(label: "TQ overlap", interval: .zero)
         let inside = Counter(), overlaps = Counter(), ran = Counter()
         /// A task of the queue: it must never find another of the queue's tasks running.
@@ -156,7 +151,8 @@ struct ThrottledQueueHoldTests {
                 thread.sync(work)
             }
         }
-        let outcome = await ThrottledQueueRobustnessTests.finishes(within: .seconds(10), on: executor) {
+        // Generous: 600 nested syncs under the thread sanitizer on a loaded machine.
+        let outcome = await ThrottledQueueRobustnessTests.finishes(within: .seconds(60), on: executor) {
             try await queue.run {
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask { synchronously { for _ in 0..<300 { queue.sync { exclusive() } } } }
@@ -165,9 +161,14 @@ struct ThrottledQueueHoldTests {
             }
         }
         guard case .success? = outcome else {
+            // Nothing is disposed: the work may still run, and a sync on a disposed pool would stop
+            // the whole test process.
             Issue.record("run's work did not return: \(String(describing: outcome))")
             return
         }
+        executor.dispose()
+        thread.dispose()
+        pool.dispose()
         #expect(ran.value == 600)
         #expect(overlaps.value == 0)
     }

@@ -419,7 +419,7 @@ struct ThrottledQueueRobustnessTests {
         }
         #expect(ran.value == 50)
         let prefixes = labels.map { KernelThreads.prefix(ofPool: $0) }
-        @Sendable func alive() -> [String] {
+        func alive() -> [String] {
             let names = KernelThreads.names()
             return prefixes.filter { prefix in names.contains { $0.hasPrefix(prefix) } }
         }

@@ -7,7 +7,7 @@ private func at(_ nanoseconds: UInt64) -> MonotonicInstant { MonotonicInstant(na
 /// The timer heap against a trivially correct model: an array kept sorted by deadline, then by
 /// insertion order. Cancelled elements stay in the heap, dead, until the heap meets them. No
 /// threads, no clock.
-@Suite(.cpuBound) struct TimerHeapTests {
+@Suite struct TimerHeapTests {
     /// Inserts `count` new items (ids 0 up) into `heap`, each due at a random instant before
     /// `bound`, and returns them in id order.
     static func insert(_ count: Int, into heap: inout TimerHeap<Item>, dueBefore bound: UInt64, using random: inout SplitMix64) -> [Item] {

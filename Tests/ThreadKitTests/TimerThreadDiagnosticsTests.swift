@@ -16,7 +16,6 @@ private struct CustomTag: Hashable, Sendable {
         try timer.schedule(after: .seconds(300), tag: CustomTag(id: 1)) {}
         try timer.schedule(after: .seconds(200), tag: 7) {}
         try timer.schedule(after: .seconds(100), tag: "a") {}
-        let scheduledAt = ContinuousClock.now
         let entry = try #require(diagnosticsComponent("TimerThread", named: name))
         #expect(entry.settings == ["shared": "false"])
         #expect(entry.pendingCount == 3)
@@ -58,10 +57,8 @@ private struct CustomTag: Hashable, Sendable {
             diagnosticsComponent("TimerThread", named: name)?.threads.first?.state == .sleeping
         })
         let thread = try #require(diagnosticsComponent("TimerThread", named: name)?.threads.first)
-        // The test may have waited long for its turn on a loaded machine: 100 s less what passed, and a second.
-        let earliest = 99 - (ContinuousClock.now - scheduledAt).seconds
         #expect(thread.name == name)
-        #expect(thread.until.map { $0 > earliest && $0 <= 100 } == true, "\(String(describing: thread.until)) s, \(earliest) s at least")
+        #expect(thread.until.map { $0 > 90 && $0 <= 100 } == true)
     }
 
     @Test func aRepeatingCallSaysHowOftenItRepeats() async throws {
@@ -121,7 +118,7 @@ private struct CustomTag: Hashable, Sendable {
         #expect(heap.count == live.count)
     }
 
-    @Test(.cpuBound) func aDumpOfAHundredThousandPendingCallsIsQuick() throws {
+    @Test func aDumpOfAHundredThousandPendingCallsIsQuick() throws {
         let name = "dtimer.many.\(UUID().uuidString.prefix(8))"
         let timer = TimerThread(name: name)
         defer { _ = timer.dispose() }

@@ -27,7 +27,7 @@ import ThreadKitURL
 
 extension URLIntegrationTests {
 @Suite(.timeLimit(.minutes(1))) struct DocCExampleTests {
-    @Test("The Getting started service fetches, parses and stores; spaces upstream calls; shuts down after the refreshes in flight", .onOwnThreads)
+    @Test("The Getting started service fetches, parses and stores; spaces upstream calls; shuts down after the refreshes in flight", .exitTestOnOwnThreads)
     func gettingStartedService() async {
         await #expect(processExitsWith: .success) {
             // snippet: Sources/ThreadKit/ThreadKit.docc/ThreadKit.md#1

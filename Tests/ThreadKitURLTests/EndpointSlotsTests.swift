@@ -4,7 +4,7 @@ import Testing
 import SeededRandom
 
 /// The per-endpoint slot state machine, driven with made-up times: no threads, sockets or clocks.
-@Suite(.cpuBound) struct EndpointSlotsTests {
+@Suite struct EndpointSlotsTests {
     typealias Slots = EndpointSlots<Int>
 
     func ms(_ value: Int) -> Duration { .milliseconds(value) }

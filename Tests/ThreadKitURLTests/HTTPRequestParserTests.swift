@@ -4,7 +4,7 @@ import SeededRandom
 
 /// The test server's request parser, target splitter and default routes, as pure values: every
 /// request fed at every split point, a seeded fuzz loop, and the parser's work on slow clients.
-@Suite(.cpuBound) struct HTTPRequestParserTests {
+@Suite struct HTTPRequestParserTests {
     typealias Message = HTTPRequestParser.Message
 
     /// What a parser made of some input: the requests it framed, then the error it stopped with

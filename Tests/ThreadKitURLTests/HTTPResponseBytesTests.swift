@@ -82,7 +82,7 @@ import LoopbackHTTPServer
         #expect(HTTPResponseBytes.problem(with: reply) == nil)
     }
 
-    @Test(.onOwnThreads) func aHeadGivenAFramingFieldStops() async {
+    @Test(.exitTestOnOwnThreads) func aHeadGivenAFramingFieldStops() async {
         await #expect(processExitsWith: .failure) {
             _ = HTTPResponseBytes.head(status: 200, headers: ["content-length": "3"], contentLength: 3, keepAlive: true)
         }

@@ -30,7 +30,7 @@ import LoopbackHTTPServer
         "POST / HTTP/1.1\nTransfer-Encoding: chunked\nContent-Length: 3\n\n0\n\n",
     ]
 
-    @Test(.onOwnThreads, arguments: badRequests)
+    @Test(.exitTestOnOwnThreads, arguments: badRequests)
     func badInputGets400AndTheServerKeepsServing(_ input: String) async {
         await #expect(processExitsWith: .success) { [input] in
             let server = try LoopbackHTTPServer()
@@ -51,7 +51,7 @@ import LoopbackHTTPServer
 
     /// Limits as large as `Int` allows: the numbers a client sends may exceed any `Int` without
     /// the parser's arithmetic overflowing (a trap, so in a child process).
-    @Test(.onOwnThreads) func aParserWithTheLargestLimitsAnswersHugeNumbersWith413() async {
+    @Test(.exitTestOnOwnThreads) func aParserWithTheLargestLimitsAnswersHugeNumbersWith413() async {
         await #expect(processExitsWith: .success) {
             func status(_ text: String) -> Int? {
                 var parser = HTTPRequestParser(maxHeadBytes: .max, maxBodyBytes: .max)
@@ -72,7 +72,7 @@ import LoopbackHTTPServer
         }
     }
 
-    @Test(.onOwnThreads) func acceptBacksOffWhileOutOfDescriptorsAndAcceptsOnceOneIsFree() async {
+    @Test(.exitTestOnOwnThreads) func acceptBacksOffWhileOutOfDescriptorsAndAcceptsOnceOneIsFree() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
             let server = try LoopbackHTTPServer()
             defer { server.shutdown() }
@@ -134,7 +134,7 @@ import LoopbackHTTPServer
         #expect(log.contains("LoopbackHTTPServer: accepting again"), "\(log)")
     }
 
-    @Test(.onOwnThreads) func aConnectionWhoseThreadCannotStartIsAnsweredOnceThreadsStartAgain() async {
+    @Test(.exitTestOnOwnThreads) func aConnectionWhoseThreadCannotStartIsAnsweredOnceThreadsStartAgain() async {
         await #expect(processExitsWith: .success) {
             let server = try LoopbackHTTPServer()
             defer { server.shutdown() }

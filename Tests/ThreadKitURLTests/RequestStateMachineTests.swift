@@ -6,7 +6,7 @@ import SeededRandom
 /// A request's life, driven with made-up times and plain values for the transfer and the timers:
 /// no threads, sessions or clocks. Every event is tried in every state, each table checked to
 /// cover them all.
-@Suite(.cpuBound) struct RequestStateMachineTests {
+@Suite struct RequestStateMachineTests {
     typealias Machine = RequestStateMachine<String, String>
     typealias Running = Machine.Running
 
@@ -116,7 +116,7 @@ import SeededRandom
         #expect(cancelledThenDisposed.submit(now: .zero, dispatcherDisposed: true) == .refuse(.cancelled, countAsFailed: true))
     }
 
-    @Test(.onOwnThreads) func aSecondSubmissionStops() async {
+    @Test(.exitTestOnOwnThreads) func aSecondSubmissionStops() async {
         await #expect(processExitsWith: .failure) {
             var machine = RequestStateMachineTests.machine(.queued)
             _ = machine.submit(now: .zero, dispatcherDisposed: false)
@@ -170,7 +170,7 @@ import SeededRandom
         Stage.allCases.filter(event.stages.contains).map { (event, $0) }
     }
 
-    @Test(.onOwnThreads, arguments: stoppingEvents)
+    @Test(.exitTestOnOwnThreads, arguments: stoppingEvents)
     func anEventThatCannotComeInAStageStops(_ event: Stopping, in stage: Stage) async {
         await #expect(processExitsWith: .failure) { [event, stage] in
             var machine = RequestStateMachineTests.machine(stage)
@@ -197,7 +197,7 @@ import SeededRandom
         #expect(timed.state == .starting(since: Self.ms(20)))
     }
 
-    @Test(.onOwnThreads) func aSlotGrantedToARequestThatDoesNotWaitStops() async {
+    @Test(.exitTestOnOwnThreads) func aSlotGrantedToARequestThatDoesNotWaitStops() async {
         await #expect(processExitsWith: .failure) {
             var machine = RequestStateMachineTests.machine(.running)
             _ = machine.slotGranted(now: .zero)
@@ -212,7 +212,7 @@ import SeededRandom
         #expect(long.transferCreated("task") == .init(deadline: Self.ms(310), phase: .headers))
     }
 
-    @Test(.onOwnThreads) func aTransferMadeWhenNoneIsAwaitedStops() async {
+    @Test(.exitTestOnOwnThreads) func aTransferMadeWhenNoneIsAwaitedStops() async {
         await #expect(processExitsWith: .failure) {
             var machine = RequestStateMachineTests.machine(.finished)
             _ = machine.transferCreated("task")

@@ -4,7 +4,7 @@ import Testing
 import SeededRandom
 
 /// The Retry-After parser, with made-up times: RFC 9110's forms, erring on the side of waiting.
-@Suite(.cpuBound) struct RetryAfterTests {
+@Suite struct RetryAfterTests {
     /// Tue, 14 Nov 2023 22:13:20 GMT.
     static let now = Date(timeIntervalSince1970: 1_700_000_000)
     static let limit = Duration.seconds(120)

@@ -121,7 +121,7 @@ extension URLIntegrationTests {
                 status.withLock { $0 = reply?.1.statusCode ?? -1 }
                 done.countDown()
             }.start()
-            @Sendable func waitOf(_ kind: String) -> Snapshot.Wait? {
+            func waitOf(_ kind: String) -> Snapshot.Wait? {
                 Diagnostics.snapshot().waits.first { $0.kind == kind && $0.waitsFor.hasSuffix(endpoint) }
             }
             #expect(await eventually(pollingEvery: .milliseconds(50)) { waitOf("slot") != nil })

@@ -137,7 +137,7 @@ struct URLDispatcherExitTests {
         func operation(_ operation: URLDispatchOperation, didCompleteWith error: (any Error)?) {}
     }
 
-    @Test("A bad argument stops the process with a message naming it and its value", .onOwnThreads, arguments: BadCall.allCases)
+    @Test("A bad argument stops the process with a message naming it and its value", .exitTestOnOwnThreads, arguments: BadCall.allCases)
     func stops(_ call: BadCall) async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) { [call] in
             await call.perform()
@@ -147,7 +147,7 @@ struct URLDispatcherExitTests {
 
     /// A default never makes a valid argument trap: the long limit's default adapts to a small
     /// `maxRequests`. (Before, `maxRequests: 3` trapped on the default of 3.)
-    @Test(.onOwnThreads) func theLongLimitsDefaultAdaptsToASmallTotal() async {
+    @Test(.exitTestOnOwnThreads) func theLongLimitsDefaultAdaptsToASmallTotal() async {
         await #expect(processExitsWith: .success) {
             for (total, long) in [(1, 0), (2, 1), (3, 2), (4, 3), (5, 3), (6, 3), (100, 3)] {
                 let limits = URLDispatcher.EndpointLimits(maxRequests: total)

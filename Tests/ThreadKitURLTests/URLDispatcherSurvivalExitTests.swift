@@ -16,7 +16,7 @@ import LoopbackHTTPServer
 /// one completion and nothing after it.
 extension URLIntegrationTests {
 @Suite struct URLDispatcherSurvivalExitTests {
-    @Test(.onOwnThreads) func threeThousandCancelsJustAfterTheStartLeaveTheProcessStanding() async {
+    @Test(.exitTestOnOwnThreads) func threeThousandCancelsJustAfterTheStartLeaveTheProcessStanding() async {
         await #expect(processExitsWith: .success) {
             SurvivalRun.run(requests: 3_000) { dispatcher, server, delegate, index in
                 let operation = try dispatcher.dispatch(server.request("/"), delegate: delegate)
@@ -28,7 +28,7 @@ extension URLIntegrationTests {
         }
     }
 
-    @Test(.onOwnThreads) func threeThousandOneMillisecondTimeoutsLeaveTheProcessStanding() async {
+    @Test(.exitTestOnOwnThreads) func threeThousandOneMillisecondTimeoutsLeaveTheProcessStanding() async {
         await #expect(processExitsWith: .success) {
             SurvivalRun.run(requests: 3_000) { dispatcher, server, delegate, _ in
                 var request = server.request("/")
