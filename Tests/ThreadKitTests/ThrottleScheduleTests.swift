@@ -766,37 +766,6 @@ struct ThrottleScheduleApproachTests: MicrosecondInstants {
         #expect(schedule.approach(toStartAt: allowed, now: target) == .startNow)
     }
 
-    @Test("The watch is learned from the thread's wakes: a quarter over the second-latest of the last 16, between 100 µs and 1 ms, and still within 1/20 of the spacing")
-    func approachLearnsFromLateWakes() {
-        var schedule = scheduleStarted(gap: .milliseconds(10))
-        let allowed = at(10_000), target = at(10_025)
-        // Wakes 120 µs late, one of them 700 µs (a stray): the second-latest, 120 µs, sets a 150 µs watch.
-        for lateness in [120, 80, 700, 120] { schedule.recordWake(lateness: .microseconds(lateness)) }
-        #expect(schedule.approach(toStartAt: allowed, now: at(2)) == .sleep(until: at(9_875)))
-        #expect(schedule.approach(toStartAt: allowed, now: at(9_875)) == .spin(until: target))
-        // Sixteen 20 µs wakes push the older ones out: back to the least watch, 100 µs.
-        for _ in 0..<16 { schedule.recordWake(lateness: .microseconds(20)) }
-        #expect(schedule.approach(toStartAt: allowed, now: at(2)) == .sleep(until: at(9_925)))
-        // Very late wakes: at most 1 ms, and at most 1/20 of the spacing (500 µs at 10 ms).
-        for _ in 0..<16 { schedule.recordWake(lateness: .milliseconds(5)) }
-        #expect(schedule.approach(toStartAt: allowed, now: at(2)) == .sleep(until: at(9_525)))
-        var wide = scheduleStarted(gap: .seconds(1))
-        for _ in 0..<16 { wide.recordWake(lateness: .milliseconds(5)) }
-        #expect(wide.approach(toStartAt: at(1_000_000), now: at(2)) == .sleep(until: at(999_025)))
-    }
-
-    @Test("WakeLateness: no watch beyond the least before two wakes; a negative lateness (an early return) counts as none")
-    func wakeLatenessBounds() {
-        var wakes = WakeLateness()
-        #expect(wakes.finalApproach == .microseconds(100))
-        wakes.record(.milliseconds(3))
-        #expect(wakes.finalApproach == .microseconds(100), "one wake is not enough to go by")
-        wakes.record(.microseconds(400))
-        #expect(wakes.finalApproach == .microseconds(500))
-        for _ in 0..<15 { wakes.record(.microseconds(-5)) }
-        #expect(wakes.finalApproach == .microseconds(100))
-    }
-
     @Test("A pause far from any start is approached the same way; with no start yet, by sleeping until it ends, then watching the margin")
     func approachToThePauseEnd() {
         var schedule = Schedule(interval: .milliseconds(1), monitor: .concurrent, mutability: .all, limit: nil, startMargin: .microseconds(25))

@@ -74,8 +74,6 @@ struct ThrottleSchedule<Item> {
     private(set) var startedCount: UInt64 = 0
     /// How many started tasks have ended (for ``Diagnostics``).
     private(set) var endedCount: UInt64 = 0
-    /// How late the thread woke from its recent waits toward a start: how long it watches the clock.
-    private(set) var wakes = WakeLateness()
 
     init(
         interval: Duration, monitor: ThrottledQueue.Monitor, mutability: ThrottledQueue.Mutability, limit: RateLimit?,
@@ -208,24 +206,18 @@ struct ThrottleSchedule<Item> {
     ///
     /// Every start, by the worker or by a `sync` caller, nested or not, follows this one rule: the
     /// task starts at `allowed` + ``startMargin``; the thread sleeps until a little
-    /// before, and watches the clock for the rest: as long as its recent wakes were late
-    /// (``WakeLateness/finalApproach``), or 1/``ThrottledQueue/approachShare`` of the time from the
-    /// last start to `allowed` if that is less, but never less than the margin. The margin itself
-    /// is never slept: a timed wait that short would wake tens of microseconds late (every task of
-    /// a queue with no interval would pay that, as its start waits out the margin after the
-    /// previous task's end).
+    /// before, and watches the clock for the rest: ``ThrottledQueue/finalApproach``, or
+    /// 1/``ThrottledQueue/approachShare`` of the time from the last start to `allowed` if that is
+    /// less, but never less than the margin. The margin itself is never slept: a timed wait that
+    /// short would wake tens of microseconds late (every task of a queue with no interval would
+    /// pay that, as its start waits out the margin after the previous task's end).
     func approach(toStartAt allowed: MonotonicInstant, now: MonotonicInstant) -> Approach {
         let target = startTarget(allowed: allowed)
         guard now < target else { return .startNow }
         let spacing = last.map { $0.start.duration(to: allowed) } ?? .zero
-        let watch = max(startMargin, min(wakes.finalApproach, spacing / ThrottledQueue.approachShare))
+        let watch = max(startMargin, min(ThrottledQueue.finalApproach, spacing / ThrottledQueue.approachShare))
         let wake = target.advanced(by: .zero - watch)
         return now < wake ? .sleep(until: wake) : .spin(until: target)
-    }
-
-    /// Remembers how late a timed wait toward a start woke, for the watch before the next starts.
-    mutating func recordWake(lateness: Duration) {
-        wakes.record(lateness)
     }
 
     // MARK: - Diagnostics

@@ -20,14 +20,13 @@ extension ThrottledQueue {
     /// (A task that arrives after its gap has passed by more than this starts at once.)
     static let startMargin = ReadingFloor.measuredMargin()
 
-    /// The least and the most a thread watches the clock before a start, instead of sleeping.
+    /// The longest a thread watches the clock before a start, instead of sleeping.
     ///
     /// A thread woken by the kernel at a deadline runs tens of microseconds after it (more on a
     /// virtual machine); an API's rate limit counts from the request, so a thread sleeps until a
-    /// little before the start and spends the rest yielding the core. How long, within these
-    /// bounds, the queue learns from its thread's own wakes (``WakeLateness``). At short intervals
+    /// little before the start and spends the rest yielding the core. At short intervals
     /// ``approachShare`` makes it shorter.
-    static let finalApproach = Duration.microseconds(100)...Duration.milliseconds(1)
+    static let finalApproach = Duration.microseconds(100)
 
     /// The share of the time between two starts that watching the clock may take: 1/20.
     ///
@@ -80,9 +79,7 @@ extension ThrottledQueue {
             // 100 µs gap's CPU, and a dump could hardly catch it anyway.
             let shown = now.map { $0.advanced(by: Self.reportedSleep) <= wake } == true ? activity : nil
             shown?.sleeping(until: wake)
-            let signalled = condition.wait(mutex, until: wake)
-            // A wait that ran to its deadline says how late this machine wakes a thread now.
-            if !signalled { schedule.recordWake(lateness: wake.duration(to: .now())) }
+            condition.wait(mutex, until: wake)
             shown?.running("task")
         case .spin(let target):
             mutex.unlock()
